@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Exit codes, in one place. diff --exit-code follows diff(1): 0 in sync,
+// 1 changes found, 2 trouble; every other command: 0 success, 1 failure.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitChanges = 1
+	exitTrouble = 2
+)
+
+// exitError carries an exit code; a nil err means nothing more to print.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// streams are the command's IO, injected so tests run commands in-process.
+type streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// isTerminal reports whether w is a terminal, for colour.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// globals are the flags every command shares.
+type globals struct {
+	root        string
+	allowed     []string
+	stateDir    string
+	concurrency int
+	logLevel    string
+	logFormat   string
+	lockTimeout time.Duration
+	log         *slog.Logger
+}
+
+// sourceFlags name where desired state comes from.
+type sourceFlags struct {
+	dir  string
+	path string
+}
+
+func (s *sourceFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&s.dir, "dir", "", "read manifests from this local directory")
+	cmd.Flags().StringVar(&s.path, "path", ".", "path of the manifests inside the source")
+}
+
+func (s *sourceFlags) given() bool { return s.dir != "" }
+
+// source builds the configured source. cacheDir may be empty.
+func (s *sourceFlags) source(cacheDir string) (source.Source, error) {
+	if s.dir == "" {
+		return nil, errors.New("no source given: pass --dir DIR with the manifests")
+	}
+	return &source.Dir{Dir: s.dir, Path: s.path, CacheDir: cacheDir}, nil
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	io := streams{In: stdin, Out: stdout, Err: stderr}
+	cmd := newRootCmd(io)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "Error:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "Error:", err)
+	return exitFailure
+}
+
+func newRootCmd(io streams) *cobra.Command {
+	g := &globals{}
+	cmd := &cobra.Command{
+		Use:   "cortex-sync",
+		Short: "Keep this host converged to a Git repository of manifests",
+		Long: `cortex-sync is a pull-based GitOps agent for one host. It keeps files,
+directory trees and symlinks converged to what the manifests say: it observes
+the host, compares it with the desired state and with what it last applied,
+and takes the smallest action that closes the gap.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			return g.setup(io)
+		},
+	}
+	cmd.SetOut(io.Out)
+	cmd.SetErr(io.Err)
+	cmd.SetIn(io.In)
+	f := cmd.PersistentFlags()
+	f.StringVar(&g.root, "root", "/", "re-root every host path cortex-sync reads or writes under this directory")
+	f.StringArrayVar(&g.allowed, "allowed-path", nil, "only write below this path (inside --root); repeatable")
+	f.StringVar(&g.stateDir, "state-dir", "", "where the snapshot, lock, caches and backups live (default "+state.DefaultDir()+")")
+	f.IntVar(&g.concurrency, "concurrency", runtime.NumCPU(), "resources and files worked on at once")
+	f.StringVar(&g.logLevel, "log-level", "warn", "debug, info, warn or error")
+	f.StringVar(&g.logFormat, "log-format", "text", "text or json")
+	f.DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another cortex-sync holding the state lock")
+	cmd.AddCommand(
+		newValidateCmd(g, io),
+		newDiffCmd(g, io),
+		newSyncCmd(g, io),
+		newStatusCmd(g, io),
+		newVersionCmd(io),
+	)
+	return cmd
+}
+
+func (g *globals) setup(io streams) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: use debug, info, warn or error", g.logLevel)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch g.logFormat {
+	case "text":
+		g.log = slog.New(slog.NewTextHandler(io.Err, opts))
+	case "json":
+		g.log = slog.New(slog.NewJSONHandler(io.Err, opts))
+	default:
+		return fmt.Errorf("--log-format %q: use text or json", g.logFormat)
+	}
+	if g.stateDir == "" {
+		g.stateDir = state.DefaultDir()
+	}
+	if g.concurrency < 1 {
+		return fmt.Errorf("--concurrency %d: must be at least 1", g.concurrency)
+	}
+	return nil
+}
+
+// engine is everything a command needs to plan, apply or observe.
+type engine struct {
+	root     *hostfs.Root
+	state    state.Dir
+	snap     *state.Snapshot
+	ref      state.Source
+	checkout *source.Checkout
+	set      *resource.Set
+	env      *driver.Env
+}
+
+func (e *engine) Close() error {
+	var errs []error
+	if e.checkout != nil {
+		errs = append(errs, e.checkout.Close())
+	}
+	if e.root != nil {
+		errs = append(errs, e.root.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// manifestError marks an invalid desired state: nothing may be applied.
+type manifestError struct{ err error }
+
+func (m *manifestError) Error() string {
+	var p resource.Problems
+	if errors.As(m.err, &p) {
+		return fmt.Sprintf("%d problems in the manifests; nothing was applied:\n%s", len(p), indent(p.Error()))
+	}
+	return m.err.Error()
+}
+
+func (m *manifestError) Unwrap() error { return m.err }
+
+func indent(s string) string {
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// open fetches and validates the desired state (when src is given), opens
+// the root and loads the snapshot.
+func (g *globals) open(ctx context.Context, src *sourceFlags, needSource bool) (*engine, error) {
+	e := &engine{state: state.Dir{Path: g.stateDir}}
+	ok := false
+	defer func() {
+		if !ok {
+			e.Close()
+		}
+	}()
+	if needSource || src.given() {
+		s, err := src.source(e.state.Sub("cache"))
+		if err != nil {
+			return nil, err
+		}
+		e.ref = s.Ref()
+		if e.checkout, err = s.Fetch(ctx); err != nil {
+			return nil, err
+		}
+		if e.set, err = resource.Load(e.checkout.Tree, e.checkout.Path, driver.Kinds()); err != nil {
+			return nil, &manifestError{err}
+		}
+	}
+	var err error
+	if e.root, err = hostfs.Open(g.root, g.allowed); err != nil {
+		return nil, err
+	}
+	if e.snap, err = e.state.Load(); err != nil {
+		return nil, err
+	}
+	absRoot, _ := filepath.Abs(g.root)
+	if e.snap.Root != "" && e.snap.Root != absRoot && len(e.snap.Inventory) > 0 {
+		return nil, fmt.Errorf("state dir %s records resources applied under --root %s, not %s; use another --state-dir for this root", g.stateDir, e.snap.Root, absRoot)
+	}
+	e.snap.Root = absRoot
+	e.env = &driver.Env{
+		Root: e.root, Set: e.set, State: e.state, Snapshot: e.snap,
+		Backups:     &driver.Backups{Dir: e.state.Sub("backups")},
+		Concurrency: g.concurrency, Log: g.log,
+	}
+	if e.checkout != nil {
+		e.env.Tree = e.checkout.Tree
+	}
+	ok = true
+	return e, nil
+}

@@ -1,0 +1,186 @@
+// Package apply carries out a plan: resources in dependency order with
+// bounded concurrency, a failure blocking only its dependents, the snapshot
+// saved after every group, and prune last, children before parents.
+package apply
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Applier carries out one change and returns the resource's new record
+// (nil when it is gone from the host).
+type Applier interface {
+	Apply(ctx context.Context, c *diff.Change) (*state.Entry, error)
+}
+
+// Options shape a run.
+type Options struct {
+	Prune             bool // delete what left Git
+	AllowEmpty        bool // prune even when the desired set is empty
+	AllowSourceChange bool // prune even when the source differs from the snapshot's
+	Concurrency       int
+	// Save persists the snapshot; it is called after every group.
+	Save func(*state.Snapshot) error
+	Log  *slog.Logger
+}
+
+// Refusals that stop a run before it touches anything.
+var (
+	ErrEmptyPrune   = errors.New("refusing to prune: the desired set is empty")
+	ErrSourceChange = errors.New("refusing to prune: the source differs from the one the snapshot records")
+)
+
+// Check refuses a prune that would most likely be a mistake.
+func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.Source, o Options) error {
+	if !o.Prune {
+		return nil
+	}
+	if set.Len() == 0 && len(snap.Inventory) > 0 && !o.AllowEmpty {
+		return fmt.Errorf("%w, so all %d resources in the inventory would be deleted; check the source path, or pass --allow-empty if that is what you want", ErrEmptyPrune, len(snap.Inventory))
+	}
+	if snap.Source.URL != "" && snap.Source != ref && !o.AllowSourceChange {
+		return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source", ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path)
+	}
+	return nil
+}
+
+// Run applies the plan and records every outcome in snap.
+func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, snap *state.Snapshot, o Options) (*Report, error) {
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+	byID := map[resource.ID]*diff.Change{}
+	for _, c := range plan.Changes {
+		byID[c.ID] = c
+	}
+	rep := &Report{}
+	var mu sync.Mutex // guards snap, rep and failed
+	failed := map[resource.ID]bool{}
+	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
+		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files)}
+		now := time.Now().UTC()
+		switch {
+		case err != nil:
+			res.Outcome, res.Error = Failed, err.Error()
+			failed[c.ID] = true
+			if c.Record != nil {
+				c.Record.Result = &state.Result{Action: string(c.Action), Error: err.Error(), Time: now}
+			}
+		case entry == nil:
+			res.Outcome = Applied
+			snap.Drop(string(c.ID))
+		default:
+			res.Outcome = Applied
+			if c.Action == diff.NoOp {
+				res.Outcome = Unchanged
+				if c.Record != nil && c.Record.Result != nil && c.Record.Result.Error == "" {
+					entry.Result = c.Record.Result
+				}
+			}
+			if entry.Result == nil {
+				entry.Result = &state.Result{Action: string(c.Action), Time: now}
+			}
+			snap.Put(entry)
+		}
+		rep.Results = append(rep.Results, res)
+		return res
+	}
+
+	for _, level := range set.Levels() {
+		sem := make(chan struct{}, max(o.Concurrency, 1))
+		var wg sync.WaitGroup
+		for _, r := range level {
+			c := byID[r.ID()]
+			mu.Lock()
+			blocker := blockedBy(set, r.ID(), failed)
+			switch {
+			case blocker != "":
+				failed[r.ID()] = true
+				rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: blocker})
+				mu.Unlock()
+				continue
+			case c.Error != "":
+				record(c, nil, errors.New(c.Error))
+				mu.Unlock()
+				continue
+			case c.Suspended:
+				rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Suspended})
+				mu.Unlock()
+				continue
+			}
+			mu.Unlock()
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				entry, err := a.Apply(ctx, c)
+				if err != nil {
+					err = fmt.Errorf("%s %s: %w", c.Action, c.ID, err)
+				}
+				mu.Lock()
+				res := record(c, entry, err)
+				mu.Unlock()
+				o.Log.Info("applied", "resource", c.ID, "action", c.Action, "outcome", res.Outcome, "error", res.Error)
+			}()
+		}
+		wg.Wait()
+		if err := o.Save(snap); err != nil {
+			return rep, err
+		}
+	}
+
+	// What left Git: deepest paths first, so children go before parents.
+	var gone []*diff.Change
+	for _, c := range plan.Changes {
+		if c.Desired == nil {
+			gone = append(gone, c)
+		}
+	}
+	sort.SliceStable(gone, func(i, j int) bool {
+		return strings.Count(gone[i].Path, "/") > strings.Count(gone[j].Path, "/")
+	})
+	for _, c := range gone {
+		switch {
+		case c.Error != "":
+			record(c, nil, errors.New(c.Error))
+		case c.Action == diff.Forget:
+			snap.Drop(string(c.ID))
+			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Forgotten})
+		case !o.Prune:
+			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Skipped})
+		default:
+			entry, err := a.Apply(ctx, c)
+			if err != nil {
+				err = fmt.Errorf("prune %s: %w", c.ID, err)
+			}
+			record(c, entry, err) // a failed prune keeps its entry: nothing is orphaned
+		}
+	}
+	if len(gone) > 0 {
+		if err := o.Save(snap); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// blockedBy names a dependency of id that failed or was blocked, if any.
+func blockedBy(set *resource.Set, id resource.ID, failed map[resource.ID]bool) resource.ID {
+	for _, d := range set.Deps(id) {
+		if failed[d] {
+			return d
+		}
+	}
+	return ""
+}

@@ -1,0 +1,124 @@
+package apply
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// Outcome is what happened to one resource in a run.
+type Outcome string
+
+// The outcomes.
+const (
+	Applied   Outcome = "applied"
+	Unchanged Outcome = "unchanged"
+	Failed    Outcome = "failed"
+	Blocked   Outcome = "blocked"   // a dependency failed
+	Skipped   Outcome = "skipped"   // removed from Git, kept without --prune
+	Suspended Outcome = "suspended" // reconcile disabled
+	Forgotten Outcome = "forgotten" // dropped from the inventory, left on the host
+)
+
+// Result is one resource's outcome.
+type Result struct {
+	ID        resource.ID `json:"id"`
+	Kind      string      `json:"kind"`
+	Path      string      `json:"path,omitempty"`
+	Action    diff.Action `json:"action"`
+	Reason    diff.Reason `json:"reason,omitempty"`
+	Outcome   Outcome     `json:"outcome"`
+	Error     string      `json:"error,omitempty"`
+	BlockedBy resource.ID `json:"blockedBy,omitempty"`
+	Files     int         `json:"files,omitempty"` // changes inside a tree
+}
+
+// Report is every outcome of a run.
+type Report struct {
+	Results []*Result `json:"results"`
+}
+
+// Failed reports whether any resource failed or was blocked.
+func (r *Report) Failed() bool {
+	for _, res := range r.Results {
+		if res.Outcome == Failed || res.Outcome == Blocked {
+			return true
+		}
+	}
+	return false
+}
+
+// past is an action done, in words.
+func past(a diff.Action) string {
+	switch a {
+	case diff.Create:
+		return "created"
+	case diff.Update:
+		return "updated"
+	case diff.Delete:
+		return "deleted"
+	case diff.Forget:
+		return "forgotten"
+	}
+	return "unchanged"
+}
+
+// Text renders the report: one line per resource that did something, and a
+// closing count.
+func (r *Report) Text(w io.Writer) error {
+	var b strings.Builder
+	counts := map[string]int{}
+	for _, res := range r.Results {
+		line := ""
+		switch res.Outcome {
+		case Applied:
+			line = past(res.Action)
+			if res.Reason != "" {
+				line += " (" + res.Reason.Phrase() + ")"
+			}
+			if res.Files > 0 {
+				line += fmt.Sprintf(", %d files", res.Files)
+			}
+			counts[past(res.Action)]++
+		case Unchanged:
+			counts["unchanged"]++
+			continue
+		case Failed:
+			line = "failed: " + res.Error
+			counts["failed"]++
+		case Blocked:
+			line = fmt.Sprintf("blocked: its dependency %s did not apply", res.BlockedBy)
+			counts["blocked"]++
+		case Skipped:
+			line = "kept: removed from Git; run sync --prune to delete it"
+			counts["kept"]++
+		case Suspended:
+			line = "suspended: reconcile disabled, not changed"
+			counts["suspended"]++
+		case Forgotten:
+			line = "forgotten: removed from Git, left on the host"
+			counts["forgotten"]++
+		}
+		fmt.Fprintf(&b, "%s: %s\n", res.ID, line)
+	}
+	var parts []string
+	for _, k := range []string{"created", "updated", "deleted", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
+		if counts[k] > 0 || k == "created" || k == "updated" || k == "deleted" {
+			parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
+		}
+	}
+	fmt.Fprintf(&b, "Sync: %s.\n", strings.Join(parts, ", "))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// JSON renders the report for programs.
+func (r *Report) JSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

@@ -1,0 +1,73 @@
+package diff
+
+import (
+	"context"
+	"sync"
+
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Observer compares one resource's desired state (nil when it left Git) and
+// its last applied record (nil when never applied) with the live host.
+type Observer interface {
+	Plan(ctx context.Context, desired *resource.Resource, rec *state.Entry) (*Change, error)
+}
+
+// Make builds the plan: every desired resource in dependency order, then
+// every inventory entry that left Git. Resources are observed concurrently,
+// at most concurrency at a time.
+func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapshot, concurrency int) *Plan {
+	p := &Plan{Source: snap.Source, Revision: snap.Revision}
+	var jobs []func() *Change
+	for _, r := range set.Resources() {
+		rec := snap.Find(string(r.ID()))
+		jobs = append(jobs, func() *Change {
+			c := observe(ctx, o, r, rec, r.ID(), r.Kind)
+			c.Suspended = r.Suspended()
+			return c
+		})
+	}
+	for _, rec := range snap.Inventory {
+		if set.Get(resource.ID(rec.ID)) != nil {
+			continue
+		}
+		jobs = append(jobs, func() *Change {
+			if rec.NoPrune {
+				return &Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: Forget, Reason: RemovedFromGit, Record: rec}
+			}
+			c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
+			c.Reason, c.Prune = RemovedFromGit, c.Action == Delete
+			if c.Action == NoOp {
+				c.Action = Forget // already gone from the host: only the record goes
+			}
+			return c
+		})
+	}
+	p.Changes = make([]*Change, len(jobs))
+	sem := make(chan struct{}, max(concurrency, 1))
+	var wg sync.WaitGroup
+	for i, job := range jobs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			p.Changes[i] = job()
+		}()
+	}
+	wg.Wait()
+	return p
+}
+
+// observe asks the driver, turning an error into a change that carries it.
+func observe(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry, id resource.ID, kind string) *Change {
+	c, err := o.Plan(ctx, desired, rec)
+	if err != nil {
+		c = &Change{ID: id, Kind: kind, Error: err.Error()}
+	}
+	c.ID, c.Kind, c.Desired, c.Record = id, kind, desired, rec
+	if c.Action == "" {
+		c.Action = NoOp
+	}
+	return c
+}

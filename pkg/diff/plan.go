@@ -1,0 +1,197 @@
+// Package diff computes the plan, desired state × last applied snapshot ×
+// live host, as plain data, and renders it for people (text, markdown) and
+// programs (JSON). Applying a plan is pkg/apply's business.
+package diff
+
+import (
+	"github.com/cortex-sync/cortex-sync/pkg/health"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Action is what a sync does to one resource. It is a closed set.
+type Action string
+
+// The actions.
+const (
+	NoOp   Action = "no-op"
+	Create Action = "create"
+	Update Action = "update"
+	Delete Action = "delete"
+	// Forget drops the resource from the inventory and leaves it on the host
+	// (removed from Git while annotated cortex-sync/prune: disabled).
+	Forget Action = "forget"
+)
+
+// Reason says why a change is due. Intentional changes (in Git) and
+// corrective ones (drift on the host) are kept apart.
+type Reason string
+
+// The reasons.
+const (
+	InSync         Reason = ""
+	AddedInGit     Reason = "addedInGit"     // desired, never applied
+	ChangedInGit   Reason = "changedInGit"   // desired differs from last applied
+	Drifted        Reason = "driftedOnHost"  // live differs from last applied
+	MissingOnHost  Reason = "missingOnHost"  // last applied, now gone from the host
+	RemovedFromGit Reason = "removedFromGit" // in the inventory, no longer desired
+	DeclaredAbsent Reason = "declaredAbsent" // ensure: absent
+	Unmanaged      Reason = "unmanaged"      // an entry purge removes
+)
+
+// Phrase is the reason in words.
+func (r Reason) Phrase() string {
+	switch r {
+	case AddedInGit:
+		return "added in Git"
+	case ChangedInGit:
+		return "changed in Git"
+	case Drifted:
+		return "drifted on the host"
+	case MissingOnHost:
+		return "missing on the host"
+	case RemovedFromGit:
+		return "removed from Git"
+	case DeclaredAbsent:
+		return "ensure: absent"
+	case Unmanaged:
+		return "not in Git (purge)"
+	}
+	return "in sync"
+}
+
+// Plan is every change a sync would make, in dependency order.
+type Plan struct {
+	Source   state.Source
+	Revision string
+	Changes  []*Change
+}
+
+// Change is what a sync would do to one resource.
+//
+//	Action   Record (last applied)   Desired        on the host
+//	create   nil or stale            the resource   absent, or taken over
+//	update   any                     the resource   differs from desired
+//	delete   any                     nil or absent  present
+//	forget   the entry               nil            left alone
+//	no-op    any                     the resource   matches
+//
+// Attrs, Content and Files are for display only; Work carries what the
+// driver planned and is the only thing apply reads besides Action.
+type Change struct {
+	ID     resource.ID
+	Kind   string
+	Path   string // the host path, for display
+	Action Action
+	Reason Reason
+	// Prune marks a delete owed to the resource leaving Git: it runs only
+	// with --prune.
+	Prune bool
+	// Suspended marks a resource annotated cortex-sync/reconcile: disabled:
+	// Action is what would be done, and nothing is.
+	Suspended bool
+	// Error is why the resource could not be planned.
+	Error string
+	// Health is what the observation found.
+	Health health.Status
+
+	Attrs   []Attr       // display only
+	Content *Content     // display only
+	Files   []FileChange // display only: changes inside a tree
+	Drifted int          // display only: files inside a tree that drifted
+
+	Desired *resource.Resource
+	Record  *state.Entry
+	Work    any // driver-private planned work
+}
+
+// Attr is an attribute that changes.
+type Attr struct {
+	Field  string `json:"field"`
+	Before string `json:"before,omitempty"`
+	After  string `json:"after,omitempty"`
+}
+
+// Content is how content changes: a unified diff, or a summary when the
+// content is binary, large or sensitive.
+type Content struct {
+	Diff    string `json:"diff,omitempty"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// FileChange is one file inside a tree that changes.
+type FileChange struct {
+	Path   string `json:"path"`
+	Action Action `json:"action"`
+	Reason Reason `json:"reason"`
+}
+
+// Pending reports whether the change would do anything: what sync acts on
+// and what diff --exit-code counts.
+func (c *Change) Pending() bool {
+	return c.Error == "" && !c.Suspended && c.Action != NoOp
+}
+
+// IsDrift reports whether the change corrects the host rather than follows Git.
+func (c *Change) IsDrift() bool {
+	return c.Reason == Drifted || c.Reason == MissingOnHost || c.Drifted > 0
+}
+
+// Summary counts a plan's changes.
+type Summary struct {
+	Create  int `json:"create"`
+	Update  int `json:"update"`
+	Delete  int `json:"delete"`
+	Forget  int `json:"forget"`
+	NoOp    int `json:"noOp"`
+	Drifted int `json:"drifted"`
+	Errors  int `json:"errors"`
+}
+
+// Summary counts the plan's changes by action.
+func (p *Plan) Summary() Summary {
+	var s Summary
+	for _, c := range p.Changes {
+		switch {
+		case c.Error != "":
+			s.Errors++
+			continue
+		case !c.Pending():
+			s.NoOp++
+			continue
+		case c.Action == Create:
+			s.Create++
+		case c.Action == Update:
+			s.Update++
+		case c.Action == Delete:
+			s.Delete++
+		case c.Action == Forget:
+			s.Forget++
+		}
+		if c.IsDrift() {
+			s.Drifted++
+		}
+	}
+	return s
+}
+
+// HasChanges reports whether a sync would change anything.
+func (p *Plan) HasChanges() bool {
+	for _, c := range p.Changes {
+		if c.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// Errors lists the changes that could not be planned.
+func (p *Plan) Errors() []*Change {
+	var out []*Change
+	for _, c := range p.Changes {
+		if c.Error != "" {
+			out = append(out, c)
+		}
+	}
+	return out
+}

@@ -1,0 +1,253 @@
+package diff
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// TextOptions shape the text rendering.
+type TextOptions struct {
+	Color    bool // ANSI colours, for a terminal
+	MaxFiles int  // files listed per tree before "and N more"; 0 means 20
+}
+
+// Phrase is the one-line count of a plan, terraform style.
+func (s Summary) Phrase() string {
+	parts := []string{
+		fmt.Sprintf("%d to create", s.Create),
+		fmt.Sprintf("%d to update", s.Update),
+		fmt.Sprintf("%d to delete", s.Delete),
+	}
+	if s.Forget > 0 {
+		parts = append(parts, fmt.Sprintf("%d to forget", s.Forget))
+	}
+	out := "Plan: " + strings.Join(parts, ", ")
+	if s.Drifted > 0 {
+		out += fmt.Sprintf(" (%d drifted)", s.Drifted)
+	}
+	if s.Errors > 0 {
+		out += fmt.Sprintf("; %d could not be planned", s.Errors)
+	}
+	return out + "."
+}
+
+const (
+	green  = "\x1b[32m"
+	yellow = "\x1b[33m"
+	red    = "\x1b[31m"
+	bold   = "\x1b[1m"
+	reset  = "\x1b[0m"
+)
+
+func symbol(c *Change) (string, string) {
+	switch {
+	case c.Error != "":
+		return "!", red
+	case c.Suspended:
+		return "#", ""
+	}
+	switch c.Action {
+	case Create:
+		return "+", green
+	case Update:
+		return "~", yellow
+	case Delete:
+		return "-", red
+	case Forget:
+		return "•", ""
+	}
+	return " ", ""
+}
+
+// headline is a change's first line after its symbol and ID.
+func headline(c *Change) string {
+	var b strings.Builder
+	if c.Path != "" {
+		b.WriteString("  " + c.Path)
+	}
+	switch {
+	case c.Error != "":
+		b.WriteString("  error: " + c.Error)
+	case c.Suspended:
+		fmt.Fprintf(&b, "  (suspended; would %s: %s)", c.Action, c.Reason.Phrase())
+	case c.Action == Forget && c.Record != nil && c.Record.NoPrune:
+		b.WriteString("  (removed from Git; prune disabled: left on the host, dropped from the inventory)")
+	case c.Action == Forget:
+		b.WriteString("  (removed from Git; already gone from the host)")
+	case c.Prune:
+		b.WriteString("  (removed from Git; deleted only with --prune)")
+	default:
+		b.WriteString("  (" + c.Reason.Phrase() + ")")
+	}
+	return b.String()
+}
+
+// Text renders the plan for a person.
+func Text(w io.Writer, p *Plan, o TextOptions) error {
+	if o.MaxFiles == 0 {
+		o.MaxFiles = 20
+	}
+	paint := func(color, s string) string {
+		if !o.Color || color == "" {
+			return s
+		}
+		return color + s + reset
+	}
+	var b strings.Builder
+	shown := 0
+	for _, c := range p.Changes {
+		if c.Error == "" && c.Action == NoOp {
+			continue
+		}
+		shown++
+		sym, color := symbol(c)
+		fmt.Fprintf(&b, "%s %s%s\n", paint(color, sym), paint(bold, string(c.ID)), headline(c))
+		for _, a := range c.Attrs {
+			switch {
+			case a.Before == "":
+				fmt.Fprintf(&b, "    %s: %s\n", a.Field, a.After)
+			case a.After == "":
+				fmt.Fprintf(&b, "    %s: %s (removed)\n", a.Field, a.Before)
+			default:
+				fmt.Fprintf(&b, "    %s: %s → %s\n", a.Field, a.Before, a.After)
+			}
+		}
+		if c.Content != nil {
+			if c.Content.Summary != "" {
+				fmt.Fprintf(&b, "    content: %s\n", c.Content.Summary)
+			}
+			for _, l := range strings.Split(strings.TrimSuffix(c.Content.Diff, "\n"), "\n") {
+				if l == "" {
+					continue
+				}
+				color := ""
+				switch {
+				case strings.HasPrefix(l, "+++"), strings.HasPrefix(l, "---"):
+					color = bold
+				case l[0] == '+':
+					color = green
+				case l[0] == '-':
+					color = red
+				}
+				b.WriteString("      " + paint(color, l) + "\n")
+			}
+		}
+		for i, f := range c.Files {
+			if i == o.MaxFiles {
+				fmt.Fprintf(&b, "    … and %d more files\n", len(c.Files)-i)
+				break
+			}
+			sym, color := symbol(&Change{Action: f.Action})
+			fmt.Fprintf(&b, "    %s %s (%s)\n", paint(color, sym), f.Path, f.Reason.Phrase())
+		}
+	}
+	if shown == 0 {
+		b.WriteString("No changes. The host matches the desired state.\n")
+	} else {
+		b.WriteString("\n" + p.Summary().Phrase() + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Markdown renders the plan for a pull-request comment.
+func Markdown(w io.Writer, p *Plan) error {
+	var b strings.Builder
+	b.WriteString("### cortex-sync plan\n\n")
+	if p.Revision != "" {
+		fmt.Fprintf(&b, "Revision `%s`\n\n", p.Revision)
+	}
+	if !p.HasChanges() && len(p.Errors()) == 0 {
+		b.WriteString("No changes. The host matches the desired state.\n")
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	fmt.Fprintf(&b, "**%s**\n\n", p.Summary().Phrase())
+	b.WriteString("| | Resource | Path | Why |\n|---|---|---|---|\n")
+	var details strings.Builder
+	for _, c := range p.Changes {
+		if c.Error == "" && c.Action == NoOp {
+			continue
+		}
+		action, why := string(c.Action), c.Reason.Phrase()
+		switch {
+		case c.Error != "":
+			action, why = "error", c.Error
+		case c.Suspended:
+			action = "suspended"
+		case c.Prune:
+			why += " (deleted only with --prune)"
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | `%s` | %s |\n", action, c.ID, c.Path, escapeCell(why))
+		if (c.Content != nil && (c.Content.Diff != "" || c.Content.Summary != "")) || len(c.Attrs) > 0 || len(c.Files) > 0 {
+			fmt.Fprintf(&details, "\n<details><summary><code>%s</code></summary>\n\n", c.ID)
+			for _, a := range c.Attrs {
+				fmt.Fprintf(&details, "- `%s`: `%s` → `%s`\n", a.Field, a.Before, a.After)
+			}
+			for _, f := range c.Files {
+				fmt.Fprintf(&details, "- %s `%s` (%s)\n", f.Action, f.Path, f.Reason.Phrase())
+			}
+			if c.Content != nil && c.Content.Summary != "" {
+				fmt.Fprintf(&details, "- content: %s\n", c.Content.Summary)
+			}
+			if c.Content != nil && c.Content.Diff != "" {
+				fmt.Fprintf(&details, "\n```diff\n%s```\n", c.Content.Diff)
+			}
+			details.WriteString("\n</details>\n")
+		}
+	}
+	b.WriteString(details.String())
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func escapeCell(s string) string {
+	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
+}
+
+// FormatVersion is the version of the JSON plan schema (docs/plan-json.md).
+const FormatVersion = "1"
+
+type jsonPlan struct {
+	FormatVersion string       `json:"formatVersion"`
+	Source        any          `json:"source"`
+	Revision      string       `json:"revision"`
+	HasChanges    bool         `json:"hasChanges"`
+	Summary       Summary      `json:"summary"`
+	Changes       []jsonChange `json:"changes"`
+}
+
+type jsonChange struct {
+	ID        string       `json:"id"`
+	Kind      string       `json:"kind"`
+	Path      string       `json:"path,omitempty"`
+	Action    Action       `json:"action"`
+	Reason    Reason       `json:"reason,omitempty"`
+	Drift     bool         `json:"drift"`
+	Prune     bool         `json:"prune"`
+	Suspended bool         `json:"suspended"`
+	Error     string       `json:"error,omitempty"`
+	Attrs     []Attr       `json:"attributes,omitempty"`
+	Content   *Content     `json:"content,omitempty"`
+	Files     []FileChange `json:"files,omitempty"`
+}
+
+// JSON renders the plan for programs, in the schema of docs/plan-json.md.
+func JSON(w io.Writer, p *Plan) error {
+	out := jsonPlan{
+		FormatVersion: FormatVersion, Source: p.Source, Revision: p.Revision,
+		HasChanges: p.HasChanges(), Summary: p.Summary(), Changes: []jsonChange{},
+	}
+	for _, c := range p.Changes {
+		out.Changes = append(out.Changes, jsonChange{
+			ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason,
+			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: c.Error,
+			Attrs: c.Attrs, Content: c.Content, Files: c.Files,
+		})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

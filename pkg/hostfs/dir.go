@@ -1,0 +1,319 @@
+package hostfs
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"strconv"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir is an open directory inside a Root. Names passed to its methods are
+// single path elements; the last element is never followed.
+type Dir struct {
+	root *Root
+	fd   int
+	path string // in-root path the directory really resolved to
+}
+
+// Path is the in-root path of the directory, after symlinks.
+func (d *Dir) Path() string { return d.path }
+
+// Close releases the descriptor.
+func (d *Dir) Close() error { return unix.Close(d.fd) }
+
+// Stat is what the quick drift check compares: the fields git's index keeps.
+type Stat struct {
+	Ino   uint64      `json:"ino"`
+	Size  int64       `json:"size"`
+	Mtime int64       `json:"mtime"` // nanoseconds
+	Ctime int64       `json:"ctime"` // nanoseconds
+	Mode  fs.FileMode `json:"mode"`  // type and permission bits
+	UID   uint32      `json:"uid"`
+	GID   uint32      `json:"gid"`
+}
+
+// Same reports whether nothing the quick check looks at has moved.
+func (s Stat) Same(o Stat) bool {
+	return s.Ino == o.Ino && s.Size == o.Size && s.Mtime == o.Mtime && s.Ctime == o.Ctime && s.Mode == o.Mode
+}
+
+func statOf(st *unix.Stat_t) Stat {
+	mode := fs.FileMode(st.Mode & 0o777)
+	if st.Mode&unix.S_ISUID != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if st.Mode&unix.S_ISGID != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if st.Mode&unix.S_ISVTX != 0 {
+		mode |= fs.ModeSticky
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		mode |= fs.ModeDir
+	case unix.S_IFLNK:
+		mode |= fs.ModeSymlink
+	case unix.S_IFREG:
+	case unix.S_IFIFO:
+		mode |= fs.ModeNamedPipe
+	case unix.S_IFSOCK:
+		mode |= fs.ModeSocket
+	default:
+		mode |= fs.ModeDevice
+	}
+	return Stat{
+		Ino: st.Ino, Size: st.Size, Mode: mode, UID: st.Uid, GID: st.Gid,
+		Mtime: st.Mtim.Nano(), Ctime: st.Ctim.Nano(),
+	}
+}
+
+func (d *Dir) pathErr(op, name string, err error) error {
+	return &fs.PathError{Op: op, Path: path.Join(d.path, name), Err: err}
+}
+
+// Lstat describes name without following it.
+func (d *Dir) Lstat(name string) (Stat, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return Stat{}, d.pathErr("lstat", name, err)
+	}
+	return statOf(&st), nil
+}
+
+// OpenDir opens the subdirectory name, refusing a symlink.
+func (d *Dir) OpenDir(name string) (*Dir, error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, d.pathErr("open", name, err)
+	}
+	return &Dir{root: d.root, fd: fd, path: path.Join(d.path, name)}, nil
+}
+
+// Open opens the regular file name for reading, refusing a symlink.
+func (d *Dir) Open(name string) (*os.File, error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, d.pathErr("open", name, err)
+	}
+	return os.NewFile(uintptr(fd), path.Join(d.path, name)), nil
+}
+
+// ReadDir lists the directory's entries.
+func (d *Dir) ReadDir() ([]fs.DirEntry, error) {
+	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, d.pathErr("readdir", ".", err)
+	}
+	f := os.NewFile(uintptr(fd), d.path)
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// Readlink returns the target of the symlink name.
+func (d *Dir) Readlink(name string) (string, error) {
+	buf := make([]byte, 256)
+	for {
+		n, err := unix.Readlinkat(d.fd, name, buf)
+		if err != nil {
+			return "", d.pathErr("readlink", name, err)
+		}
+		if n < len(buf) {
+			return string(buf[:n]), nil
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+}
+
+// Mkdir creates the directory name.
+func (d *Dir) Mkdir(name string, perm fs.FileMode) error {
+	if err := unix.Mkdirat(d.fd, name, uint32(perm.Perm())); err != nil {
+		return d.pathErr("mkdir", name, err)
+	}
+	return nil
+}
+
+var tmpSeq atomic.Uint64
+
+// tempName is a name in the directory that no one else will pick.
+func tempName(name string) string {
+	n := tmpSeq.Add(1)
+	base := name
+	if len(base) > 100 {
+		base = base[:100]
+	}
+	return ".cortex-sync-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + base
+}
+
+// Attrs are the attributes cortex-sync sets on what it writes. A negative
+// UID or GID leaves that owner alone.
+type Attrs struct {
+	Mode fs.FileMode
+	UID  int
+	GID  int
+}
+
+// WriteTemp writes r into a new temporary file beside name and returns its
+// name and the SHA-256 of what was written. The file has its final mode and
+// owner but is not synced: the caller batches durability, then calls Rename.
+func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum string, err error) {
+	tmp = tempName(name)
+	fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return "", "", d.pathErr("create", tmp, err)
+	}
+	f := os.NewFile(uintptr(fd), path.Join(d.path, tmp))
+	defer func() {
+		if err != nil {
+			f.Close()
+			unix.Unlinkat(d.fd, tmp, 0)
+		}
+	}()
+	h := sha256.New()
+	if _, err = io.Copy(f, io.TeeReader(r, h)); err != nil {
+		return "", "", d.pathErr("write", name, err)
+	}
+	if err = fchattr(fd, a); err != nil {
+		return "", "", d.pathErr("chmod", name, err)
+	}
+	if err = f.Close(); err != nil {
+		return "", "", d.pathErr("write", name, err)
+	}
+	return tmp, hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func fchattr(fd int, a Attrs) error {
+	if a.UID >= 0 || a.GID >= 0 {
+		if err := unix.Fchown(fd, a.UID, a.GID); err != nil {
+			return err
+		}
+	}
+	// chmod after chown: chown clears the set-id bits.
+	return unix.Fchmod(fd, uint32(unixMode(a.Mode)))
+}
+
+func unixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		u |= unix.S_ISUID
+	}
+	if m&fs.ModeSetgid != 0 {
+		u |= unix.S_ISGID
+	}
+	if m&fs.ModeSticky != 0 {
+		u |= unix.S_ISVTX
+	}
+	return u
+}
+
+// SyncFile flushes the file name to disk.
+func (d *Dir) SyncFile(name string) error {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return d.pathErr("sync", name, err)
+	}
+	defer unix.Close(fd)
+	return unix.Fsync(fd)
+}
+
+// Rename moves old over new within the directory, atomically.
+func (d *Dir) Rename(old, new string) error {
+	if err := unix.Renameat(d.fd, old, d.fd, new); err != nil {
+		return d.pathErr("rename", new, err)
+	}
+	return nil
+}
+
+// Symlink atomically makes name a symlink to target.
+func (d *Dir) Symlink(target, name string) error {
+	tmp := tempName(name)
+	if err := unix.Symlinkat(target, d.fd, tmp); err != nil {
+		return d.pathErr("symlink", name, err)
+	}
+	if err := d.Rename(tmp, name); err != nil {
+		unix.Unlinkat(d.fd, tmp, 0)
+		return err
+	}
+	return nil
+}
+
+// SetAttrs sets mode and owner of name on its open descriptor, never through
+// a symlink.
+func (d *Dir) SetAttrs(name string, a Attrs) error {
+	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return d.pathErr("chmod", name, err)
+	}
+	defer unix.Close(fd)
+	if err := fchattr(fd, a); err != nil {
+		return d.pathErr("chmod", name, err)
+	}
+	return nil
+}
+
+// Remove deletes the file, symlink or empty directory name. A missing name is
+// not an error.
+func (d *Dir) Remove(name string) error {
+	err := unix.Unlinkat(d.fd, name, 0)
+	if err == unix.EISDIR || err == unix.EPERM {
+		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
+	}
+	if err != nil && err != unix.ENOENT {
+		return d.pathErr("remove", name, err)
+	}
+	return nil
+}
+
+// RemoveAll deletes name and, when it is a directory, everything below it,
+// without following symlinks.
+func (d *Dir) RemoveAll(name string) error {
+	st, err := d.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if st.Mode.IsDir() {
+		sub, err := d.OpenDir(name)
+		if err != nil {
+			return err
+		}
+		entries, err := sub.ReadDir()
+		if err == nil {
+			for _, e := range entries {
+				if err = sub.RemoveAll(e.Name()); err != nil {
+					break
+				}
+			}
+		}
+		sub.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return d.Remove(name)
+}
+
+// Sync flushes the directory itself, making renames in it durable.
+func (d *Dir) Sync() error {
+	if err := unix.Fsync(d.fd); err != nil {
+		return fmt.Errorf("sync %s: %w", d.path, err)
+	}
+	return nil
+}
+
+// Chown sets the owner of name without following it.
+func (d *Dir) Chown(name string, uid, gid int) error {
+	if err := unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return d.pathErr("chown", name, err)
+	}
+	return nil
+}

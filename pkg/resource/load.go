@@ -1,0 +1,273 @@
+package resource
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"github.com/hashicorp/go-multierror"
+	"go.yaml.in/yaml/v3"
+)
+
+// IgnoreFile holds gitignore patterns that leave paths out of manifest discovery.
+const IgnoreFile = ".cortexignore"
+
+// Discover lists the manifest files (*.yaml, *.yml) below dir in tree, in
+// lexical order, honouring .cortexignore files and skipping .git.
+func Discover(tree fs.FS, dir string) ([]string, error) {
+	dir = cleanDir(dir)
+	base := components(dir)
+	var files []string
+	var patterns []gitignore.Pattern
+	var walk func(d string) error
+	walk = func(d string) error {
+		entries, err := fs.ReadDir(tree, d)
+		if err != nil {
+			return err
+		}
+		saved := len(patterns) // this directory's patterns apply below it only
+		defer func() { patterns = patterns[:saved] }()
+		if data, err := fs.ReadFile(tree, path.Join(d, IgnoreFile)); err == nil {
+			domain := components(d)[len(base):]
+			for _, line := range strings.Split(string(data), "\n") {
+				line = strings.TrimRight(line, "\r")
+				if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
+					continue
+				}
+				patterns = append(patterns, gitignore.ParsePattern(line, domain))
+			}
+		}
+		matcher := gitignore.NewMatcher(patterns)
+		for _, e := range entries {
+			name := e.Name()
+			p := path.Join(d, name)
+			rel := append(components(d)[len(base):], name)
+			if e.IsDir() {
+				if name == ".git" || matcher.Match(rel, true) {
+					continue
+				}
+				if err := walk(p); err != nil {
+					return err
+				}
+				continue
+			}
+			if (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) && !matcher.Match(rel, false) {
+				files = append(files, p)
+			}
+		}
+		return nil
+	}
+	if err := walk(dir); err != nil {
+		return nil, fmt.Errorf("read manifests in %s: %w", dir, err)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+func cleanDir(dir string) string {
+	dir = path.Clean(strings.TrimPrefix(dir, "/"))
+	if dir == "" {
+		return "."
+	}
+	return dir
+}
+
+func components(p string) []string {
+	if p == "." || p == "" {
+		return nil
+	}
+	return strings.Split(p, "/")
+}
+
+// Load reads, decodes and validates every manifest below dir in tree (the
+// repository's tree, so that `source` paths can reach all of it). Every
+// problem found is returned together, each naming file, line, document,
+// resource and field.
+func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	files, err := Discover(tree, dir)
+	if err != nil {
+		return nil, err
+	}
+	var errs *multierror.Error
+	var list []*Resource
+	for _, f := range files {
+		data, err := fs.ReadFile(tree, f)
+		if err != nil {
+			errs = multierror.Append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		rs, err := decodeFile(f, data, kinds, tree)
+		list = append(list, rs...)
+		errs = multierror.Append(errs, err)
+	}
+	set, err := newSet(list)
+	errs = multierror.Append(errs, err)
+	if err := errs.ErrorOrNil(); err != nil {
+		return nil, Problems(errs.Errors)
+	}
+	return set, nil
+}
+
+// Problems is every error found in the manifests, printed one per line.
+type Problems []error
+
+func (p Problems) Error() string {
+	lines := make([]string, len(p))
+	for i, e := range p {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap lets errors.As find a FieldError among the problems.
+func (p Problems) Unwrap() []error { return p }
+
+var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// decodeFile decodes every document of one manifest file.
+func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS) ([]*Resource, error) {
+	var errs *multierror.Error
+	var list []*Resource
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	for doc := 1; ; doc++ {
+		var n yaml.Node
+		err := dec.Decode(&n)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		origin := Origin{File: file, Doc: doc}
+		if err != nil {
+			fe := &FieldError{Origin: origin, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
+			if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
+				fe.Line, _ = strconv.Atoi(m[1])
+				fe.Msg = m[2]
+			}
+			errs = multierror.Append(errs, fe)
+			break // the decoder cannot resynchronise after a syntax error
+		}
+		if len(n.Content) == 0 || n.Content[0].Tag == "!!null" {
+			continue // an empty document, e.g. a trailing "---"
+		}
+		r, err := decodeDoc(n.Content[0], origin, kinds, tree)
+		if r != nil {
+			list = append(list, r)
+		}
+		errs = multierror.Append(errs, err)
+	}
+	return list, errs.ErrorOrNil()
+}
+
+// decodeDoc decodes and validates one document.
+func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resource, error) {
+	origin.Line = root.Line
+	r := &Resource{Origin: origin, lines: map[string]int{}}
+	var errs []error
+	report := func(line int, field, msg string) {
+		errs = append(errs, &FieldError{Origin: origin, Line: line, ID: r.idIfNamed(), Field: field, Msg: msg})
+	}
+	if root.Kind != yaml.MappingNode {
+		report(root.Line, "", "a manifest must be a mapping with apiVersion, kind, metadata and spec, not "+describe(root))
+		return nil, Problems(errs)
+	}
+	top := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch k.Value {
+		case "apiVersion", "kind", "metadata", "spec":
+			top[k.Value] = v
+			r.lines[k.Value] = k.Line
+		default:
+			report(k.Line, k.Value, "unknown field (a manifest has apiVersion, kind, metadata and spec)")
+		}
+	}
+	s := &strict{lines: r.lines, report: report}
+	scalar := func(field string) string {
+		n := top[field]
+		if n == nil || n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+			report(root.Line, field, "is required")
+			return ""
+		}
+		return n.Value
+	}
+	r.APIVersion = scalar("apiVersion")
+	r.Kind = scalar("kind")
+	if md := top["metadata"]; md != nil {
+		s.check(md, reflect.TypeFor[Metadata](), "metadata")
+		if len(errs) == 0 {
+			if err := md.Decode(&r.Metadata); err != nil {
+				report(md.Line, "metadata", yamlMessage(err))
+			}
+		}
+	}
+	validateName(r, report)
+	if r.APIVersion != "" && r.APIVersion != APIVersion {
+		report(r.lines["apiVersion"], "apiVersion", fmt.Sprintf("%q is not supported; use %q", r.APIVersion, APIVersion))
+	}
+	newSpec, known := kinds[r.Kind]
+	if r.Kind != "" && !known {
+		report(r.lines["kind"], "kind", fmt.Sprintf("unknown kind %q; known kinds: %s", r.Kind, kindNames(kinds)))
+	}
+	if !known {
+		return nil, Problems(errs)
+	}
+	r.Spec = newSpec()
+	specNode := top["spec"]
+	if specNode == nil {
+		report(root.Line, "spec", "is required")
+		return nil, Problems(errs)
+	}
+	before := len(errs)
+	s.check(specNode, reflect.TypeOf(r.Spec).Elem(), "spec")
+	if len(errs) == before {
+		if err := specNode.Decode(r.Spec); err != nil {
+			report(specNode.Line, "spec", yamlMessage(err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, Problems(errs)
+	}
+	v := &Validation{Resource: r, Source: tree, Dir: path.Dir(origin.File), report: report}
+	r.Spec.Validate(v)
+	if len(errs) > 0 {
+		return nil, Problems(errs)
+	}
+	return r, nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`)
+
+func validateName(r *Resource, report func(int, string, string)) {
+	name := r.Metadata.Name
+	switch {
+	case name == "":
+		report(r.Line("metadata"), "metadata.name", "is required")
+	case len(name) > 253 || !nameRE.MatchString(name):
+		report(r.Line("metadata.name"), "metadata.name", fmt.Sprintf("%q must be a lowercase RFC 1123 name: a-z, 0-9, '-' and '.', starting and ending alphanumeric", name))
+	}
+}
+
+// idIfNamed is the ID once kind and name are known.
+func (r *Resource) idIfNamed() ID {
+	if r.Kind == "" || r.Metadata.Name == "" {
+		return ""
+	}
+	return r.ID()
+}
+
+func kindNames(kinds Kinds) string {
+	names := make([]string, 0, len(kinds))
+	for k := range kinds {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}

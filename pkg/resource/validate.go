@@ -1,0 +1,91 @@
+package resource
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"strings"
+)
+
+// Validation is what a Spec's Validate reports into: it knows the resource,
+// the repository tree and where the manifest lies in it.
+type Validation struct {
+	Resource *Resource
+	Source   fs.FS  // the repository tree
+	Dir      string // the manifest file's directory in Source
+	report   func(line int, field, msg string)
+}
+
+// Errorf reports a problem with field ("spec.mode").
+func (v *Validation) Errorf(field, format string, args ...any) {
+	v.report(v.Resource.Line(field), field, fmt.Sprintf(format, args...))
+}
+
+// AbsPath checks that p is an absolute, clean host path.
+func (v *Validation) AbsPath(field, p string) {
+	switch {
+	case p == "":
+		v.Errorf(field, "is required")
+	case !path.IsAbs(p):
+		v.Errorf(field, "%q must be an absolute path", p)
+	case strings.Contains("/"+p+"/", "/../"):
+		v.Errorf(field, "%q must not contain \"..\"", p)
+	case path.Clean(p) != p:
+		v.Errorf(field, "%q is not clean; write %q", p, path.Clean(p))
+	case p == "/":
+		v.Errorf(field, "the root directory itself cannot be managed")
+	}
+}
+
+// OneOf checks a field against its allowed values.
+func (v *Validation) OneOf(field, value string, allowed ...string) {
+	for _, a := range allowed {
+		if value == a {
+			return
+		}
+	}
+	v.Errorf(field, "%q must be one of %s", value, strings.Join(allowed, ", "))
+}
+
+// SourcePath resolves rel (relative to the manifest's directory) to a path in
+// the repository, checking that it stays inside it and is a directory (dir)
+// or a regular file. It returns "" after reporting a problem.
+func (v *Validation) SourcePath(field, rel string, dir bool) string {
+	if rel == "" {
+		v.Errorf(field, "is required")
+		return ""
+	}
+	if path.IsAbs(rel) {
+		v.Errorf(field, "%q must be relative to the manifest's directory", rel)
+		return ""
+	}
+	p := path.Join(v.Dir, rel)
+	if p == ".." || strings.HasPrefix(p, "../") {
+		v.Errorf(field, "%q leaves the repository", rel)
+		return ""
+	}
+	fi, err := fs.Stat(v.Source, p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		v.Errorf(field, "%q does not exist in the repository (looked for %s)", rel, p)
+	case err != nil:
+		v.Errorf(field, "%q: %v", rel, unwrapPath(err))
+	case dir && !fi.IsDir():
+		v.Errorf(field, "%q is not a directory", rel)
+	case !dir && !fi.Mode().IsRegular():
+		v.Errorf(field, "%q is not a regular file", rel)
+	default:
+		return p
+	}
+	return ""
+}
+
+// unwrapPath drops the PathError's own path, which the caller already names.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}

@@ -1,0 +1,50 @@
+// Package source fetches desired state: a revision and a read-only tree of
+// the repository it names. Trees give content IDs cheaply (a Git blob ID, a
+// stat-cached digest) so the engine never re-hashes the desired side.
+package source
+
+import (
+	"context"
+	"io/fs"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Source is somewhere desired state comes from.
+type Source interface {
+	// Fetch makes a revision available as a tree. The caller closes it.
+	Fetch(ctx context.Context) (*Checkout, error)
+	// Ref describes the source, as the snapshot records it.
+	Ref() state.Source
+}
+
+// Checkout is one fetched revision.
+type Checkout struct {
+	Revision string // e.g. "main@sha1:…"; empty for a plain directory
+	Tree     Tree
+	Path     string // where the manifests are inside Tree
+}
+
+// Close releases the tree.
+func (c *Checkout) Close() error { return c.Tree.Close() }
+
+// Tree is a read-only repository tree.
+type Tree interface {
+	fs.FS
+	// Walk calls fn for every entry below dir, parents before children, in
+	// lexical order, with paths relative to dir.
+	Walk(dir string, fn func(Entry) error) error
+	// ContentID names the content of the regular file at name.
+	ContentID(name string) (string, error)
+	Close() error
+}
+
+// Entry is one item of a tree walk.
+type Entry struct {
+	Path   string      // relative to the walked directory, slash-separated
+	Mode   fs.FileMode // type and permission bits
+	Size   int64
+	Target string // a symlink's target
+	// ContentID names a regular file's content; cheap when the tree knows it.
+	ContentID func() (string, error)
+}
