@@ -201,7 +201,11 @@ type manifestError struct{ err error }
 func (m *manifestError) Error() string {
 	var p resource.Problems
 	if errors.As(m.err, &p) {
-		return fmt.Sprintf("%d problems in the manifests; nothing was applied:\n%s", len(p), indent(p.Error()))
+		n := fmt.Sprintf("%d problems", len(p))
+		if len(p) == 1 {
+			n = "1 problem"
+		}
+		return fmt.Sprintf("%s in the manifests; nothing was applied:\n%s", n, indent(p.Error()))
 	}
 	return m.err.Error()
 }

@@ -79,6 +79,9 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			}
 		case entry == nil:
 			res.Outcome = Applied
+			if c.Action == diff.NoOp {
+				res.Outcome = Unchanged
+			}
 			snap.Drop(string(c.ID))
 		default:
 			res.Outcome = Applied

@@ -531,6 +531,9 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		return nil, deleteTree(env, c, w)
 	}
 	spec := c.Desired.Spec.(*DirectorySpec)
+	if spec.Ensure == "absent" {
+		return nil, nil // absent already: nothing to record
+	}
 	d, base, err := env.Root.Parent(spec.Path, true)
 	if err != nil {
 		return nil, err

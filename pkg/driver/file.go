@@ -85,6 +85,7 @@ type fileWork struct {
 	replace   bool // something that is not a regular file is in the way
 	backup    bool // what is there was not written by cortex-sync
 	ours      bool // the live content is what cortex-sync last wrote
+	matches   bool // the live content is the desired content
 	existed   bool
 }
 
@@ -180,14 +181,13 @@ func (fileDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec 
 		c.Attrs = []diff.Attr{{Field: "type", Before: typeName(live.Mode), After: "file"}}
 		return c, nil
 	}
-	contentDiffers := false
-	if !(ours && rec.ContentID == w.contentID) {
-		same, err := sameContent(d, base, w.open)
-		if err != nil {
+	w.matches = ours && rec.ContentID == w.contentID
+	if !w.matches {
+		if w.matches, err = sameContent(d, base, w.open); err != nil {
 			return nil, err
 		}
-		contentDiffers = !same
 	}
+	contentDiffers := !w.matches
 	if spec.Replace != nil && !*spec.Replace {
 		contentDiffers = false
 	}
@@ -291,6 +291,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		return nil, removeEntry(env, c.Path, w.backup, false)
 	}
 	spec := c.Desired.Spec.(*FileSpec)
+	if spec.absent() {
+		return nil, nil // absent already: nothing to record
+	}
 	d, base, err := env.Root.Parent(spec.Path, true)
 	if err != nil {
 		return nil, err
@@ -332,7 +335,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		}
 	}
 	e := newEntry(c.Desired, spec.Path)
-	e.ContentID = w.contentID
+	if w.write || w.matches {
+		e.ContentID = w.contentID // else (replace: false) the host keeps other content
+	}
 	e.Live = &state.Fingerprint{Stat: st, SHA256: sum}
 	e.Created = !w.existed || (c.Record != nil && c.Record.Created)
 	return e, nil

@@ -108,6 +108,9 @@ func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		return nil, removeEntry(env, c.Path, w.backup, false)
 	}
 	spec := c.Desired.Spec.(*SymlinkSpec)
+	if spec.Ensure == "absent" {
+		return nil, nil // absent already: nothing to record
+	}
 	d, base, err := env.Root.Parent(spec.Path, true)
 	if err != nil {
 		return nil, err

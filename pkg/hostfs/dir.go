@@ -106,6 +106,15 @@ func (d *Dir) Open(name string) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path.Join(d.path, name)), nil
 }
 
+// OpenPath opens name itself, even a symlink, for Stat only (O_PATH).
+func (d *Dir) OpenPath(name string) (*os.File, error) {
+	fd, err := unix.Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, d.pathErr("open", name, err)
+	}
+	return os.NewFile(uintptr(fd), path.Join(d.path, name)), nil
+}
+
 // ReadDir lists the directory's entries.
 func (d *Dir) ReadDir() ([]fs.DirEntry, error) {
 	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -67,8 +67,10 @@ func (v *Validation) SourcePath(field, rel string, dir bool) string {
 	}
 	fi, err := fs.Stat(v.Source, p)
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && isSymlink(v.Source, p):
+		v.Errorf(field, "%q is a symlink that leads out of the repository or to nothing", rel)
 	case errors.Is(err, fs.ErrNotExist):
-		v.Errorf(field, "%q does not exist in the repository (looked for %s)", rel, p)
+		v.Errorf(field, "%q does not exist in the repository%s", rel, lookedFor(rel, p))
 	case err != nil:
 		v.Errorf(field, "%q: %v", rel, unwrapPath(err))
 	case dir && !fi.IsDir():
@@ -88,4 +90,16 @@ func unwrapPath(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+func isSymlink(fsys fs.FS, p string) bool {
+	fi, err := fs.Lstat(fsys, p)
+	return err == nil && fi.Mode()&fs.ModeSymlink != 0
+}
+
+func lookedFor(rel, p string) string {
+	if rel == p {
+		return ""
+	}
+	return " (looked for " + p + ")"
 }

@@ -93,6 +93,34 @@ func (t *dirTree) Open(name string) (fs.File, error) {
 	return f, nil
 }
 
+// Lstat describes name without following a final symlink (fs.ReadLinkFS).
+func (t *dirTree) Lstat(name string) (fs.FileInfo, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrInvalid}
+	}
+	d, err := t.root.OpenDir(path.Dir(name))
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	f, err := d.OpenPath(path.Base(name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Stat()
+}
+
+// ReadLink returns a symlink's target (fs.ReadLinkFS).
+func (t *dirTree) ReadLink(name string) (string, error) {
+	d, err := t.root.OpenDir(path.Dir(name))
+	if err != nil {
+		return "", err
+	}
+	defer d.Close()
+	return d.Readlink(path.Base(name))
+}
+
 func (t *dirTree) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
