@@ -184,7 +184,14 @@ func Markdown(w io.Writer, p *Plan) error {
 		if (c.Content != nil && (c.Content.Diff != "" || c.Content.Summary != "")) || len(c.Attrs) > 0 || len(c.Files) > 0 {
 			fmt.Fprintf(&details, "\n<details><summary><code>%s</code></summary>\n\n", c.ID)
 			for _, a := range c.Attrs {
-				fmt.Fprintf(&details, "- `%s`: `%s` → `%s`\n", a.Field, a.Before, a.After)
+				switch {
+				case a.Before == "":
+					fmt.Fprintf(&details, "- `%s`: `%s`\n", a.Field, a.After)
+				case a.After == "":
+					fmt.Fprintf(&details, "- `%s`: `%s` (removed)\n", a.Field, a.Before)
+				default:
+					fmt.Fprintf(&details, "- `%s`: `%s` → `%s`\n", a.Field, a.Before, a.After)
+				}
 			}
 			for _, f := range c.Files {
 				fmt.Fprintf(&details, "- %s `%s` (%s)\n", f.Action, f.Path, f.Reason.Phrase())

@@ -179,6 +179,7 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 		return nil, Problems(errs)
 	}
 	top := map[string]*yaml.Node{}
+	var unknown []*yaml.Node // reported once the resource's ID is known
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		k, v := root.Content[i], root.Content[i+1]
 		switch k.Value {
@@ -186,7 +187,7 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 			top[k.Value] = v
 			r.lines[k.Value] = k.Line
 		default:
-			report(k.Line, k.Value, "unknown field (a manifest has apiVersion, kind, metadata and spec)")
+			unknown = append(unknown, k)
 		}
 	}
 	s := &strict{lines: r.lines, report: report}
@@ -201,14 +202,18 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	r.APIVersion = scalar("apiVersion")
 	r.Kind = scalar("kind")
 	if md := top["metadata"]; md != nil {
+		before := len(errs)
 		s.check(md, reflect.TypeFor[Metadata](), "metadata")
-		if len(errs) == 0 {
+		if len(errs) == before {
 			if err := md.Decode(&r.Metadata); err != nil {
 				report(md.Line, "metadata", yamlMessage(err))
 			}
 		}
 	}
 	validateName(r, report)
+	for _, k := range unknown {
+		report(k.Line, k.Value, "unknown field (a manifest has apiVersion, kind, metadata and spec)")
+	}
 	if r.APIVersion != "" && r.APIVersion != APIVersion {
 		report(r.lines["apiVersion"], "apiVersion", fmt.Sprintf("%q is not supported; use %q", r.APIVersion, APIVersion))
 	}
