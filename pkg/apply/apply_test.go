@@ -19,7 +19,7 @@ import (
 // host is a repository, a root and a state dir in temp dirs, driven the
 // way the CLI drives them.
 type host struct {
-	t                *testing.T
+	t                 *testing.T
 	repo, root, stdir string
 }
 
