@@ -107,14 +107,24 @@ func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 		}
 		rs, err := decodeFile(f, data, kinds, tree)
 		list = append(list, rs...)
-		errs = multierror.Append(errs, err)
+		errs = appendProblems(errs, err)
 	}
+	// Cross-document checks run on what decoded, so every problem shows at once.
 	set, err := newSet(list)
-	errs = multierror.Append(errs, err)
-	if err := errs.ErrorOrNil(); err != nil {
+	errs = appendProblems(errs, err)
+	if errs.ErrorOrNil() != nil {
 		return nil, Problems(errs.Errors)
 	}
 	return set, nil
+}
+
+// appendProblems adds err to errs, one entry per problem.
+func appendProblems(errs *multierror.Error, err error) *multierror.Error {
+	var p Problems
+	if errors.As(err, &p) {
+		return multierror.Append(errs, p...)
+	}
+	return multierror.Append(errs, err)
 }
 
 // Problems is every error found in the manifests, printed one per line.
@@ -161,7 +171,7 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS) ([]*Resource,
 		if r != nil {
 			list = append(list, r)
 		}
-		errs = multierror.Append(errs, err)
+		errs = appendProblems(errs, err)
 	}
 	return list, errs.ErrorOrNil()
 }
@@ -176,6 +186,10 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	}
 	if root.Kind != yaml.MappingNode {
 		report(root.Line, "", "a manifest must be a mapping with apiVersion, kind, metadata and spec, not "+describe(root))
+		return nil, Problems(errs)
+	}
+	if !hasKey(root, "apiVersion") && !hasKey(root, "kind") {
+		report(root.Line, "", "not a cortex-sync manifest (no apiVersion or kind); if this YAML is data, list it in "+IgnoreFile)
 		return nil, Problems(errs)
 	}
 	top := map[string]*yaml.Node{}
@@ -275,4 +289,13 @@ func kindNames(kinds Kinds) string {
 	}
 	sort.Strings(names)
 	return strings.Join(names, ", ")
+}
+
+func hasKey(m *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }

@@ -100,6 +100,7 @@ func TestLoadErrors(t *testing.T) {
 			`spec.ensure: "gone" must be one of present, absent`},
 		{"no spec", header + "kind: File\nmetadata: {name: a}\n", `spec: is required`},
 		{"not a mapping", "- a\n- b\n", `a manifest must be a mapping`},
+		{"data, not a manifest", "listen: 127.0.0.1:8080\n", `a.yaml:1: document 1: not a cortex-sync manifest (no apiVersion or kind); if this YAML is data, list it in .cortexignore`},
 		{"duplicate id", header + "kind: File\nmetadata: {name: a}\nspec: {path: /a, content: x}\n---\n" + header + "kind: File\nmetadata: {name: a}\nspec: {path: /b, content: x}\n",
 			`document 2 (File/a): metadata.name: File/a is already declared in a.yaml (document 1)`},
 		{"bad duration-free symlink", header + "kind: Symlink\nmetadata: {name: l}\nspec: {path: /l}\n", `spec.target: is required`},
