@@ -201,7 +201,10 @@ func walkHost(d *hostfs.Dir, rel string, out map[string]liveEntry) error {
 	}
 	for _, e := range entries {
 		name := e.Name()
-		p := path.Join(rel, name)
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
 		st, err := d.Lstat(name)
 		if missing(err) {
 			continue
@@ -243,23 +246,31 @@ func mirrorMode(e source.Entry) fs.FileMode {
 // planTree compares the desired tree, the index of what was written and the
 // live tree, entry by entry, hashing only what the quick check cannot clear.
 func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, old *state.Index, w *dirWork) error {
+	// The live tree and the desired tree are walked at the same time.
 	live := map[string]liveEntry{}
-	if top != nil {
-		if err := walkHost(top, "", live); err != nil {
-			return err
+	liveErr := make(chan error, 1)
+	go func() {
+		if top == nil {
+			liveErr <- nil
+			return
 		}
-	}
+		liveErr <- walkHost(top, "", live)
+	}()
 	var desired []source.Entry
+	var srcErr error
 	if spec.sourcePath != "" {
-		err := env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
+		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
 				desired = append(desired, e)
 			}
 			return nil
 		})
-		if err != nil {
-			return fmt.Errorf("read source %s: %w", spec.Source, err)
-		}
+	}
+	if err := <-liveErr; err != nil {
+		return err
+	}
+	if srcErr != nil {
+		return fmt.Errorf("read source %s: %w", spec.Source, srcErr)
 	}
 	want := make(map[string]bool, len(desired))
 	ops := make([]*treeOp, len(desired))
@@ -725,8 +736,18 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			return err
 		}
 	}
+	return syncDirs(env, top, dirs, touched)
+}
+
+// syncDirs makes renames and removals durable: an fsync per touched
+// directory when there are few, one syncfs when there are many (it costs
+// about as much as a handful of fsyncs).
+func syncDirs(env *Env, top *hostfs.Dir, dirs map[string]*hostfs.Dir, touched map[string]bool) error {
+	if len(touched) > 16 {
+		return env.Root.SyncFS()
+	}
 	for rel := range touched {
-		d, ok := dirs[strings.TrimPrefix(rel, ".")]
+		d, ok := dirs[rel]
 		if rel == "." {
 			d, ok = top, true
 		}
@@ -734,6 +755,8 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			if err := d.Sync(); err != nil {
 				return err
 			}
+		} else if err := env.Root.SyncFS(); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -803,7 +826,7 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		if err != nil {
 			return err
 		}
-		id, err := s.op.entry.ContentID()
+		id, err := contentIDOf(s.op.entry, s.sum)
 		if err != nil {
 			return err
 		}
@@ -950,4 +973,13 @@ func files(n int) string {
 		return "1 file"
 	}
 	return fmt.Sprintf("%d files", n)
+}
+
+// contentIDOf names an entry's content after it was copied with the given
+// SHA-256: a tree whose IDs are digests learns it without a second read.
+func contentIDOf(e source.Entry, sum string) (string, error) {
+	if e.Digested != nil {
+		return e.Digested(sum), nil
+	}
+	return e.ContentID()
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -151,6 +152,13 @@ func (d *Dir) Mkdir(name string, perm fs.FileMode) error {
 
 var tmpSeq atomic.Uint64
 
+// umask is the process umask, read once: reading it means setting it.
+var umask = sync.OnceValue(func() uint32 {
+	u := unix.Umask(0o022)
+	unix.Umask(u)
+	return uint32(u)
+})
+
 // tempName is a name in the directory that no one else will pick.
 func tempName(name string) string {
 	n := tmpSeq.Add(1)
@@ -174,7 +182,13 @@ type Attrs struct {
 // owner but is not synced: the caller batches durability, then calls Rename.
 func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum string, err error) {
 	tmp = tempName(name)
-	fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// Created with its final permissions when the umask cannot change them
+	// (the usual 022 with 0644 or 0755), sparing a chmod per file.
+	perm, chmod := uint32(0o600), true
+	if u := umask(); a.Mode&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) == 0 && uint32(a.Mode.Perm())&u == 0 {
+		perm, chmod = uint32(a.Mode.Perm()), false
+	}
+	fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
 		return "", "", d.pathErr("create", tmp, err)
 	}
@@ -189,8 +203,10 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum stri
 	if _, err = io.Copy(f, io.TeeReader(r, h)); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
-	if err = fchattr(fd, a); err != nil {
-		return "", "", d.pathErr("chmod", name, err)
+	if chmod || a.UID >= 0 || a.GID >= 0 {
+		if err = fchattr(fd, a); err != nil {
+			return "", "", d.pathErr("chmod", name, err)
+		}
 	}
 	if err = f.Close(); err != nil {
 		return "", "", d.pathErr("write", name, err)

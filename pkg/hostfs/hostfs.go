@@ -30,6 +30,7 @@ type Root struct {
 // Open opens dir as the root. allowed lists in-root path prefixes that may be
 // written; when empty the whole root may be.
 func Open(dir string, allowed []string) (*Root, error) {
+	umask() // read while nothing else creates files: reading it sets it
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err

@@ -158,12 +158,16 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		if err != nil {
 			return err
 		}
-		p := path.Join(rel, name)
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
 			full := path.Join(top, p)
 			e.ContentID = func() (string, error) { return t.contentID(full, st) }
+			e.Digested = func(sum string) string { return t.learn(full, st, sum) }
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(name); err != nil {
 				return err
@@ -233,6 +237,18 @@ func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 	t.dirty = true
 	t.mu.Unlock()
 	return id, nil
+}
+
+// learn records the digest of a file read with the stat it had when walked.
+// Should the file have changed meanwhile, its stat moved too, and the next
+// look-up hashes it afresh.
+func (t *dirTree) learn(full string, st hostfs.Stat, sum string) string {
+	id := "sha256:" + sum
+	t.mu.Lock()
+	t.cache.Entries[full] = &state.IndexEntry{Stat: st, ContentID: id}
+	t.dirty = true
+	t.mu.Unlock()
+	return id
 }
 
 // digest is the content ID of a plain directory's file: its SHA-256.

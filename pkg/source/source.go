@@ -47,4 +47,8 @@ type Entry struct {
 	Target string // a symlink's target
 	// ContentID names a regular file's content; cheap when the tree knows it.
 	ContentID func() (string, error)
+	// Digested, when not nil, takes the SHA-256 (hex) of the content as a
+	// caller read it and returns the content ID: a tree whose IDs are
+	// digests is spared a second read of what was just copied.
+	Digested func(sum string) string
 }

@@ -1,0 +1,187 @@
+// Command bench measures cortex-sync end to end against rsync on a real
+// tree of about ten thousand files (GOROOT/src by default): the initial sync
+// against rsync -a, and the diff of a converged host against
+// rsync -a --dry-run. It prints medians, ratios to the targets, and peak RSS.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	bin := flag.String("bin", "bin/cortex-sync", "the cortex-sync binary")
+	tree := flag.String("tree", "", "the tree to mirror (default: $(go env GOROOT)/src)")
+	runs := flag.Int("runs", 7, "runs per measurement; the median is reported")
+	keep := flag.Bool("keep", false, "keep the work directory")
+	flag.Parse()
+	if *tree == "" {
+		out, err := exec.Command("go", "env", "GOROOT").Output()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: go env GOROOT:", err)
+			os.Exit(1)
+		}
+		*tree = filepath.Join(strings.TrimSpace(string(out)), "src")
+	}
+	if err := run(*bin, *tree, *runs, *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// sample is one timed run of a command.
+type sample struct {
+	wall   time.Duration
+	maxRSS int64 // KiB
+}
+
+func measure(runs int, setup func() error, name string, args ...string) ([]sample, error) {
+	var out []sample
+	for range runs {
+		if setup != nil {
+			if err := setup(); err != nil {
+				return nil, err
+			}
+		}
+		cmd := exec.Command(name, args...)
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		start := time.Now()
+		err := cmd.Run()
+		wall := time.Since(start)
+		if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 && strings.Contains(strings.Join(args, " "), "--exit-code") {
+			err = nil // diff --exit-code reports changes with 1
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr.String())
+		}
+		ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+		out = append(out, sample{wall: wall, maxRSS: ru.Maxrss})
+	}
+	return out, nil
+}
+
+func median(s []sample) (time.Duration, int64) {
+	walls := make([]time.Duration, len(s))
+	var rss int64
+	for i, x := range s {
+		walls[i] = x.wall
+		rss = max(rss, x.maxRSS)
+	}
+	slices.Sort(walls)
+	return walls[len(walls)/2], rss
+}
+
+func run(bin, tree string, runs int, keep bool) error {
+	if _, err := exec.LookPath("rsync"); err != nil {
+		return fmt.Errorf("rsync is needed to compare against (apt-get install -y rsync)")
+	}
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp("", "cortex-sync-bench-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(work)
+	}
+	repo := filepath.Join(work, "repo")
+	kb := filepath.Join(repo, "kb")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		return err
+	}
+	if out, err := exec.Command("cp", "-a", tree, kb).CombinedOutput(); err != nil {
+		return fmt.Errorf("copy %s: %v: %s", tree, err, out)
+	}
+	manifest := "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n"
+	if err := os.WriteFile(filepath.Join(repo, "kb.yaml"), []byte(manifest), 0o644); err != nil {
+		return err
+	}
+	// The tree holds YAML of its own: it is data, not manifests.
+	if err := os.WriteFile(filepath.Join(repo, ".cortexignore"), []byte("kb/\n"), 0o644); err != nil {
+		return err
+	}
+	files, size := 0, int64(0)
+	filepath.WalkDir(kb, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			files++
+			if fi, err := d.Info(); err == nil {
+				size += fi.Size()
+			}
+		}
+		return nil
+	})
+	fmt.Printf("tree: %s, %d files, %.0f MB, %d runs each, medians\n\n", tree, files, float64(size)/1e6, runs)
+
+	dst := filepath.Join(work, "rsync-dst")
+	root := filepath.Join(work, "root")
+	state := filepath.Join(work, "state")
+	fresh := func(dirs ...string) func() error {
+		return func() error {
+			for _, d := range dirs {
+				if err := os.RemoveAll(d); err != nil {
+					return err
+				}
+			}
+			return os.MkdirAll(root, 0o755)
+		}
+	}
+	cs := func(args ...string) []string {
+		return append(args, "--dir", repo, "--root", root, "--state-dir", state)
+	}
+
+	rsyncSync, err := measure(runs, fresh(dst), "rsync", "-a", kb+"/", dst+"/")
+	if err != nil {
+		return err
+	}
+	csSync, err := measure(runs, fresh(root, state), bin, cs("sync")...)
+	if err != nil {
+		return err
+	}
+	// Converged: both destinations hold the tree already.
+	rsyncDiff, err := measure(runs, nil, "rsync", "-a", "--dry-run", kb+"/", dst+"/")
+	if err != nil {
+		return err
+	}
+	csDiff, err := measure(runs, nil, bin, cs("diff", "--exit-code")...)
+	if err != nil {
+		return err
+	}
+	csVerify, err := measure(runs, nil, bin, cs("diff", "--exit-code", "--verify")...)
+	if err != nil {
+		return err
+	}
+
+	fmt.Printf("%-34s %10s %10s %8s %8s %10s\n", "measurement", "rsync", "cortex", "ratio", "target", "peak RSS")
+	row := func(name string, base, ours []sample, target float64) bool {
+		b, _ := median(base)
+		o, rss := median(ours)
+		ratio := float64(o) / float64(b)
+		verdict := "ok"
+		if target > 0 && ratio > target {
+			verdict = "OVER"
+		}
+		if rss > 100*1024 {
+			verdict += ", RSS OVER"
+		}
+		fmt.Printf("%-34s %10s %10s %7.2fx %7.2fx %8.1f MB  %s\n", name, b.Round(time.Millisecond), o.Round(time.Millisecond), ratio, target, float64(rss)/1024, verdict)
+		return !strings.Contains(verdict, "OVER")
+	}
+	ok := row("initial sync (vs rsync -a)", rsyncSync, csSync, 1.5)
+	ok = row("diff, converged (vs rsync -n)", rsyncDiff, csDiff, 1.25) && ok
+	row("diff --verify (hash all; vs rsync -n)", rsyncDiff, csVerify, 0)
+	if !ok {
+		return fmt.Errorf("a target was missed")
+	}
+	return nil
+}
