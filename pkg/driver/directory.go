@@ -362,6 +362,8 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 		prev := old.Entries[rel]
 		op := treeOp{rel: rel, action: diff.Delete, typ: le.Mode.Type()}
 		switch {
+		case hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular():
+			op.reason = diff.Drifted // left by an interrupted write
 		case prev != nil:
 			op.reason = diff.RemovedFromGit
 			op.backup = !ownedBelow(rel, live, old)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -159,6 +160,12 @@ var umask = sync.OnceValue(func() uint32 {
 	return uint32(u)
 })
 
+const tempPrefix = ".cortex-sync-"
+
+// IsTemp reports whether name is a temporary file of cortex-sync's, left
+// behind when a write was interrupted.
+func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
+
 // tempName is a name in the directory that no one else will pick.
 func tempName(name string) string {
 	n := tmpSeq.Add(1)
@@ -166,7 +173,7 @@ func tempName(name string) string {
 	if len(base) > 100 {
 		base = base[:100]
 	}
-	return ".cortex-sync-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + base
+	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + base
 }
 
 // Attrs are the attributes cortex-sync sets on what it writes. A negative
