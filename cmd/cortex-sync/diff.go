@@ -1,13 +1,20 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 type diffOptions struct {
@@ -15,6 +22,7 @@ type diffOptions struct {
 	output   string
 	exitCode bool
 	verify   bool
+	against  string
 }
 
 func newDiffCmd(g *globals, io streams) *cobra.Command {
@@ -43,12 +51,23 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
 	cmd.Flags().StringVarP(&o.output, "output", "o", "text", "text, json or markdown")
 	cmd.Flags().BoolVar(&o.exitCode, "exit-code", false, "exit 1 when there are changes, 2 on trouble")
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
+	cmd.Flags().StringVar(&o.against, "against", "", "plan against the revision a snapshot (state export) records, read from Git, instead of the live host")
 	return cmd
 }
 
 func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 	if err := checkOutput(o.output, "text", "json", "markdown"); err != nil {
 		return err
+	}
+	if o.against != "" {
+		sandbox, err := os.MkdirTemp("", "cortex-sync-against-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(sandbox)
+		if g, err = materializeBase(cmd.Context(), g, o, sandbox); err != nil {
+			return err
+		}
 	}
 	e, err := g.open(cmd.Context(), &o.src, true)
 	if err != nil {
@@ -87,4 +106,52 @@ func checkOutput(got string, allowed ...string) error {
 		}
 	}
 	return fmt.Errorf("--output %q: use one of %v", got, allowed)
+}
+
+// materializeBase builds, in a sandbox, the host a snapshot describes: the
+// desired state at its applied revision, read from Git and synced into a
+// throwaway root. It returns globals that point at that sandbox, so the plan
+// that follows compares the pull request with what the host runs, with
+// real content diffs and prunes, and no host touched.
+func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox string) (*globals, error) {
+	data, err := os.ReadFile(o.against)
+	if err != nil {
+		return nil, fmt.Errorf("--against: %w", err)
+	}
+	var snap state.Snapshot
+	if err := json.Unmarshal(data, &snap); err != nil {
+		return nil, fmt.Errorf("--against %s: not a snapshot from state export: %v", o.against, err)
+	}
+	name, sha, ok := strings.Cut(snap.Revision, "@sha1:")
+	if !ok || o.src.repo == "" {
+		return nil, fmt.Errorf("--against needs --repo and a snapshot of a Git source; %s records revision %q", o.against, snap.Revision)
+	}
+	sg := *g
+	sg.root, sg.stateDir, sg.allowed = filepath.Join(sandbox, "root"), filepath.Join(sandbox, "state"), nil
+	if err := os.MkdirAll(sg.root, 0o755); err != nil {
+		return nil, err
+	}
+	base := o.src
+	base.branch, base.tag, base.semver, base.commit, base.path = name, "", "", sha, snap.Source.Path
+	e, err := sg.open(ctx, &base, true)
+	if err != nil {
+		// The revision may name a tag rather than a branch.
+		base.branch, base.tag, base.commit = "", name, ""
+		var terr error
+		if e, terr = sg.open(ctx, &base, true); terr != nil {
+			return nil, fmt.Errorf("read the snapshot's revision %s: %w", snap.Revision, err)
+		}
+	}
+	defer e.Close()
+	host := driver.Host{Env: e.env}
+	plan := diff.Make(ctx, host, e.set, e.snap, g.concurrency)
+	e.snap.Source, e.snap.Revision = e.ref, e.checkout.Revision
+	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, apply.Options{Concurrency: g.concurrency, Save: e.state.Save, Log: g.log})
+	if err != nil {
+		return nil, err
+	}
+	if rep.Failed() {
+		return nil, fmt.Errorf("could not rebuild the snapshot's revision %s in a sandbox", snap.Revision)
+	}
+	return &sg, nil
 }

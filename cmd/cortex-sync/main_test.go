@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -32,7 +36,10 @@ func TestScripts(t *testing.T) {
 			return os.MkdirAll(filepath.Join(env.WorkDir, "root"), 0o755)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits": cmdExits,
+			"exits":     cmdExits,
+			"gitinit":   cmdGitInit,
+			"gitcommit": cmdGitCommit,
+			"gitserve":  cmdGitServe,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -66,4 +73,77 @@ func cmdExits(ts *testscript.TestScript, neg bool, args []string) {
 	if got != want {
 		ts.Fatalf("%s exited %d, want %d", args[1], got, want)
 	}
+}
+
+// git runs git in the script's work directory with a fixed identity.
+func git(ts *testscript.TestScript, args ...string) string {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = ts.Getenv("WORK")
+	cmd.Env = append(os.Environ(), "HOME="+ts.Getenv("WORK"), "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=T", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=T", "GIT_COMMITTER_EMAIL=t@example.com")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		ts.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// cmdGitInit makes DIR a repository on branch main: gitinit DIR
+func cmdGitInit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: gitinit DIR")
+	}
+	git(ts, "init", "-q", "-b", "main", args[0])
+}
+
+// cmdGitCommit commits everything in DIR and sets $HEAD: gitcommit DIR MESSAGE
+func cmdGitCommit(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: gitcommit DIR MESSAGE")
+	}
+	git(ts, "-C", args[0], "add", "-A")
+	git(ts, "-C", args[0], "commit", "-q", "--allow-empty", "-m", args[1])
+	ts.Setenv("HEAD", git(ts, "-C", args[0], "rev-parse", "HEAD"))
+}
+
+// cmdGitServe serves DIR with git daemon on 127.0.0.1 and sets $GITURL;
+// "gitserve stop" stops it.
+func cmdGitServe(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: gitserve DIR | gitserve stop")
+	}
+	if args[0] == "stop" {
+		if pid := ts.Getenv("GITDAEMON_PID"); pid != "" {
+			p, _ := strconv.Atoi(pid)
+			syscall.Kill(-p, syscall.SIGKILL)
+		}
+		return
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	dir := ts.MkAbs(args[0])
+	cmd := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
+		"--port="+strconv.Itoa(port), "--base-path="+filepath.Dir(dir), filepath.Dir(dir))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		ts.Fatalf("git daemon: %v", err)
+	}
+	ts.Defer(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() })
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err == nil {
+			c.Close()
+			break
+		}
+		if i > 200 {
+			ts.Fatalf("git daemon did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	ts.Setenv("GITDAEMON_PID", strconv.Itoa(cmd.Process.Pid))
+	ts.Setenv("GITURL", "git://127.0.0.1:"+strconv.Itoa(port)+"/"+filepath.Base(dir))
 }

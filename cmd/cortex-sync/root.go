@@ -76,23 +76,57 @@ type globals struct {
 
 // sourceFlags name where desired state comes from.
 type sourceFlags struct {
-	dir  string
-	path string
+	dir, path                         string
+	repo, branch, tag, semver, commit string
+	fetchTimeout                      time.Duration
+	auth                              source.Auth
+	verifyKeyring                     string
+	verifyTags                        bool
 }
 
 func (s *sourceFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&s.dir, "dir", "", "read manifests from this local directory")
-	cmd.Flags().StringVar(&s.path, "path", ".", "path of the manifests inside the source")
+	f := cmd.Flags()
+	f.StringVar(&s.dir, "dir", "", "read manifests from this local directory")
+	f.StringVar(&s.repo, "repo", "", "read manifests from this Git repository (https, http, ssh, git, file URL)")
+	f.StringVar(&s.branch, "branch", "", "Git branch to follow (with --commit: the branch to fetch it from)")
+	f.StringVar(&s.tag, "tag", "", "Git tag to apply")
+	f.StringVar(&s.semver, "semver", "", `apply the highest tag in this semver range, e.g. ">=1.2.0 <2.0.0"`)
+	f.StringVar(&s.commit, "commit", "", "Git commit (full SHA-1) to apply; needs --branch")
+	f.StringVar(&s.path, "path", ".", "path of the manifests inside the source")
+	f.DurationVar(&s.fetchTimeout, "fetch-timeout", 60*time.Second, "bound on every network operation of a fetch")
+	f.StringVar(&s.auth.Username, "username", "", "HTTP(S) user name")
+	f.StringVar(&s.auth.PasswordFile, "password-file", "", "file holding the HTTP(S) password or token (read on every fetch)")
+	f.StringVar(&s.auth.SSHKeyFile, "ssh-key-file", "", "SSH private key file")
+	f.StringVar(&s.auth.SSHKeyPassphraseFile, "ssh-key-passphrase-file", "", "file holding the SSH key's passphrase")
+	f.StringVar(&s.auth.KnownHostsFile, "known-hosts-file", "", "known_hosts file the SSH server's key must be in (default ~/.ssh/known_hosts)")
+	f.BoolVar(&s.auth.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "do not check the SSH server's host key (insecure)")
+	f.StringVar(&s.auth.CAFile, "ca-file", "", "PEM file of extra CA certificates for HTTPS")
+	f.StringVar(&s.verifyKeyring, "verify-keyring", "", "armored PGP public keys: refuse a tip commit not signed by one of them")
+	f.BoolVar(&s.verifyTags, "verify-tags", false, "with --tag or --semver and --verify-keyring, require a signed annotated tag too")
 }
 
-func (s *sourceFlags) given() bool { return s.dir != "" }
+func (s *sourceFlags) given() bool { return s.dir != "" || s.repo != "" }
 
-// source builds the configured source. cacheDir may be empty.
-func (s *sourceFlags) source(cacheDir string) (source.Source, error) {
-	if s.dir == "" {
-		return nil, errors.New("no source given: pass --dir DIR with the manifests")
+// source builds the configured source. cacheDir may be empty for a
+// directory (no stat cache).
+func (s *sourceFlags) source(cacheDir string, log *slog.Logger) (source.Source, error) {
+	switch {
+	case s.dir != "" && s.repo != "":
+		return nil, errors.New("give --dir or --repo, not both")
+	case s.repo != "":
+		if cacheDir == "" {
+			return nil, errors.New("a Git source needs a state dir for its cache")
+		}
+		g := &source.Git{
+			URL: s.repo, Branch: s.branch, Tag: s.tag, Semver: s.semver, Commit: s.commit, Path: s.path,
+			CacheDir: cacheDir, Timeout: s.fetchTimeout, Auth: s.auth,
+			VerifyKeyring: s.verifyKeyring, VerifyTags: s.verifyTags, Log: log,
+		}
+		return g, g.Check()
+	case s.dir != "":
+		return &source.Dir{Dir: s.dir, Path: s.path, CacheDir: cacheDir}, nil
 	}
-	return &source.Dir{Dir: s.dir, Path: s.path, CacheDir: cacheDir}, nil
+	return nil, errors.New("no source given: pass --dir DIR, or --repo URL with --branch, --tag, --semver or --commit")
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -145,6 +179,7 @@ and takes the smallest action that closes the gap.`,
 		newDiffCmd(g, io),
 		newSyncCmd(g, io),
 		newStatusCmd(g, io),
+		newStateCmd(g, io),
 		newVersionCmd(io),
 	)
 	return cmd
@@ -227,13 +262,16 @@ func (g *globals) open(ctx context.Context, src *sourceFlags, needSource bool) (
 		}
 	}()
 	if needSource || src.given() {
-		s, err := src.source(e.state.Sub("cache"))
+		s, err := src.source(e.state.Sub("cache"), g.log)
 		if err != nil {
 			return nil, err
 		}
 		e.ref = s.Ref()
 		if e.checkout, err = s.Fetch(ctx); err != nil {
 			return nil, err
+		}
+		for _, n := range e.checkout.Notes {
+			g.log.Warn("source", "note", n)
 		}
 		if e.set, err = resource.Load(e.checkout.Tree, e.checkout.Path, driver.Kinds()); err != nil {
 			return nil, &manifestError{err}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 type validateOptions struct {
@@ -35,10 +36,14 @@ with its file, line, document, resource and field.`,
 }
 
 func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams) error {
-	if o.src.dir == "" {
+	if !o.src.given() {
 		o.src.dir = "."
 	}
-	s, err := o.src.source("") // no stat cache: validate writes nothing
+	cache := "" // a directory needs no stat cache: validate writes nothing
+	if o.src.repo != "" {
+		cache = state.Dir{Path: g.stateDir}.Sub("cache")
+	}
+	s, err := o.src.source(cache, g.log)
 	if err != nil {
 		return err
 	}
@@ -51,6 +56,10 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if err != nil {
 		return &manifestError{err}
 	}
-	fmt.Fprintf(io.Out, "%d resources valid in %s\n", set.Len(), s.Ref().URL)
+	at := s.Ref().URL
+	if co.Revision != "" {
+		at += " at " + co.Revision
+	}
+	fmt.Fprintf(io.Out, "%d resources valid in %s\n", set.Len(), at)
 	return nil
 }

@@ -81,7 +81,7 @@ func (r *Report) Text(w io.Writer) error {
 				line += " (" + res.Reason.Phrase() + ")"
 			}
 			if res.Files > 0 {
-				line += fmt.Sprintf(", %d files", res.Files)
+				line += fmt.Sprintf(", %d entries", res.Files)
 			}
 			counts[past(res.Action)]++
 		case Unchanged:

@@ -23,6 +23,8 @@ type Checkout struct {
 	Revision string // e.g. "main@sha1:…"; empty for a plain directory
 	Tree     Tree
 	Path     string // where the manifests are inside Tree
+	// Notes are things the user should hear about, such as a force-push.
+	Notes []string
 }
 
 // Close releases the tree.

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"encoding/json"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+func newStateCmd(g *globals, io streams) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "state",
+		Short: "Read the snapshot of what cortex-sync applied",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "export",
+		Short: "Write a portable snapshot (source, applied revision, inventory) to stdout",
+		Long: `export writes the snapshot as JSON: where desired state came from, the
+revision last applied, and the inventory. In CI, diff --against this file
+plans a pull request against what the host runs, without touching the host:
+
+  cortex-sync state export > host.json                      # on the host
+  cortex-sync diff --repo URL --branch pr-branch --against host.json   # in CI`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			snap, err := state.Dir{Path: g.stateDir}.Load()
+			if err != nil {
+				return err
+			}
+			snap.Root = "" // where it lives on this host is no one else's business
+			enc := json.NewEncoder(io.Out)
+			enc.SetIndent("", "  ")
+			return enc.Encode(snap)
+		},
+	})
+	return cmd
+}

@@ -1,0 +1,419 @@
+package source
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+	"github.com/go-git/go-billy/v5/osfs"
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Git is a remote repository: one ref of it, fetched into an on-disk cache
+// and read straight from the object store (no checkout).
+type Git struct {
+	URL string
+	// Exactly one of Branch, Tag, Semver and Commit names the revision;
+	// Commit also takes Branch, the ref to fetch it from.
+	Branch, Tag, Semver, Commit string
+	Path                        string // the manifests' path inside the repository
+	CacheDir                    string // stateDir/cache
+	Timeout                     time.Duration
+	Auth                        Auth
+	// VerifyKeyring, when set, names a file of armored PGP public keys: the
+	// tip commit must carry a valid signature by one of them.
+	VerifyKeyring string
+	// VerifyTags also requires the tag (with Tag or Semver) to be signed.
+	VerifyTags bool
+	Log        *slog.Logger
+
+	// Stats counts network round trips, for tests and metrics.
+	Stats struct{ Lists, Fetches int }
+}
+
+// cacheObjects bounds go-git's object cache: its 96 MiB default costs about
+// 150 MB of RSS on a large tree.
+const cacheObjects = 8 * cache.MiByte
+
+// Ref records the repository and path.
+func (g *Git) Ref() state.Source {
+	return state.Source{Type: "git", URL: g.URL, Path: cleanPath(g.Path)}
+}
+
+// refName describes what is wanted, for messages: "branch main".
+func (g *Git) refName() string {
+	switch {
+	case g.Commit != "":
+		return "commit " + g.Commit
+	case g.Tag != "":
+		return "tag " + g.Tag
+	case g.Semver != "":
+		return "semver " + g.Semver
+	}
+	return "branch " + g.Branch
+}
+
+// Check validates the ref flags before anything goes on the network.
+func (g *Git) Check() error {
+	n := 0
+	for _, s := range []string{g.Tag, g.Semver, g.Commit} {
+		if s != "" {
+			n++
+		}
+	}
+	switch {
+	case g.URL == "":
+		return errors.New("no repository URL")
+	case n > 1:
+		return errors.New("give one of --branch, --tag, --semver or --commit")
+	case g.Commit != "" && !isSHA1(g.Commit):
+		return fmt.Errorf("--commit %q: give the full 40-hex SHA-1", g.Commit)
+	case g.Commit != "" && g.Branch == "":
+		return errors.New("--commit needs --branch, the branch to fetch it from (git daemon and file:// speak protocol v0, which cannot fetch a bare SHA)")
+	case g.Branch != "" && n == 1 && g.Commit == "":
+		return errors.New("give one of --branch, --tag, --semver or --commit")
+	case n == 0 && g.Branch == "":
+		return errors.New("no ref given: pass --branch, --tag, --semver or --commit")
+	}
+	if g.Semver != "" {
+		if _, err := semver.NewConstraint(g.Semver); err != nil {
+			return fmt.Errorf("--semver %q: %v", g.Semver, err)
+		}
+	}
+	return nil
+}
+
+func isSHA1(s string) bool {
+	if len(s) != 40 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// bounded runs f but gives up when ctx ends: go-git's git:// and SSH
+// connects do not watch the context. The abandoned call ends on its own
+// when the connection fails.
+func bounded(ctx context.Context, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// cache is the on-disk repository cache of one remote URL.
+type gitCache struct {
+	dir     string
+	storage *filesystem.Storage
+}
+
+func (g *Git) cacheDir() string {
+	sum := sha256.Sum256([]byte(g.URL))
+	return filepath.Join(g.CacheDir, "git-"+hex.EncodeToString(sum[:8]))
+}
+
+func openCache(dir string) (*gitCache, bool, error) {
+	fresh := false
+	if _, err := os.Stat(filepath.Join(dir, "HEAD")); errors.Is(err, fs.ErrNotExist) {
+		fresh = true
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, false, err
+		}
+	}
+	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(cacheObjects), filesystem.Options{})
+	if fresh {
+		if _, err := git.Init(st, nil); err != nil && !errors.Is(err, git.ErrRepositoryAlreadyExists) {
+			return nil, false, err
+		}
+	}
+	return &gitCache{dir: dir, storage: st}, fresh, nil
+}
+
+// Fetch resolves the ref with one listing of the remote's refs and fetches
+// only when the cache lacks that revision.
+func (g *Git) Fetch(ctx context.Context) (*Checkout, error) {
+	if err := g.Check(); err != nil {
+		return nil, err
+	}
+	if g.Log == nil {
+		g.Log = slog.New(slog.DiscardHandler)
+	}
+	if g.Timeout <= 0 {
+		g.Timeout = 60 * time.Second
+	}
+	co, err := g.fetch(ctx)
+	var corrupt *corruptCacheError
+	if errors.As(err, &corrupt) {
+		g.Log.Warn("discarding a corrupt git cache", "url", g.URL, "error", corrupt.err)
+		if rmErr := os.RemoveAll(g.cacheDir()); rmErr != nil {
+			return nil, rmErr
+		}
+		co, err = g.fetch(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s (%s): %w", g.URL, g.refName(), err)
+	}
+	return co, nil
+}
+
+// corruptCacheError marks a local cache problem: the cache is discarded and
+// the fetch tried once more.
+type corruptCacheError struct{ err error }
+
+func (e *corruptCacheError) Error() string { return "corrupt cache: " + e.err.Error() }
+
+func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
+	dir := g.cacheDir()
+	if _, err := os.Stat(filepath.Join(dir, rebuildMarker)); err == nil {
+		g.Log.Info("rebuilding the git cache", "url", g.URL)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+	}
+	c, fresh, err := openCache(dir)
+	if err != nil {
+		return nil, &corruptCacheError{err}
+	}
+	auth, err := g.Auth.method(g.URL, g.Log)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := g.Auth.caBundle()
+	if err != nil {
+		return nil, err
+	}
+	remote := git.NewRemote(c.storage, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+
+	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	defer cancel()
+	var refs []*plumbing.Reference
+	g.Stats.Lists++
+	err = bounded(ctx, func() error {
+		var err error
+		refs, err = remote.ListContext(ctx, &git.ListOptions{Auth: auth, CABundle: ca, PeelingOption: git.AppendPeeled, Timeout: int(g.Timeout.Seconds())})
+		return err
+	})
+	if err != nil {
+		return nil, explain(err, g.Timeout)
+	}
+	want, err := g.resolve(refs)
+	if err != nil {
+		return nil, err
+	}
+
+	old, _ := c.storage.Reference(want.ref)
+	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
+		// Shallow only the first time: a depth-1 fetch into a shallow cache
+		// downloads the whole pack again, a depth-0 one only what is new.
+		depth := 0
+		if fresh && g.Commit == "" {
+			depth = 1
+		}
+		spec := config.RefSpec("+" + want.ref.String() + ":" + want.ref.String())
+		g.Stats.Fetches++
+		err = bounded(ctx, func() error {
+			return remote.FetchContext(ctx, &git.FetchOptions{
+				RefSpecs: []config.RefSpec{spec}, Depth: depth, Auth: auth, CABundle: ca,
+				Tags: git.NoTags, Force: true,
+			})
+		})
+		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+			return nil, explain(err, g.Timeout)
+		}
+		if fresh {
+			recordSize(dir)
+		}
+	}
+	commit, err := object.GetCommit(c.storage, want.commit)
+	if err != nil {
+		if g.Commit != "" {
+			return nil, fmt.Errorf("commit %s is not on branch %s", g.Commit, g.Branch)
+		}
+		return nil, &corruptCacheError{err}
+	}
+	var notes []string
+	if old != nil && old.Hash() != want.tip && !g.descends(c, want.tip, old.Hash()) {
+		notes = append(notes, fmt.Sprintf("%s was force-pushed: %s replaced %s, which is not in its history; following it", want.ref.Short(), want.tip, old.Hash()))
+		markRebuild(dir) // go-git never collects the orphaned objects
+	} else if outgrown(dir) {
+		markRebuild(dir)
+	}
+	if g.VerifyKeyring != "" {
+		if err := g.verify(c, commit, want); err != nil {
+			return nil, err
+		}
+	}
+	tree, err := commit.Tree()
+	if err != nil {
+		return nil, &corruptCacheError{err}
+	}
+	p := cleanPath(g.Path)
+	if p == "" {
+		p = "."
+	}
+	t := newGitTree(c.storage, tree)
+	if _, err := fs.Stat(t, p); err != nil {
+		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
+	}
+	return &Checkout{Revision: want.name + "@sha1:" + want.commit.String(), Tree: t, Path: p, Notes: notes}, nil
+}
+
+// wanted is a resolved ref.
+type wanted struct {
+	name   string                 // "main", "v1.2.3"
+	ref    plumbing.ReferenceName // what is fetched
+	tip    plumbing.Hash          // what the ref points at (a tag object for annotated tags)
+	commit plumbing.Hash          // the commit to apply
+	tag    bool
+}
+
+func (g *Git) resolve(refs []*plumbing.Reference) (*wanted, error) {
+	byName := map[plumbing.ReferenceName]plumbing.Hash{}
+	for _, r := range refs {
+		if r.Type() == plumbing.HashReference {
+			byName[r.Name()] = r.Hash()
+		}
+	}
+	lookup := func(name plumbing.ReferenceName, short string, tag bool) (*wanted, error) {
+		h, ok := byName[name]
+		if !ok {
+			return nil, fmt.Errorf("%s not found on the remote", strings.TrimPrefix(g.refName(), ""))
+		}
+		w := &wanted{name: short, ref: name, tip: h, commit: h, tag: tag}
+		if peeled, ok := byName[name+"^{}"]; ok {
+			w.commit = peeled // an annotated tag: the commit it points at
+		}
+		return w, nil
+	}
+	switch {
+	case g.Commit != "":
+		w, err := lookup(plumbing.NewBranchReferenceName(g.Branch), g.Branch, false)
+		if err != nil {
+			return nil, err
+		}
+		w.commit = plumbing.NewHash(g.Commit)
+		return w, nil
+	case g.Tag != "":
+		return lookup(plumbing.NewTagReferenceName(g.Tag), g.Tag, true)
+	case g.Semver != "":
+		c, _ := semver.NewConstraint(g.Semver)
+		type cand struct {
+			v    *semver.Version
+			name string
+		}
+		var best *cand
+		var seen []string
+		for name := range byName {
+			if !name.IsTag() || strings.HasSuffix(name.String(), "^{}") {
+				continue
+			}
+			short := name.Short()
+			v, err := semver.NewVersion(short)
+			if err != nil {
+				continue
+			}
+			seen = append(seen, short)
+			if c.Check(v) && (best == nil || v.GreaterThan(best.v)) {
+				best = &cand{v, short}
+			}
+		}
+		if best == nil {
+			sort.Strings(seen)
+			return nil, fmt.Errorf("no tag matches %q (semver tags: %s)", g.Semver, orNone(seen))
+		}
+		return lookup(plumbing.NewTagReferenceName(best.name), best.name, true)
+	}
+	return lookup(plumbing.NewBranchReferenceName(g.Branch), g.Branch, false)
+}
+
+func orNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+// descends reports whether commit has ancestor among its parents, walking
+// what the cache holds (a shallow history ends early: then it is unknown,
+// and treated as not descending).
+func (g *Git) descends(c *gitCache, commit, ancestor plumbing.Hash) bool {
+	seen := map[plumbing.Hash]bool{}
+	queue := []plumbing.Hash{commit}
+	for len(queue) > 0 && len(seen) < 100000 {
+		h := queue[0]
+		queue = queue[1:]
+		if h == ancestor {
+			return true
+		}
+		if seen[h] {
+			continue
+		}
+		seen[h] = true
+		cm, err := object.GetCommit(c.storage, h)
+		if err != nil {
+			continue
+		}
+		// A tag object on the way: follow it to its commit.
+		queue = append(queue, cm.ParentHashes...)
+	}
+	return false
+}
+
+const (
+	rebuildMarker = "cortex-sync-rebuild"
+	sizeFile      = "cortex-sync-initial-size"
+)
+
+func markRebuild(dir string) {
+	os.WriteFile(filepath.Join(dir, rebuildMarker), nil, 0o600)
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(filepath.Join(dir, "objects"), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func recordSize(dir string) {
+	os.WriteFile(filepath.Join(dir, sizeFile), []byte(strconv.FormatInt(dirSize(dir), 10)), 0o600)
+}
+
+// outgrown reports a cache grown past four times its first clone: go-git
+// never garbage-collects, so it is rebuilt instead.
+func outgrown(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, sizeFile))
+	if err != nil {
+		return false
+	}
+	initial, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return initial > 0 && dirSize(dir) > 4*initial+(16<<20)
+}

@@ -1,0 +1,254 @@
+package source
+
+import (
+	"bytes"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
+)
+
+// gitTree is a commit's tree read straight from the object store: no
+// checkout, and blob IDs serve as content IDs. go-git's storage is not safe
+// for concurrent readers, so object access is serialised; file contents are
+// read whole while the lock is held (one file at a time, not the tree).
+type gitTree struct {
+	mu   sync.Mutex
+	s    storer.EncodedObjectStorer
+	root *object.Tree
+}
+
+func newGitTree(s storer.EncodedObjectStorer, root *object.Tree) *gitTree {
+	return &gitTree{s: s, root: root}
+}
+
+func (t *gitTree) Close() error { return nil }
+
+func gitMode(m filemode.FileMode) fs.FileMode {
+	switch m {
+	case filemode.Dir:
+		return fs.ModeDir | 0o755
+	case filemode.Executable:
+		return 0o755
+	case filemode.Symlink:
+		return fs.ModeSymlink | 0o777
+	case filemode.Regular, filemode.Deprecated:
+		return 0o644
+	}
+	return fs.ModeIrregular // submodules
+}
+
+// entry finds name in the tree; "." is the root.
+func (t *gitTree) entry(op, name string) (*object.TreeEntry, error) {
+	if !fs.ValidPath(name) {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
+	}
+	if name == "." {
+		return &object.TreeEntry{Name: ".", Mode: filemode.Dir, Hash: t.root.Hash}, nil
+	}
+	e, err := t.root.FindEntry(name)
+	if err != nil {
+		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	return e, nil
+}
+
+func (t *gitTree) Open(name string) (fs.File, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, err := t.entry("open", name)
+	if err != nil {
+		return nil, err
+	}
+	switch e.Mode {
+	case filemode.Dir:
+		tree, err := object.GetTree(t.s, e.Hash)
+		if err != nil {
+			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+		}
+		return &gitDir{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}, entries: tree.Entries}, nil
+	case filemode.Symlink, filemode.Submodule:
+		// Symlinks are not followed inside a Git tree: a manifest source must
+		// be a plain file (mirrors copy symlinks as symlinks).
+		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
+	}
+	data, err := t.blob(e.Hash)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	return &gitFile{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode), size: int64(len(data))}, r: bytes.NewReader(data)}, nil
+}
+
+// blob reads an object whole; the caller holds the lock.
+func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
+	b, err := object.GetBlob(t.s, h)
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	data := make([]byte, 0, b.Size)
+	buf := bytes.NewBuffer(data)
+	_, err = io.Copy(buf, r)
+	return buf.Bytes(), err
+}
+
+// Lstat describes name without following a symlink (fs.ReadLinkFS).
+func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, err := t.entry("lstat", name)
+	if err != nil {
+		return nil, err
+	}
+	return gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}, nil
+}
+
+// ReadLink returns a symlink's target (fs.ReadLinkFS).
+func (t *gitTree) ReadLink(name string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, err := t.entry("readlink", name)
+	if err != nil {
+		return "", err
+	}
+	if e.Mode != filemode.Symlink {
+		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
+	}
+	b, err := t.blob(e.Hash)
+	return string(b), err
+}
+
+func (t *gitTree) ContentID(name string) (string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, err := t.entry("stat", name)
+	if err != nil {
+		return "", err
+	}
+	return "git:" + e.Hash.String(), nil
+}
+
+func (t *gitTree) Walk(dir string, fn func(Entry) error) error {
+	t.mu.Lock()
+	e, err := t.entry("walk", dir)
+	var tree *object.Tree
+	if err == nil {
+		tree, err = object.GetTree(t.s, e.Hash)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return t.walk(tree, "", fn)
+}
+
+func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) error {
+	for _, e := range tree.Entries {
+		p := e.Name
+		if rel != "" {
+			p = rel + "/" + e.Name
+		}
+		mode := gitMode(e.Mode)
+		if mode == fs.ModeIrregular {
+			continue // a submodule: nothing to mirror
+		}
+		id := "git:" + e.Hash.String()
+		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return id, nil }}
+		if e.Mode == filemode.Symlink {
+			t.mu.Lock()
+			b, err := t.blob(e.Hash)
+			t.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			entry.Target = string(b)
+		}
+		if err := fn(entry); err != nil {
+			return err
+		}
+		if e.Mode == filemode.Dir {
+			t.mu.Lock()
+			sub, err := object.GetTree(t.s, e.Hash)
+			t.mu.Unlock()
+			if err != nil {
+				return err
+			}
+			if err := t.walk(sub, p, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// gitInfo is an fs.FileInfo of a tree entry.
+type gitInfo struct {
+	name string
+	mode fs.FileMode
+	size int64
+}
+
+func (i gitInfo) Name() string               { return i.name }
+func (i gitInfo) Size() int64                { return i.size }
+func (i gitInfo) Mode() fs.FileMode          { return i.mode }
+func (i gitInfo) ModTime() time.Time         { return time.Time{} }
+func (i gitInfo) IsDir() bool                { return i.mode.IsDir() }
+func (i gitInfo) Sys() any                   { return nil }
+func (i gitInfo) Type() fs.FileMode          { return i.mode.Type() }
+func (i gitInfo) Info() (fs.FileInfo, error) { return i, nil }
+
+type gitFile struct {
+	info gitInfo
+	r    *bytes.Reader
+}
+
+func (f *gitFile) Stat() (fs.FileInfo, error) { return f.info, nil }
+func (f *gitFile) Read(p []byte) (int, error) { return f.r.Read(p) }
+func (f *gitFile) Close() error               { return nil }
+
+type gitDir struct {
+	info    gitInfo
+	entries []object.TreeEntry
+	off     int
+}
+
+func (d *gitDir) Stat() (fs.FileInfo, error) { return d.info, nil }
+func (d *gitDir) Read([]byte) (int, error) {
+	return 0, &fs.PathError{Op: "read", Path: d.info.name, Err: fs.ErrInvalid}
+}
+func (d *gitDir) Close() error { return nil }
+
+// ReadDir lists entries in lexical order, as fs.ReadDirFile asks.
+func (d *gitDir) ReadDir(n int) ([]fs.DirEntry, error) {
+	if d.off == 0 {
+		sort.Slice(d.entries, func(i, j int) bool { return d.entries[i].Name < d.entries[j].Name })
+	}
+	rest := d.entries[d.off:]
+	if n > 0 && len(rest) > n {
+		rest = rest[:n]
+	}
+	if n > 0 && len(rest) == 0 {
+		return nil, io.EOF
+	}
+	out := make([]fs.DirEntry, 0, len(rest))
+	for _, e := range rest {
+		mode := gitMode(e.Mode)
+		if mode == fs.ModeIrregular {
+			continue
+		}
+		out = append(out, gitInfo{name: e.Name, mode: mode})
+	}
+	d.off += len(rest)
+	return out, nil
+}
