@@ -3,8 +3,8 @@ GO          ?= go
 BIN         := bin/cortex-sync
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO        := /tmp/cortex-sync-demo
-# Programs the tests start besides Go itself.
-TEST_TOOLS  := sh stat touch find
+# Programs the tests start besides Go itself, and the Debian package of each.
+TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git sshd:openssh-server
 
 .PHONY: all build test check-tools lint bench demo clean
 
@@ -14,8 +14,9 @@ build:
 	$(GO) build -o $(BIN) ./cmd/cortex-sync
 
 check-tools:
-	@missing=""; for t in $(TEST_TOOLS); do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
-	if [ -n "$$missing" ]; then echo "make test needs:$$missing (install them, e.g. apt-get install -y coreutils findutils)"; exit 1; fi
+	@missing=""; pkgs=""; for tp in $(TEST_TOOLS); do t=$${tp%%:*}; \
+	  command -v $$t >/dev/null 2>&1 || [ -x /usr/sbin/$$t ] || { missing="$$missing $$t"; pkgs="$$pkgs $${tp#*:}"; }; done; \
+	if [ -n "$$missing" ]; then echo "make test needs:$$missing (on Debian: apt-get install -y$$pkgs)"; exit 1; fi
 
 test: check-tools
 	$(GO) test ./...

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,6 +52,9 @@ func measure(runs int, setup func() error, name string, args ...string) ([]sampl
 				return nil, err
 			}
 		}
+		// Flush what earlier runs left dirty, so no run pays for another's
+		// writeback.
+		syscall.Sync()
 		cmd := exec.Command(name, args...)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
@@ -180,8 +184,129 @@ func run(bin, tree string, runs int, keep bool) error {
 	ok := row("initial sync (vs rsync -a)", rsyncSync, csSync, 1.5)
 	ok = row("diff, converged (vs rsync -n)", rsyncDiff, csDiff, 1.25) && ok
 	row("diff --verify (hash all; vs rsync -n)", rsyncDiff, csVerify, 0)
+
+	fmt.Printf("\nthe same tree from git daemon on 127.0.0.1\n")
+	g, err := gitBench(bin, work, repo, runs)
+	if err != nil {
+		return err
+	}
+	ok = row("initial fetch (vs clone --depth 1 -n)", g.clone, g.fetch, 2.5) && ok
+	ok = row("fetch + sync (vs clone --depth 1 + rsync)", g.cloneSync, g.fetchSync, 1.5) && ok
+	ok = row("new commit (vs git pull + rsync)", g.pullSync, g.commitSync, 1.5) && ok
+	row("no-op poll, whole process (vs git ls-remote)", g.lsRemote, g.noop, 0)
 	if !ok {
 		return fmt.Errorf("a target was missed")
 	}
 	return nil
+}
+
+type gitSamples struct {
+	clone, fetch, cloneSync, fetchSync, pullSync, commitSync, lsRemote, noop []sample
+}
+
+// gitBench commits the repository, serves it with git daemon, and measures
+// cortex-sync's Git source against the git command.
+func gitBench(bin, work, repo string, runs int) (*gitSamples, error) {
+	git := func(args ...string) error {
+		cmd := exec.Command("git", args...)
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := git("init", "-q", "-b", "main", repo); err != nil {
+		return nil, err
+	}
+	if err := git("-C", repo, "add", "-A"); err != nil {
+		return nil, err
+	}
+	if err := git("-C", repo, "commit", "-q", "-m", "tree"); err != nil {
+		return nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
+		fmt.Sprintf("--port=%d", port), "--base-path="+work, work)
+	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := daemon.Start(); err != nil {
+		return nil, err
+	}
+	defer func() { syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL); daemon.Wait() }()
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			break
+		} else if i > 200 {
+			return nil, fmt.Errorf("git daemon did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	url := fmt.Sprintf("git://127.0.0.1:%d/repo", port)
+	clone := filepath.Join(work, "clone")
+	dst := filepath.Join(work, "git-rsync-dst")
+	root := filepath.Join(work, "git-root")
+	state := filepath.Join(work, "git-state")
+	fresh := func(dirs ...string) func() error {
+		return func() error {
+			for _, d := range dirs {
+				if err := os.RemoveAll(d); err != nil {
+					return err
+				}
+			}
+			return os.MkdirAll(root, 0o755)
+		}
+	}
+	cs := func(args ...string) []string {
+		return append(args, "--repo", url, "--branch", "main", "--root", root, "--state-dir", state)
+	}
+	s := &gitSamples{}
+	if s.clone, err = measure(runs, fresh(clone), "git", "clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
+		return nil, err
+	}
+	if s.fetch, err = measure(runs, fresh(state), bin, cs("validate")...); err != nil {
+		return nil, err
+	}
+	// Clone and copy: the shell does both, so one process tree is timed.
+	cloneRsync := fmt.Sprintf("git clone -q --depth 1 %s %s && rsync -a --exclude .git %s/kb/ %s/", url, clone, clone, dst)
+	if s.cloneSync, err = measure(runs, fresh(clone, dst), "sh", "-c", cloneRsync); err != nil {
+		return nil, err
+	}
+	if s.fetchSync, err = measure(runs, fresh(root, state), bin, cs("sync")...); err != nil {
+		return nil, err
+	}
+	// One new commit, each run: a file of the tree changes.
+	n := 0
+	commit := func() error {
+		n++
+		p := filepath.Join(repo, "kb", "fmt", "print.go")
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(f, "\n// change %d\n", n)
+		f.Close()
+		if err := git("-C", repo, "commit", "-q", "-am", fmt.Sprintf("change %d", n)); err != nil {
+			return err
+		}
+		return nil
+	}
+	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", clone, clone, dst)
+	if s.pullSync, err = measure(runs, commit, "sh", "-c", pullRsync); err != nil {
+		return nil, err
+	}
+	if s.commitSync, err = measure(runs, commit, bin, cs("sync")...); err != nil {
+		return nil, err
+	}
+	if s.lsRemote, err = measure(runs, nil, "git", "ls-remote", url, "refs/heads/main"); err != nil {
+		return nil, err
+	}
+	if s.noop, err = measure(runs, nil, bin, cs("validate")...); err != nil {
+		return nil, err
+	}
+	return s, nil
 }

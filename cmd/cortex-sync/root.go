@@ -71,6 +71,7 @@ type globals struct {
 	logLevel    string
 	logFormat   string
 	lockTimeout time.Duration
+	config      string
 	log         *slog.Logger
 }
 
@@ -160,6 +161,11 @@ and takes the smallest action that closes the gap.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if g.config != "" {
+				if err := applyConfig(cmd, g.config); err != nil {
+					return err
+				}
+			}
 			return g.setup(io)
 		},
 	}
@@ -174,6 +180,7 @@ and takes the smallest action that closes the gap.`,
 	f.StringVar(&g.logLevel, "log-level", "warn", "debug, info, warn or error")
 	f.StringVar(&g.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another cortex-sync holding the state lock")
+	f.StringVar(&g.config, "config", "", "Agent config file (kind: Agent); flags given on the command line win")
 	cmd.AddCommand(
 		newValidateCmd(g, io),
 		newDiffCmd(g, io),

@@ -788,7 +788,13 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 			return err
 		}
 		s := &out[i]
-		src, err := env.Tree.Open(path.Join(spec.sourcePath, s.op.rel))
+		var src io.ReadCloser
+		var err error
+		if s.op.entry.Open != nil {
+			src, err = s.op.entry.Open()
+		} else {
+			src, err = env.Tree.Open(path.Join(spec.sourcePath, s.op.rel))
+		}
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -47,6 +49,11 @@ type Git struct {
 
 	// Stats counts network round trips, for tests and metrics.
 	Stats struct{ Lists, Fetches int }
+
+	// The open cache, kept between polls so a no-op poll does not load the
+	// pack index again.
+	cache   *gitCache
+	readers []storer.EncodedObjectStorer
 }
 
 // cacheObjects bounds go-git's object cache: its 96 MiB default costs about
@@ -167,6 +174,7 @@ func (g *Git) Fetch(ctx context.Context) (*Checkout, error) {
 	var corrupt *corruptCacheError
 	if errors.As(err, &corrupt) {
 		g.Log.Warn("discarding a corrupt git cache", "url", g.URL, "error", corrupt.err)
+		g.cache, g.readers = nil, nil
 		if rmErr := os.RemoveAll(g.cacheDir()); rmErr != nil {
 			return nil, rmErr
 		}
@@ -188,13 +196,18 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	dir := g.cacheDir()
 	if _, err := os.Stat(filepath.Join(dir, rebuildMarker)); err == nil {
 		g.Log.Info("rebuilding the git cache", "url", g.URL)
+		g.cache, g.readers = nil, nil
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
 	}
-	c, fresh, err := openCache(dir)
-	if err != nil {
-		return nil, &corruptCacheError{err}
+	c, fresh := g.cache, false
+	if c == nil {
+		var err error
+		if c, fresh, err = openCache(dir); err != nil {
+			return nil, &corruptCacheError{err}
+		}
+		g.cache, g.readers = c, readers(dir)
 	}
 	auth, err := g.Auth.method(g.URL, g.Log)
 	if err != nil {
@@ -273,7 +286,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if p == "" {
 		p = "."
 	}
-	t := newGitTree(c.storage, tree)
+	t := newGitTree(c.storage, tree, g.readers)
 	if _, err := fs.Stat(t, p); err != nil {
 		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
 	}
@@ -416,4 +429,15 @@ func outgrown(dir string) bool {
 	}
 	initial, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return initial > 0 && dirSize(dir) > 4*initial+(16<<20)
+}
+
+// readers opens independent storages over a cache, one per core (at most
+// four), each with a small object cache of its own.
+func readers(dir string) []storer.EncodedObjectStorer {
+	n := min(runtime.NumCPU(), 4)
+	out := make([]storer.EncodedObjectStorer, n)
+	for i := range out {
+		out[i] = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(cache.MiByte), filesystem.Options{})
+	}
+	return out
 }

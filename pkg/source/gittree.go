@@ -23,10 +23,37 @@ type gitTree struct {
 	mu   sync.Mutex
 	s    storer.EncodedObjectStorer
 	root *object.Tree
+	// readers are independent storages over the same cache: blobs read by
+	// ID through them inflate in parallel, one reader per goroutine.
+	readers chan storer.EncodedObjectStorer
 }
 
-func newGitTree(s storer.EncodedObjectStorer, root *object.Tree) *gitTree {
-	return &gitTree{s: s, root: root}
+func newGitTree(s storer.EncodedObjectStorer, root *object.Tree, readers []storer.EncodedObjectStorer) *gitTree {
+	t := &gitTree{s: s, root: root, readers: make(chan storer.EncodedObjectStorer, len(readers))}
+	for _, r := range readers {
+		t.readers <- r
+	}
+	return t
+}
+
+// openBlob reads a blob by ID through a pooled reader.
+func (t *gitTree) openBlob(h plumbing.Hash) (io.ReadCloser, error) {
+	r := <-t.readers
+	defer func() { t.readers <- r }()
+	b, err := object.GetBlob(r, h)
+	if err != nil {
+		return nil, err
+	}
+	rc, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := bytes.NewBuffer(make([]byte, 0, b.Size))
+	if _, err := io.Copy(buf, rc); err != nil {
+		return nil, err
+	}
+	return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
 }
 
 func (t *gitTree) Close() error { return nil }
@@ -163,8 +190,11 @@ func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) erro
 		if mode == fs.ModeIrregular {
 			continue // a submodule: nothing to mirror
 		}
-		id := "git:" + e.Hash.String()
+		id, h := "git:"+e.Hash.String(), e.Hash
 		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return id, nil }}
+		if mode.IsRegular() && len(t.readers) > 0 {
+			entry.Open = func() (io.ReadCloser, error) { return t.openBlob(h) }
+		}
 		if e.Mode == filemode.Symlink {
 			t.mu.Lock()
 			b, err := t.blob(e.Hash)

@@ -5,6 +5,7 @@ package source
 
 import (
 	"context"
+	"io"
 	"io/fs"
 
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -49,6 +50,10 @@ type Entry struct {
 	Target string // a symlink's target
 	// ContentID names a regular file's content; cheap when the tree knows it.
 	ContentID func() (string, error)
+	// Open, when not nil, reads a regular file's content faster than the
+	// tree's Open by path (a Git blob by its ID). It is safe to call from
+	// many goroutines.
+	Open func() (io.ReadCloser, error)
 	// Digested, when not nil, takes the SHA-256 (hex) of the content as a
 	// caller read it and returns the content ID: a tree whose IDs are
 	// digests is spared a second read of what was just copied.

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"unicode"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// agentOnly are Agent fields only the daemon reads; other commands accept
+// and ignore them, so one file serves every command.
+var agentOnly = map[string]bool{
+	"interval": true, "selfHeal": true, "driftInterval": true, "listen": true, "webhookSecretFile": true,
+}
+
+// flagName is a field's flag: the kebab case, singular for lists
+// (allowedPaths ↔ --allowed-path).
+func flagName(field string) string {
+	var b strings.Builder
+	for i, r := range field {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	name := b.String()
+	if name == "allowed-paths" {
+		return "allowed-path"
+	}
+	return name
+}
+
+// applyConfig sets every flag the user did not give from the Agent file.
+// Flags win; an unknown field is an error naming file and line.
+func applyConfig(cmd *cobra.Command, file string) error {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("--config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		return fmt.Errorf("%s: %v", file, err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: an Agent config is a mapping with apiVersion, kind and spec", file)
+	}
+	where := func(n *yaml.Node, field, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s: %s", file, n.Line, field, fmt.Sprintf(format, args...))
+	}
+	var spec *yaml.Node
+	top := doc.Content[0]
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		k, v := top.Content[i], top.Content[i+1]
+		switch k.Value {
+		case "apiVersion":
+			if v.Value != resource.APIVersion {
+				return where(v, "apiVersion", "%q is not supported; use %q", v.Value, resource.APIVersion)
+			}
+		case "kind":
+			if v.Value != "Agent" {
+				return where(v, "kind", "%q: an agent config has kind Agent", v.Value)
+			}
+		case "metadata":
+		case "spec":
+			spec = v
+		default:
+			return where(k, k.Value, "unknown field (an Agent config has apiVersion, kind, metadata and spec)")
+		}
+	}
+	if spec == nil || spec.Kind != yaml.MappingNode {
+		return fmt.Errorf("%s: spec is required", file)
+	}
+	known := allFlags(cmd.Root())
+	for i := 0; i+1 < len(spec.Content); i += 2 {
+		k, v := spec.Content[i], spec.Content[i+1]
+		field := "spec." + k.Value
+		name := flagName(k.Value)
+		f := cmd.Flag(name)
+		switch {
+		case f == nil && (agentOnly[k.Value] || known[name]):
+			continue // meant for another command
+		case f == nil || name == "config":
+			return where(k, field, "unknown field")
+		case f.Changed:
+			continue // the flag wins
+		}
+		values := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			values = v.Content
+		}
+		for _, item := range values {
+			if item.Kind != yaml.ScalarNode {
+				return where(item, field, "must be a value or a list of values")
+			}
+			if err := f.Value.Set(item.Value); err != nil {
+				return where(item, field, "%v", err)
+			}
+		}
+		f.Changed = true
+	}
+	return nil
+}
+
+// allFlags names every flag of every command.
+func allFlags(root *cobra.Command) map[string]bool {
+	out := map[string]bool{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().VisitAll(func(f *pflag.Flag) { out[f.Name] = true })
+		c.PersistentFlags().VisitAll(func(f *pflag.Flag) { out[f.Name] = true })
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return out
+}
