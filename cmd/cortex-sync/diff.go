@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -74,7 +75,12 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		return err
 	}
 	defer e.Close()
-	e.env.Verify = o.verify
+	e.env.Verify, e.env.Simulate = o.verify, o.against != ""
+	if o.against != "" {
+		// The sandbox's own source is the pull request; its snapshot
+		// recorded the base, which is not a change of source.
+		e.snap.Source = e.ref
+	}
 	plan := diff.Make(cmd.Context(), driver.Host{Env: e.env}, e.set, e.snap, g.concurrency)
 	plan.Source, plan.Revision = e.ref, e.checkout.Revision
 	if err := render(io, plan, o.output); err != nil {
@@ -143,10 +149,11 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 		}
 	}
 	defer e.Close()
+	e.env.Simulate = true
 	host := driver.Host{Env: e.env}
 	plan := diff.Make(ctx, host, e.set, e.snap, g.concurrency)
 	e.snap.Source, e.snap.Revision = e.ref, e.checkout.Revision
-	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, apply.Options{Concurrency: g.concurrency, Save: e.state.Save, Log: g.log})
+	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, apply.Options{Concurrency: g.concurrency, Save: e.state.Save, Log: g.log, WaitTimeout: time.Minute})
 	if err != nil {
 		return nil, err
 	}

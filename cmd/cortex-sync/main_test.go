@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 func TestMain(m *testing.M) {
@@ -33,6 +37,7 @@ func TestScripts(t *testing.T) {
 		Setup: func(env *testscript.Env) error {
 			env.Setenv("ROOT", filepath.Join(env.WorkDir, "root"))
 			env.Setenv("STATE", filepath.Join(env.WorkDir, "state"))
+			env.Defer(func() { stopProcesses(env.WorkDir) })
 			return os.MkdirAll(filepath.Join(env.WorkDir, "root"), 0o755)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
@@ -40,6 +45,10 @@ func TestScripts(t *testing.T) {
 			"gitinit":   cmdGitInit,
 			"gitcommit": cmdGitCommit,
 			"gitserve":  cmdGitServe,
+			"freeport":   cmdFreePort,
+			"eventually": cmdEventually,
+			"procpid":    cmdProcPID,
+			"dead":       cmdDead,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -146,4 +155,90 @@ func cmdGitServe(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	ts.Setenv("GITDAEMON_PID", strconv.Itoa(cmd.Process.Pid))
 	ts.Setenv("GITURL", "git://127.0.0.1:"+strconv.Itoa(port)+"/"+filepath.Base(dir))
+}
+
+// cmdFreePort sets VAR to a free TCP port on 127.0.0.1: freeport VAR
+func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 1 {
+		ts.Fatalf("usage: freeport VAR")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		ts.Fatalf("%v", err)
+	}
+	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	l.Close()
+}
+
+// cmdEventually runs a command until its stdout matches a pattern:
+// eventually 10s 'pattern' command args...
+func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 3 {
+		ts.Fatalf("usage: eventually TIMEOUT PATTERN command [args...]")
+	}
+	timeout, err := time.ParseDuration(args[0])
+	if err != nil {
+		ts.Fatalf("eventually: %v", err)
+	}
+	re := regexp.MustCompile("(?m)" + args[1])
+	deadline := time.Now().Add(timeout)
+	for {
+		ts.Exec(args[2], args[3:]...)
+		if re.MatchString(ts.ReadFile("stdout")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("after %s, %s still prints no match for %q", timeout, args[2], args[1])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// cmdProcPID sets VAR to the pid of a supervised process (or of its shim),
+// from the shim's status file: procpid VAR NAME [shim]
+func cmdProcPID(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) < 2 || len(args) > 3 {
+		ts.Fatalf("usage: procpid VAR NAME [shim]")
+	}
+	data := ts.ReadFile(filepath.Join(ts.Getenv("STATE"), "procs", args[1]+".json"))
+	var st struct {
+		Shim    struct{ PID int } `json:"shim"`
+		Process struct{ PID int } `json:"process"`
+	}
+	if err := json.Unmarshal([]byte(data), &st); err != nil || st.Process.PID == 0 {
+		ts.Fatalf("no running process in %s: %v", data, err)
+	}
+	pid := st.Process.PID
+	if len(args) == 3 {
+		pid = st.Shim.PID
+	}
+	ts.Setenv(args[0], strconv.Itoa(pid))
+}
+
+// cmdDead checks that the process whose pid a file holds has exited (gone,
+// or a zombie): dead PIDFILE
+func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 1 {
+		ts.Fatalf("usage: dead PIDFILE")
+	}
+	pid := strings.TrimSpace(ts.ReadFile(args[0]))
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	dead := err != nil || strings.Contains(string(stat), ") Z ")
+	if dead == neg {
+		ts.Fatalf("process %s dead: %v", pid, dead)
+	}
+}
+
+// stopProcesses stops every supervised process a script left running:
+// shims outlive the commands that start them, by design.
+func stopProcesses(work string) {
+	filepath.WalkDir(work, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(p)) != "procs" || filepath.Ext(p) != ".json" {
+			return nil
+		}
+		if st, err := supervise.ReadStatus(p); err == nil {
+			supervise.Stop(st, syscall.SIGKILL, time.Second)
+		}
+		return nil
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 // Exit codes, in one place. diff --exit-code follows diff(1): 0 in sync,
@@ -131,6 +132,9 @@ func (s *sourceFlags) source(cacheDir string, log *slog.Logger) (source.Source, 
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == supervise.ShimArg {
+		return supervise.RunShim() // the hidden mode that supervises one process
+	}
 	io := streams{In: stdin, Out: stdout, Err: stderr}
 	cmd := newRootCmd(io)
 	cmd.SetArgs(args)

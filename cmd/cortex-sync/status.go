@@ -141,6 +141,9 @@ func fromChange(c *diff.Change) resourceStatus {
 			r.Reason = fmt.Sprintf("%s (%d files drifted)", r.Reason, c.Drifted)
 		}
 	}
+	if c.Detail != "" {
+		r.Reason = strings.TrimPrefix(r.Reason+": "+c.Detail, ": ")
+	}
 	return r
 }
 

@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,6 +22,8 @@ type syncOptions struct {
 	allowSourceChange bool
 	verify            bool
 	output            string
+	wait              bool
+	waitTimeout       time.Duration
 }
 
 func newSyncCmd(g *globals, io streams) *cobra.Command {
@@ -43,6 +48,8 @@ file gone from a mirrored directory) always apply.`,
 	f.BoolVar(&o.allowSourceChange, "allow-source-change", false, "prune even when the source differs from the last sync's")
 	f.BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
+	f.BoolVar(&o.wait, "wait", false, "after applying, wait until everything is healthy; exit 1 naming what is not")
+	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
 	return cmd
 }
 
@@ -69,7 +76,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	plan := diff.Make(ctx, host, e.set, e.snap, g.concurrency)
 	opts := apply.Options{
 		Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
-		Concurrency: g.concurrency, Save: e.state.Save, Log: g.log,
+		Concurrency: g.concurrency, Save: e.state.Save, Log: g.log, WaitTimeout: o.waitTimeout,
 	}
 	if err := apply.Check(plan, e.set, e.snap, e.ref, opts); err != nil {
 		return err
@@ -92,6 +99,11 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	}
 	if rep.Failed() {
 		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
+	}
+	if o.wait {
+		if bad := apply.WaitHealthy(ctx, host, e.snap, o.waitTimeout); len(bad) > 0 {
+			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}
+		}
 	}
 	return nil
 }

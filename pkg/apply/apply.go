@@ -14,14 +14,19 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // Applier carries out one change and returns the resource's new record
-// (nil when it is gone from the host).
+// (nil when it is gone from the host). A failed apply may still return a
+// record of what it learned (a command's exit code and output).
 type Applier interface {
 	Apply(ctx context.Context, c *diff.Change) (*state.Entry, error)
+	// Ready reports the live health of a resource that turns healthy after
+	// it is applied; ok is false for kinds that are done once applied.
+	Ready(ctx context.Context, rec *state.Entry) (r health.Report, ok bool)
 }
 
 // Options shape a run.
@@ -30,6 +35,9 @@ type Options struct {
 	AllowEmpty        bool // prune even when the desired set is empty
 	AllowSourceChange bool // prune even when the source differs from the snapshot's
 	Concurrency       int
+	// WaitTimeout bounds how long a dependent waits for a dependency to
+	// turn healthy (a process passing its readiness probe).
+	WaitTimeout time.Duration
 	// Save persists the snapshot; it is called after every group.
 	Save func(*state.Snapshot) error
 	Log  *slog.Logger
@@ -74,8 +82,12 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		case err != nil:
 			res.Outcome, res.Error = Failed, err.Error()
 			failed[c.ID] = true
-			if c.Record != nil {
-				c.Record.Result = &state.Result{Action: string(c.Action), Error: err.Error(), Time: now}
+			result := &state.Result{Action: string(c.Action), Error: err.Error(), Time: now}
+			if entry != nil {
+				entry.Result = result
+				snap.Put(entry)
+			} else if c.Record != nil {
+				c.Record.Result = result
 			}
 		case entry == nil:
 			res.Outcome = Applied
@@ -127,6 +139,13 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
+				if dep, why := waitDeps(ctx, a, set, r.ID(), snap, &mu, o.WaitTimeout); dep != "" {
+					mu.Lock()
+					failed[r.ID()] = true
+					rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: dep, Error: why})
+					mu.Unlock()
+					return
+				}
 				entry, err := a.Apply(ctx, c)
 				if err != nil {
 					err = fmt.Errorf("%s %s: %w", c.Action, c.ID, err)
@@ -176,6 +195,54 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		}
 	}
 	return rep, nil
+}
+
+// waitDeps waits for the dependencies of id that turn healthy after their
+// apply, up to timeout. It names one that did not, and why.
+func waitDeps(ctx context.Context, a Applier, set *resource.Set, id resource.ID, snap *state.Snapshot, mu *sync.Mutex, timeout time.Duration) (resource.ID, string) {
+	for _, dep := range set.Deps(id) {
+		mu.Lock()
+		rec := snap.Find(string(dep))
+		mu.Unlock()
+		if rec == nil {
+			continue
+		}
+		if r, ok := waitHealthy(ctx, a, rec, timeout); ok && r.Health != health.Healthy {
+			return dep, fmt.Sprintf("%s is %s after %s: %s", dep, r.Health, timeout, r.Reason)
+		}
+	}
+	return "", ""
+}
+
+// waitHealthy polls a resource's health while it is Progressing.
+func waitHealthy(ctx context.Context, a Applier, rec *state.Entry, timeout time.Duration) (health.Report, bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		r, ok := a.Ready(ctx, rec)
+		if !ok || r.Health != health.Progressing || time.Now().After(deadline) || ctx.Err() != nil {
+			return r, ok
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// WaitHealthy waits until every resource in the inventory that turns
+// healthy after its apply is Healthy, up to timeout; it lists those that
+// are not, with why.
+func WaitHealthy(ctx context.Context, a Applier, snap *state.Snapshot, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		var bad []string
+		for _, rec := range snap.Inventory {
+			if r, ok := a.Ready(ctx, rec); ok && r.Health != health.Healthy {
+				bad = append(bad, fmt.Sprintf("%s is %s: %s", rec.ID, r.Health, r.Reason))
+			}
+		}
+		if len(bad) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return bad
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // blockedBy names a dependency of id that failed or was blocked, if any.

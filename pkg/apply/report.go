@@ -63,6 +63,10 @@ func past(a diff.Action) string {
 		return "deleted"
 	case diff.Forget:
 		return "forgotten"
+	case diff.Restart:
+		return "restarted"
+	case diff.Run:
+		return "ran"
 	}
 	return "unchanged"
 }
@@ -92,6 +96,9 @@ func (r *Report) Text(w io.Writer) error {
 			counts["failed"]++
 		case Blocked:
 			line = fmt.Sprintf("blocked: its dependency %s did not apply", res.BlockedBy)
+			if res.Error != "" {
+				line = "blocked: " + res.Error
+			}
 			counts["blocked"]++
 		case Skipped:
 			line = "kept: removed from Git; run sync --prune to delete it"
@@ -106,7 +113,7 @@ func (r *Report) Text(w io.Writer) error {
 		fmt.Fprintf(&b, "%s: %s\n", res.ID, line)
 	}
 	var parts []string
-	for _, k := range []string{"created", "updated", "deleted", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
+	for _, k := range []string{"created", "updated", "deleted", "restarted", "ran", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
 		if counts[k] > 0 || k == "created" || k == "updated" || k == "deleted" {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 		}

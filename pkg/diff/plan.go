@@ -21,6 +21,10 @@ const (
 	// Forget drops the resource from the inventory and leaves it on the host
 	// (removed from Git while annotated cortex-sync/prune: disabled).
 	Forget Action = "forget"
+	// Restart stops a process (if it runs) and starts it with its spec.
+	Restart Action = "restart"
+	// Run runs a command.
+	Run Action = "run"
 )
 
 // Reason says why a change is due. Intentional changes (in Git) and
@@ -37,6 +41,8 @@ const (
 	RemovedFromGit Reason = "removedFromGit" // in the inventory, no longer desired
 	DeclaredAbsent Reason = "declaredAbsent" // ensure: absent
 	Unmanaged      Reason = "unmanaged"      // an entry purge removes
+	Crashed        Reason = "crashed"        // a process ended that should run
+	Retry          Reason = "failedLastTime" // a command that failed is tried again
 )
 
 // Phrase is the reason in words.
@@ -56,6 +62,10 @@ func (r Reason) Phrase() string {
 		return "ensure: absent"
 	case Unmanaged:
 		return "not in Git (purge)"
+	case Crashed:
+		return "crashed on the host"
+	case Retry:
+		return "failed last time"
 	}
 	return "in sync"
 }
@@ -92,8 +102,10 @@ type Change struct {
 	Suspended bool
 	// Error is why the resource could not be planned.
 	Error string
-	// Health is what the observation found.
+	// Health is what the observation found, and Detail says more about the
+	// live state ("killed by SIGKILL, 3 restarts"); both display only.
 	Health health.Status
+	Detail string
 
 	Attrs   []Attr       // display only
 	Content *Content     // display only
@@ -134,7 +146,7 @@ func (c *Change) Pending() bool {
 
 // IsDrift reports whether the change corrects the host rather than follows Git.
 func (c *Change) IsDrift() bool {
-	return c.Reason == Drifted || c.Reason == MissingOnHost || c.Drifted > 0
+	return c.Reason == Drifted || c.Reason == MissingOnHost || c.Reason == Crashed || c.Drifted > 0
 }
 
 // Summary counts a plan's changes.
@@ -143,6 +155,8 @@ type Summary struct {
 	Update  int `json:"update"`
 	Delete  int `json:"delete"`
 	Forget  int `json:"forget"`
+	Restart int `json:"restart"`
+	Run     int `json:"run"`
 	NoOp    int `json:"noOp"`
 	Drifted int `json:"drifted"`
 	Errors  int `json:"errors"`
@@ -167,6 +181,10 @@ func (p *Plan) Summary() Summary {
 			s.Delete++
 		case c.Action == Forget:
 			s.Forget++
+		case c.Action == Restart:
+			s.Restart++
+		case c.Action == Run:
+			s.Run++
 		}
 		if c.IsDrift() {
 			s.Drifted++

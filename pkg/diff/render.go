@@ -20,6 +20,12 @@ func (s Summary) Phrase() string {
 		fmt.Sprintf("%d to update", s.Update),
 		fmt.Sprintf("%d to delete", s.Delete),
 	}
+	if s.Restart > 0 {
+		parts = append(parts, fmt.Sprintf("%d to restart", s.Restart))
+	}
+	if s.Run > 0 {
+		parts = append(parts, fmt.Sprintf("%d to run", s.Run))
+	}
 	if s.Forget > 0 {
 		parts = append(parts, fmt.Sprintf("%d to forget", s.Forget))
 	}
@@ -57,6 +63,10 @@ func symbol(c *Change) (string, string) {
 		return "-", red
 	case Forget:
 		return "•", ""
+	case Restart:
+		return "↻", yellow
+	case Run:
+		return "▶", green
 	}
 	return " ", ""
 }
@@ -80,6 +90,9 @@ func headline(c *Change) string {
 		b.WriteString("  (removed from Git; deleted only with --prune)")
 	default:
 		b.WriteString("  (" + c.Reason.Phrase() + ")")
+	}
+	if c.Detail != "" && c.Error == "" {
+		b.WriteString(": " + c.Detail)
 	}
 	return b.String()
 }
@@ -236,6 +249,7 @@ type jsonChange struct {
 	Prune     bool         `json:"prune"`
 	Suspended bool         `json:"suspended"`
 	Error     string       `json:"error,omitempty"`
+	Detail    string       `json:"detail,omitempty"`
 	Attrs     []Attr       `json:"attributes,omitempty"`
 	Content   *Content     `json:"content,omitempty"`
 	Files     []FileChange `json:"files,omitempty"`
@@ -250,7 +264,7 @@ func JSON(w io.Writer, p *Plan) error {
 	for _, c := range p.Changes {
 		out.Changes = append(out.Changes, jsonChange{
 			ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason,
-			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: c.Error,
+			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: c.Error, Detail: c.Detail,
 			Attrs: c.Attrs, Content: c.Content, Files: c.Files,
 		})
 	}

@@ -2,6 +2,8 @@ package driver
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -990,4 +992,26 @@ func contentIDOf(e source.Entry, sum string) (string, error) {
 		return e.Digested(sum), nil
 	}
 	return e.ContentID()
+}
+
+// digest names a mirrored tree by its entries and their content IDs.
+func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
+	spec := r.Spec.(*DirectorySpec)
+	h := sha256.New()
+	h.Write([]byte(specHash(r)))
+	if spec.sourcePath == "" {
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+	err := env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
+		id := e.Target
+		if e.Mode.IsRegular() {
+			var err error
+			if id, err = e.ContentID(); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(h, "\n%s %o %s", e.Path, e.Mode, id)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil)), err
 }

@@ -48,6 +48,8 @@ var drivers = map[string]Driver{
 	"File":      fileDriver{},
 	"Directory": directoryDriver{},
 	"Symlink":   symlinkDriver{},
+	"Process":   processDriver{},
+	"Command":   commandDriver{},
 }
 
 // Kinds lists the kinds and their spec constructors, for the manifest loader.
@@ -56,7 +58,23 @@ func Kinds() resource.Kinds {
 		"File":      func() resource.Spec { return &FileSpec{} },
 		"Directory": func() resource.Spec { return &DirectorySpec{} },
 		"Symlink":   func() resource.Spec { return &SymlinkSpec{} },
+		"Process":   func() resource.Spec { return &ProcessSpec{} },
+		"Command":   func() resource.Spec { return &CommandSpec{} },
 	}
+}
+
+// digester is a driver that can name a resource's whole desired state, for
+// what restarts or refreshes on it; others are named by their spec alone.
+type digester interface {
+	digest(env *Env, r *resource.Resource) (string, error)
+}
+
+// desiredDigest names everything a resource's desired state holds.
+func desiredDigest(env *Env, r *resource.Resource) (string, error) {
+	if d, ok := drivers[r.Kind].(digester); ok {
+		return d.digest(env, r)
+	}
+	return specHash(r), nil
 }
 
 // Env is everything drivers need from outside.
@@ -68,7 +86,11 @@ type Env struct {
 	Snapshot *state.Snapshot
 	Backups  *Backups
 	// Verify hashes every file instead of trusting unchanged stats.
-	Verify      bool
+	Verify bool
+	// Simulate is for a sandbox that stands for a host (diff --against):
+	// processes and commands are recorded as applied and observed as
+	// running, and nothing is started or run.
+	Simulate    bool
 	Concurrency int
 	Log         *slog.Logger
 }
@@ -116,6 +138,25 @@ func (h Host) Observe(ctx context.Context, rec *state.Entry) health.Report {
 		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
 	}
 	return d.Observe(ctx, h.Env, rec)
+}
+
+// becomesReady is a driver whose resources turn healthy some time after
+// they are applied (a process passing its readiness probe).
+type becomesReady interface {
+	Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report
+	becomesReady()
+}
+
+func (processDriver) becomesReady() {}
+
+// Ready reports the live health of a resource that turns healthy after its
+// apply; ok is false for kinds that are done once applied.
+func (h Host) Ready(ctx context.Context, rec *state.Entry) (health.Report, bool) {
+	d, ok := drivers[rec.Kind].(becomesReady)
+	if !ok {
+		return health.Report{}, false
+	}
+	return d.Observe(ctx, h.Env, rec), true
 }
 
 // specHash names a spec's desired state, so a change in Git is seen.

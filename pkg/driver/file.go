@@ -425,3 +425,12 @@ func (fileDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) healt
 	}
 	return health.Report{Sync: health.Synced, Health: health.Healthy}
 }
+
+func (fileDriver) digest(env *Env, r *resource.Resource) (string, error) {
+	spec := r.Spec.(*FileSpec)
+	if spec.absent() {
+		return specHash(r), nil
+	}
+	id, _, err := spec.desired(env)
+	return specHash(r) + ":" + id, err
+}

@@ -1,0 +1,298 @@
+package driver
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/health"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// CommandSpec is a one-shot command: run once for each revision of its
+// effective spec, unless a guard says it need not.
+type CommandSpec struct {
+	resource.Base `yaml:",inline"`
+	Command       []string          `yaml:"command" json:"command"`
+	Env           map[string]string `yaml:"env" json:"env,omitempty"`
+	WorkingDir    string            `yaml:"workingDir" json:"workingDir,omitempty"`
+	User          string            `yaml:"user" json:"user,omitempty"`
+	Timeout       resource.Duration `yaml:"timeout" json:"timeout,omitempty"` // default 5m
+	// Creates is a path (under --root): when it exists, the command need not run.
+	Creates string `yaml:"creates" json:"creates,omitempty"`
+	// Unless: when it exits 0, the command need not run.
+	Unless []string `yaml:"unless" json:"unless,omitempty"`
+	// OnlyIf: when it exits non-zero, the command need not run.
+	OnlyIf []string `yaml:"onlyIf" json:"onlyIf,omitempty"`
+	// RefreshOn names resources whose change makes it run again.
+	RefreshOn []resource.ID `yaml:"refreshOn" json:"refreshOn,omitempty"`
+}
+
+// Validate checks the Command's fields.
+func (s *CommandSpec) Validate(v *resource.Validation) {
+	validateCommand(v, "spec.command", s.Command)
+	validateEnv(v, s.Env)
+	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
+		v.Errorf("spec.workingDir", "%q must be an absolute path", s.WorkingDir)
+	}
+	if s.Creates != "" {
+		v.AbsPath("spec.creates", s.Creates)
+	}
+	if s.Unless != nil {
+		validateCommand(v, "spec.unless", s.Unless)
+	}
+	if s.OnlyIf != nil {
+		validateCommand(v, "spec.onlyIf", s.OnlyIf)
+	}
+}
+
+// Claims: a command holds no path.
+func (s *CommandSpec) Claims() []resource.Claim { return nil }
+
+// Requires: what refreshes it is applied before it.
+func (s *CommandSpec) Requires() []resource.ID { return s.RefreshOn }
+
+type commandDriver struct{}
+
+// commandExtra is what the snapshot keeps of a command's last run.
+type commandExtra struct {
+	Hash     string    `json:"hash"` // the effective spec last run
+	OK       bool      `json:"ok"`
+	ExitCode int       `json:"exitCode"`
+	Output   string    `json:"output,omitempty"` // the tail
+	Time     time.Time `json:"time"`
+}
+
+func commandExtraOf(rec *state.Entry) (commandExtra, bool) {
+	var x commandExtra
+	if rec == nil || len(rec.Extra) == 0 {
+		return x, false
+	}
+	return x, json.Unmarshal(rec.Extra, &x) == nil
+}
+
+func (commandDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+	c := &diff.Change{Health: health.Healthy}
+	x, ran := commandExtraOf(rec)
+	if ran && !x.OK {
+		c.Health, c.Detail = health.Degraded, fmt.Sprintf("last run failed with exit code %d", x.ExitCode)
+	}
+	if r == nil {
+		return c, nil // nothing to undo: only the record goes
+	}
+	spec := r.Spec.(*CommandSpec)
+	hash, err := effectiveHash(env, r, spec.RefreshOn)
+	if err != nil {
+		return nil, err
+	}
+	if ran && x.OK && x.Hash == hash {
+		return c, nil
+	}
+	if env.Simulate {
+		c.Action, c.Reason = diff.Run, diff.ChangedInGit // guards are not run in a sandbox
+		if !ran {
+			c.Reason = diff.AddedInGit
+		}
+		return c, nil
+	}
+	skip, why, err := guarded(ctx, env, spec)
+	if err != nil {
+		return nil, err
+	}
+	if skip {
+		c.Health, c.Detail = health.Healthy, why
+		return c, nil
+	}
+	c.Action, c.Reason = diff.Run, diff.ChangedInGit
+	switch {
+	case !ran:
+		c.Reason = diff.AddedInGit
+	case !x.OK && x.Hash == hash:
+		c.Reason = diff.Retry
+	case rec.SpecHash == specHash(r):
+		c.Detail = "a resource it refreshes on changed"
+	}
+	return c, nil
+}
+
+// guarded runs the guards: creates, unless, onlyIf.
+func guarded(ctx context.Context, env *Env, spec *CommandSpec) (bool, string, error) {
+	if spec.Creates != "" {
+		if _, err := env.Root.Lstat(spec.Creates); err == nil {
+			return true, spec.Creates + " exists", nil
+		} else if !missing(err) {
+			return false, "", fmt.Errorf("creates %s: %w", spec.Creates, err)
+		}
+	}
+	check := func(argv []string) (bool, error) {
+		_, code, err := runCommand(ctx, env, spec, argv, time.Minute)
+		return code == 0, err
+	}
+	if len(spec.Unless) > 0 {
+		ok, err := check(spec.Unless)
+		if err != nil {
+			return false, "", fmt.Errorf("unless: %w", err)
+		}
+		if ok {
+			return true, "unless succeeded", nil
+		}
+	}
+	if len(spec.OnlyIf) > 0 {
+		ok, err := check(spec.OnlyIf)
+		if err != nil {
+			return false, "", fmt.Errorf("onlyIf: %w", err)
+		}
+		if !ok {
+			return true, "onlyIf failed", nil
+		}
+	}
+	return false, "", nil
+}
+
+// errExit reports a command that ran and failed; its output is its tail.
+type errExit struct {
+	code   int
+	output string
+}
+
+func (e *errExit) Error() string {
+	if e.output == "" {
+		return fmt.Sprintf("exit code %d", e.code)
+	}
+	return fmt.Sprintf("exit code %d: %s", e.code, e.output)
+}
+
+// runCommand runs argv with the spec's clean environment, within timeout,
+// killing its whole process group when time runs out. err is only for a
+// command that could not run at all.
+func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string, timeout time.Duration) ([]byte, int, error) {
+	uid, gid, home, err := credentials(spec.User)
+	if err != nil {
+		return nil, -1, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env, cmd.Dir = processEnv(env, spec.Env, home), spec.WorkingDir
+	if p, err := lookPathIn(argv[0], cmd.Env); err == nil {
+		cmd.Path = p
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if uid >= 0 {
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(max(gid, 0))}
+	}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() == context.DeadlineExceeded:
+		return out.Bytes(), -1, fmt.Errorf("timed out after %s", timeout)
+	case errors.As(err, &ee):
+		return out.Bytes(), ee.ExitCode(), nil
+	case err != nil:
+		return out.Bytes(), -1, err
+	}
+	return out.Bytes(), 0, nil
+}
+
+// lookPathIn finds a program in the PATH the command will have.
+func lookPathIn(name string, env []string) (string, error) {
+	for _, kv := range env {
+		if p, ok := bytes.CutPrefix([]byte(kv), []byte("PATH=")); ok {
+			for _, dir := range filepath.SplitList(string(p)) {
+				full := filepath.Join(dir, name)
+				if fi, err := os.Stat(full); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+					return full, nil
+				}
+			}
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+func tailOf(b []byte, n int) string {
+	b = bytes.TrimSpace(b)
+	if len(b) > n {
+		b = append([]byte("…"), b[len(b)-n:]...)
+	}
+	return string(b)
+}
+
+func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
+	if c.Desired == nil {
+		return nil, nil
+	}
+	if c.Action == diff.NoOp {
+		return c.Record, nil
+	}
+	spec := c.Desired.Spec.(*CommandSpec)
+	hash, err := effectiveHash(env, c.Desired, spec.RefreshOn)
+	if err != nil {
+		return nil, err
+	}
+	if env.Simulate {
+		e := newEntry(c.Desired, "")
+		e.Extra, _ = json.Marshal(commandExtra{Hash: hash, OK: true})
+		return e, nil
+	}
+	timeout := 5 * time.Minute
+	if spec.Timeout > 0 {
+		timeout = spec.Timeout.Std()
+	}
+	out, code, runErr := runCommand(ctx, env, spec, spec.Command, timeout)
+	appendLog(env, c.Desired.Metadata.Name, spec.Command, out, code, runErr)
+	x := commandExtra{Hash: hash, OK: runErr == nil && code == 0, ExitCode: code, Output: tailOf(out, 2048), Time: time.Now().UTC()}
+	e := newEntry(c.Desired, "")
+	e.Created = true
+	e.Extra, _ = json.Marshal(x)
+	switch {
+	case runErr != nil:
+		return e, fmt.Errorf("%w; output: %s", runErr, tailOf(out, 512))
+	case code != 0:
+		return e, &errExit{code: code, output: tailOf(out, 512)}
+	}
+	return e, nil
+}
+
+// appendLog keeps every run's output in stateDir/logs/command-<name>.log.
+func appendLog(env *Env, name string, argv []string, out []byte, code int, err error) {
+	p := filepath.Join(env.State.Sub("logs"), "command-"+name+".log")
+	if os.MkdirAll(filepath.Dir(p), 0o700) != nil {
+		return
+	}
+	f, ferr := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if ferr != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "== %s %q\n%s", time.Now().UTC().Format(time.RFC3339), argv, out)
+	if err != nil {
+		fmt.Fprintf(f, "== could not run: %v\n", err)
+	} else {
+		fmt.Fprintf(f, "== exit code %d\n", code)
+	}
+}
+
+func (commandDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
+	x, ok := commandExtraOf(rec)
+	switch {
+	case !ok:
+		return health.Report{Sync: health.Synced, Health: health.Healthy}
+	case !x.OK:
+		return health.Report{Sync: health.OutOfSync, Health: health.Degraded, Reason: fmt.Sprintf("last run failed with exit code %d: %s", x.ExitCode, tailOf([]byte(x.Output), 200))}
+	}
+	return health.Report{Sync: health.Synced, Health: health.Healthy, Reason: "ran at " + x.Time.Format(time.RFC3339)}
+}
