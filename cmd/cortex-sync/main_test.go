@@ -41,10 +41,10 @@ func TestScripts(t *testing.T) {
 			return os.MkdirAll(filepath.Join(env.WorkDir, "root"), 0o755)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits":     cmdExits,
-			"gitinit":   cmdGitInit,
-			"gitcommit": cmdGitCommit,
-			"gitserve":  cmdGitServe,
+			"exits":      cmdExits,
+			"gitinit":    cmdGitInit,
+			"gitcommit":  cmdGitCommit,
+			"gitserve":   cmdGitServe,
 			"freeport":   cmdFreePort,
 			"eventually": cmdEventually,
 			"procpid":    cmdProcPID,

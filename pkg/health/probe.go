@@ -74,7 +74,7 @@ func (p *Probe) Validate(v *resource.Validation, field string) {
 
 // Timing is a probe's timing with defaults filled in.
 type Timing struct {
-	InitialDelay, Period, Timeout       time.Duration
+	InitialDelay, Period, Timeout      time.Duration
 	FailureThreshold, SuccessThreshold int
 }
 
