@@ -135,6 +135,9 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if len(args) > 0 && args[0] == supervise.ShimArg {
 		return supervise.RunShim() // the hidden mode that supervises one process
 	}
+	if code, ok := supervise.RunAsInit(args); ok {
+		return code // pid 1: a minimal init around a child cortex-sync
+	}
 	io := streams{In: stdin, Out: stdout, Err: stderr}
 	cmd := newRootCmd(io)
 	cmd.SetArgs(args)

@@ -242,7 +242,7 @@ func (processDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, r
 }
 
 func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
-	l := c.Work.(live)
+	l, _ := c.Work.(live) // the zero value when nothing was observed (a simulation)
 	var spec *ProcessSpec
 	stopSig, stopTimeout := syscall.SIGTERM, 10*time.Second
 	if c.Desired != nil {
