@@ -100,6 +100,9 @@ type processExtra struct {
 	// state of everything it restarts on. A restart owed is never lost:
 	// it is owed until a process with the new hash runs.
 	Hash string `json:"hash"`
+	// How to stop it, kept for when its manifest is gone (prune).
+	StopSignal  syscall.Signal `json:"stopSignal,omitempty"`
+	StopTimeout time.Duration  `json:"stopTimeout,omitempty"`
 }
 
 func extraOf(rec *state.Entry) processExtra {
@@ -245,6 +248,9 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	l, _ := c.Work.(live) // the zero value when nothing was observed (a simulation)
 	var spec *ProcessSpec
 	stopSig, stopTimeout := syscall.SIGTERM, 10*time.Second
+	if x := extraOf(c.Record); x.StopSignal != 0 {
+		stopSig, stopTimeout = x.StopSignal, x.StopTimeout // as recorded, for a prune
+	}
 	if c.Desired != nil {
 		spec = c.Desired.Spec.(*ProcessSpec)
 		if spec.StopSignal != "" {
@@ -289,7 +295,7 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	e := newEntry(c.Desired, "")
 	e.Created = true
-	e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: hash})
+	e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: hash, StopSignal: stopSig, StopTimeout: stopTimeout})
 	return e, nil
 }
 
