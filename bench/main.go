@@ -38,6 +38,18 @@ func main() {
 	}
 }
 
+// fresh is a setup step: it empties dirs and leaves an empty root.
+func fresh(root string, dirs ...string) func() error {
+	return func() error {
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
+				return err
+			}
+		}
+		return os.MkdirAll(root, 0o755)
+	}
+}
+
 // sample is one timed run of a command.
 type sample struct {
 	wall   time.Duration
@@ -130,25 +142,15 @@ func run(bin, tree string, runs int, keep bool) error {
 	dst := filepath.Join(work, "rsync-dst")
 	root := filepath.Join(work, "root")
 	state := filepath.Join(work, "state")
-	fresh := func(dirs ...string) func() error {
-		return func() error {
-			for _, d := range dirs {
-				if err := os.RemoveAll(d); err != nil {
-					return err
-				}
-			}
-			return os.MkdirAll(root, 0o755)
-		}
-	}
 	cs := func(args ...string) []string {
 		return append(args, "--dir", repo, "--root", root, "--state-dir", state)
 	}
 
-	rsyncSync, err := measure(runs, fresh(dst), "rsync", "-a", kb+"/", dst+"/")
+	rsyncSync, err := measure(runs, fresh(root, dst), "rsync", "-a", kb+"/", dst+"/")
 	if err != nil {
 		return err
 	}
-	csSync, err := measure(runs, fresh(root, state), bin, cs("sync")...)
+	csSync, err := measure(runs, fresh(root, root, state), bin, cs("sync")...)
 	if err != nil {
 		return err
 	}
@@ -251,32 +253,22 @@ func gitBench(bin, work, repo string, runs int) (*gitSamples, error) {
 	dst := filepath.Join(work, "git-rsync-dst")
 	root := filepath.Join(work, "git-root")
 	state := filepath.Join(work, "git-state")
-	fresh := func(dirs ...string) func() error {
-		return func() error {
-			for _, d := range dirs {
-				if err := os.RemoveAll(d); err != nil {
-					return err
-				}
-			}
-			return os.MkdirAll(root, 0o755)
-		}
-	}
 	cs := func(args ...string) []string {
 		return append(args, "--repo", url, "--branch", "main", "--root", root, "--state-dir", state)
 	}
 	s := &gitSamples{}
-	if s.clone, err = measure(runs, fresh(clone), "git", "clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
+	if s.clone, err = measure(runs, fresh(root, clone), "git", "clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
 		return nil, err
 	}
-	if s.fetch, err = measure(runs, fresh(state), bin, cs("validate")...); err != nil {
+	if s.fetch, err = measure(runs, fresh(root, state), bin, cs("validate")...); err != nil {
 		return nil, err
 	}
 	// Clone and copy: the shell does both, so one process tree is timed.
 	cloneRsync := fmt.Sprintf("git clone -q --depth 1 %s %s && rsync -a --exclude .git %s/kb/ %s/", url, clone, clone, dst)
-	if s.cloneSync, err = measure(runs, fresh(clone, dst), "sh", "-c", cloneRsync); err != nil {
+	if s.cloneSync, err = measure(runs, fresh(root, clone, dst), "sh", "-c", cloneRsync); err != nil {
 		return nil, err
 	}
-	if s.fetchSync, err = measure(runs, fresh(root, state), bin, cs("sync")...); err != nil {
+	if s.fetchSync, err = measure(runs, fresh(root, root, state), bin, cs("sync")...); err != nil {
 		return nil, err
 	}
 	// One new commit, each run: a file of the tree changes.

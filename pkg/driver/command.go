@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -17,16 +16,14 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 // CommandSpec is a one-shot command: run once for each revision of its
 // effective spec, unless a guard says it need not.
 type CommandSpec struct {
 	resource.Base `yaml:",inline"`
-	Command       []string          `yaml:"command" json:"command"`
-	Env           map[string]string `yaml:"env" json:"env,omitempty"`
-	WorkingDir    string            `yaml:"workingDir" json:"workingDir,omitempty"`
-	User          string            `yaml:"user" json:"user,omitempty"`
+	Exec          `yaml:",inline"`
 	Timeout       resource.Duration `yaml:"timeout" json:"timeout,omitempty"` // default 5m
 	// Creates is a path (under --root): when it exists, the command need not run.
 	Creates string `yaml:"creates" json:"creates,omitempty"`
@@ -40,11 +37,7 @@ type CommandSpec struct {
 
 // Validate checks the Command's fields.
 func (s *CommandSpec) Validate(v *resource.Validation) {
-	validateCommand(v, "spec.command", s.Command)
-	validateEnv(v, s.Env)
-	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
-		v.Errorf("spec.workingDir", "%q must be an absolute path", s.WorkingDir)
-	}
+	s.Exec.validate(v)
 	if s.Creates != "" {
 		v.AbsPath("spec.creates", s.Creates)
 	}
@@ -184,7 +177,7 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = processEnv(env, spec.Env, home), spec.WorkingDir
-	if p, err := lookPathIn(argv[0], cmd.Env); err == nil {
+	if p, err := supervise.LookPath(argv[0], cmd.Env); err == nil {
 		cmd.Path = p
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -206,21 +199,6 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 		return out.Bytes(), -1, err
 	}
 	return out.Bytes(), 0, nil
-}
-
-// lookPathIn finds a program in the PATH the command will have.
-func lookPathIn(name string, env []string) (string, error) {
-	for _, kv := range env {
-		if p, ok := bytes.CutPrefix([]byte(kv), []byte("PATH=")); ok {
-			for _, dir := range filepath.SplitList(string(p)) {
-				full := filepath.Join(dir, name)
-				if fi, err := os.Stat(full); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-					return full, nil
-				}
-			}
-		}
-	}
-	return "", exec.ErrNotFound
 }
 
 func tailOf(b []byte, n int) string {

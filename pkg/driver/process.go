@@ -27,10 +27,7 @@ import (
 // ProcessSpec is a supervised process's desired state.
 type ProcessSpec struct {
 	resource.Base  `yaml:",inline"`
-	Command        []string          `yaml:"command" json:"command"`
-	Env            map[string]string `yaml:"env" json:"env,omitempty"`
-	WorkingDir     string            `yaml:"workingDir" json:"workingDir,omitempty"`
-	User           string            `yaml:"user" json:"user,omitempty"`
+	Exec           `yaml:",inline"`
 	RestartPolicy  string            `yaml:"restartPolicy" json:"restartPolicy,omitempty"` // Always (default), OnFailure, Never
 	StopSignal     string            `yaml:"stopSignal" json:"stopSignal,omitempty"`       // default SIGTERM
 	StopTimeout    resource.Duration `yaml:"stopTimeout" json:"stopTimeout,omitempty"`     // default 10s
@@ -40,15 +37,31 @@ type ProcessSpec struct {
 	RestartOn []resource.ID `yaml:"restartOn" json:"restartOn,omitempty"`
 }
 
+// Exec is how a program runs; Process and Command share it.
+type Exec struct {
+	Command    []string          `yaml:"command" json:"command"`
+	Env        map[string]string `yaml:"env" json:"env,omitempty"`
+	WorkingDir string            `yaml:"workingDir" json:"workingDir,omitempty"`
+	User       string            `yaml:"user" json:"user,omitempty"` // when cortex-sync runs as root
+}
+
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (x *Exec) validate(v *resource.Validation) {
+	validateCommand(v, "spec.command", x.Command)
+	for k := range x.Env {
+		if !envName.MatchString(k) {
+			v.Errorf("spec.env."+k, "%q is not a valid environment variable name", k)
+		}
+	}
+	if x.WorkingDir != "" && !path.IsAbs(x.WorkingDir) {
+		v.Errorf("spec.workingDir", "%q must be an absolute path", x.WorkingDir)
+	}
+}
 
 // Validate checks the Process's fields.
 func (s *ProcessSpec) Validate(v *resource.Validation) {
-	validateCommand(v, "spec.command", s.Command)
-	validateEnv(v, s.Env)
-	if s.WorkingDir != "" && !path.IsAbs(s.WorkingDir) {
-		v.Errorf("spec.workingDir", "%q must be an absolute path", s.WorkingDir)
-	}
+	s.Exec.validate(v)
 	if s.RestartPolicy != "" {
 		v.OneOf("spec.restartPolicy", s.RestartPolicy, "Always", "OnFailure", "Never")
 	}
@@ -66,14 +79,6 @@ func (s *ProcessSpec) Validate(v *resource.Validation) {
 func validateCommand(v *resource.Validation, field string, argv []string) {
 	if len(argv) == 0 || argv[0] == "" {
 		v.Errorf(field, "is required: the program and its arguments, as a list")
-	}
-}
-
-func validateEnv(v *resource.Validation, env map[string]string) {
-	for k := range env {
-		if !envName.MatchString(k) {
-			v.Errorf("spec.env."+k, "%q is not a valid environment variable name", k)
-		}
 	}
 }
 

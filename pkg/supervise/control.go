@@ -94,9 +94,9 @@ func Stop(st *Status, stopSignal syscall.Signal, stopTimeout time.Duration) erro
 	return nil
 }
 
-// lookPath finds a command in the PATH of the process's own environment,
-// not the caller's.
-func lookPath(name string, env []string) (string, error) {
+// LookPath finds a program in the PATH of the environment it will run
+// with, not the caller's.
+func LookPath(name string, env []string) (string, error) {
 	if strings.Contains(name, "/") {
 		return name, nil
 	}

@@ -206,7 +206,7 @@ func (s *shim) start() (int, error) {
 		attr.Credential = &syscall.Credential{Uid: uint32(s.spec.UID), Gid: uint32(max(s.spec.GID, 0))}
 	}
 	path := s.spec.Command[0]
-	if lp, err := lookPath(path, s.spec.Env); err == nil {
+	if lp, err := LookPath(path, s.spec.Env); err == nil {
 		path = lp
 	}
 	pid, err := syscall.ForkExec(path, s.spec.Command, &syscall.ProcAttr{
