@@ -56,6 +56,33 @@ type sample struct {
 	maxRSS int64 // KiB
 }
 
+// job is a command to time and what to do before each run of it.
+type job struct {
+	setup func() error
+	name  string
+	args  []string
+}
+
+// pair times two jobs in alternation, a run of one then a run of the
+// other, so that slow drifts of the machine (disk writeback above all) fall
+// on both sides alike rather than on whichever ran second.
+func pair(runs int, a, b job) ([]sample, []sample, error) {
+	var as, bs []sample
+	for range runs {
+		for _, j := range []struct {
+			job
+			out *[]sample
+		}{{a, &as}, {b, &bs}} {
+			s, err := measure(1, j.setup, j.name, j.args...)
+			if err != nil {
+				return nil, nil, err
+			}
+			*j.out = append(*j.out, s...)
+		}
+	}
+	return as, bs, nil
+}
+
 func measure(runs int, setup func() error, name string, args ...string) ([]sample, error) {
 	var out []sample
 	for range runs {
@@ -146,20 +173,16 @@ func run(bin, tree string, runs int, keep bool) error {
 		return append(args, "--dir", repo, "--root", root, "--state-dir", state)
 	}
 
-	rsyncSync, err := measure(runs, fresh(root, dst), "rsync", "-a", kb+"/", dst+"/")
-	if err != nil {
-		return err
-	}
-	csSync, err := measure(runs, fresh(root, root, state), bin, cs("sync")...)
+	rsyncSync, csSync, err := pair(runs,
+		job{fresh(root, dst), "rsync", []string{"-a", kb + "/", dst + "/"}},
+		job{fresh(root, root, state), bin, cs("sync")})
 	if err != nil {
 		return err
 	}
 	// Converged: both destinations hold the tree already.
-	rsyncDiff, err := measure(runs, nil, "rsync", "-a", "--dry-run", kb+"/", dst+"/")
-	if err != nil {
-		return err
-	}
-	csDiff, err := measure(runs, nil, bin, cs("diff", "--exit-code")...)
+	rsyncDiff, csDiff, err := pair(runs,
+		job{nil, "rsync", []string{"-a", "--dry-run", kb + "/", dst + "/"}},
+		job{nil, bin, cs("diff", "--exit-code")})
 	if err != nil {
 		return err
 	}
@@ -257,18 +280,20 @@ func gitBench(bin, work, repo string, runs int) (*gitSamples, error) {
 		return append(args, "--repo", url, "--branch", "main", "--root", root, "--state-dir", state)
 	}
 	s := &gitSamples{}
-	if s.clone, err = measure(runs, fresh(root, clone), "git", "clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
+	// The daemon's first pack of the tree is slow for everyone: warm it.
+	if _, err = measure(1, fresh(root, clone), "git", "clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
 		return nil, err
 	}
-	if s.fetch, err = measure(runs, fresh(root, state), bin, cs("validate")...); err != nil {
+	if s.clone, s.fetch, err = pair(runs,
+		job{fresh(root, clone), "git", []string{"clone", "-q", "--depth", "1", "--no-checkout", url, clone}},
+		job{fresh(root, state), bin, cs("validate")}); err != nil {
 		return nil, err
 	}
 	// Clone and copy: the shell does both, so one process tree is timed.
 	cloneRsync := fmt.Sprintf("git clone -q --depth 1 %s %s && rsync -a --exclude .git %s/kb/ %s/", url, clone, clone, dst)
-	if s.cloneSync, err = measure(runs, fresh(root, clone, dst), "sh", "-c", cloneRsync); err != nil {
-		return nil, err
-	}
-	if s.fetchSync, err = measure(runs, fresh(root, root, state), bin, cs("sync")...); err != nil {
+	if s.cloneSync, s.fetchSync, err = pair(runs,
+		job{fresh(root, clone, dst), "sh", []string{"-c", cloneRsync}},
+		job{fresh(root, root, state), bin, cs("sync")}); err != nil {
 		return nil, err
 	}
 	// One new commit, each run: a file of the tree changes.
@@ -288,16 +313,14 @@ func gitBench(bin, work, repo string, runs int) (*gitSamples, error) {
 		return nil
 	}
 	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", clone, clone, dst)
-	if s.pullSync, err = measure(runs, commit, "sh", "-c", pullRsync); err != nil {
+	if s.pullSync, s.commitSync, err = pair(runs,
+		job{commit, "sh", []string{"-c", pullRsync}},
+		job{commit, bin, cs("sync")}); err != nil {
 		return nil, err
 	}
-	if s.commitSync, err = measure(runs, commit, bin, cs("sync")...); err != nil {
-		return nil, err
-	}
-	if s.lsRemote, err = measure(runs, nil, "git", "ls-remote", url, "refs/heads/main"); err != nil {
-		return nil, err
-	}
-	if s.noop, err = measure(runs, nil, bin, cs("validate")...); err != nil {
+	if s.lsRemote, s.noop, err = pair(runs,
+		job{nil, "git", []string{"ls-remote", url, "refs/heads/main"}},
+		job{nil, bin, cs("validate")}); err != nil {
 		return nil, err
 	}
 	return s, nil
