@@ -157,13 +157,31 @@ type HTTP struct {
 // HTTP starts the smart-HTTP server.
 func (r *Repo) HTTP(t testing.TB, user, password string) *HTTP {
 	t.Helper()
+	return r.serveHTTP(t, user, password, false)
+}
+
+// HTTPS starts the smart-HTTP server over TLS with a certificate of its
+// own; CAFile is a PEM bundle that trusts it.
+func (r *Repo) HTTPS(t testing.TB, user, password string) (h *HTTP, caFile string) {
+	t.Helper()
+	h = r.serveHTTP(t, user, password, true)
+	caFile = filepath.Join(t.TempDir(), "ca.pem")
+	block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: h.Server.Certificate().Raw})
+	if err := os.WriteFile(caFile, block, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return h, caFile
+}
+
+func (r *Repo) serveHTTP(t testing.TB, user, password string, tls bool) *HTTP {
+	t.Helper()
 	execPath := r.Git("--exec-path")
 	h := &HTTP{}
 	backend := &cgi.Handler{
 		Path: filepath.Join(execPath, "git-http-backend"),
 		Env:  []string{"GIT_PROJECT_ROOT=" + r.Base, "GIT_HTTP_EXPORT_ALL=1"},
 	}
-	h.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	handler := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		h.Requests.Add(1)
 		u, p, ok := req.BasicAuth()
 		if !ok || u != user || p != password {
@@ -172,7 +190,12 @@ func (r *Repo) HTTP(t testing.TB, user, password string) *HTTP {
 			return
 		}
 		backend.ServeHTTP(w, req)
-	}))
+	})
+	if tls {
+		h.Server = httptest.NewTLSServer(handler)
+	} else {
+		h.Server = httptest.NewServer(handler)
+	}
 	t.Cleanup(h.Server.Close)
 	h.URL = h.Server.URL + "/" + r.Name
 	return h

@@ -372,3 +372,22 @@ func TestCorruptCacheIsRefetched(t *testing.T) {
 		t.Fatalf("after corruption: %q", got)
 	}
 }
+
+// TestCABundle: an HTTPS server with a certificate of its own is refused
+// until its CA is given.
+func TestCABundle(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	repo.Commit("one", map[string]*string{"a": gittest.S("a")})
+	h, ca := repo.HTTPS(t, "u", "p")
+	pw := filepath.Join(t.TempDir(), "pw")
+	os.WriteFile(pw, []byte("p"), 0o600)
+	g := newGit(t, h.URL)
+	g.Auth = source.Auth{Username: "u", PasswordFile: pw}
+	if _, err := g.Fetch(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the CA: %v, want a certificate error", err)
+	}
+	g.Auth.CAFile = ca
+	if _, got := fetchFile(t, g, "a"); got != "a" {
+		t.Fatalf("with the CA: %q", got)
+	}
+}
