@@ -97,6 +97,20 @@ func headline(c *Change) string {
 	return b.String()
 }
 
+// phrase says how an attribute changes, its field and values quoted by q.
+func (a Attr) phrase(q func(string) string) string {
+	switch {
+	case a.Before == "":
+		return q(a.Field) + ": " + q(a.After)
+	case a.After == "":
+		return q(a.Field) + ": " + q(a.Before) + " (removed)"
+	}
+	return q(a.Field) + ": " + q(a.Before) + " → " + q(a.After)
+}
+
+func plain(s string) string { return s }
+func code(s string) string  { return "`" + s + "`" }
+
 // Text renders the plan for a person.
 func Text(w io.Writer, p *Plan, o TextOptions) error {
 	if o.MaxFiles == 0 {
@@ -118,14 +132,7 @@ func Text(w io.Writer, p *Plan, o TextOptions) error {
 		sym, color := symbol(c)
 		fmt.Fprintf(&b, "%s %s%s\n", paint(color, sym), paint(bold, string(c.ID)), headline(c))
 		for _, a := range c.Attrs {
-			switch {
-			case a.Before == "":
-				fmt.Fprintf(&b, "    %s: %s\n", a.Field, a.After)
-			case a.After == "":
-				fmt.Fprintf(&b, "    %s: %s (removed)\n", a.Field, a.Before)
-			default:
-				fmt.Fprintf(&b, "    %s: %s → %s\n", a.Field, a.Before, a.After)
-			}
+			b.WriteString("    " + a.phrase(plain) + "\n")
 		}
 		if c.Content != nil {
 			if c.Content.Summary != "" {
@@ -197,14 +204,7 @@ func Markdown(w io.Writer, p *Plan) error {
 		if (c.Content != nil && (c.Content.Diff != "" || c.Content.Summary != "")) || len(c.Attrs) > 0 || len(c.Files) > 0 {
 			fmt.Fprintf(&details, "\n<details><summary><code>%s</code></summary>\n\n", c.ID)
 			for _, a := range c.Attrs {
-				switch {
-				case a.Before == "":
-					fmt.Fprintf(&details, "- `%s`: `%s`\n", a.Field, a.After)
-				case a.After == "":
-					fmt.Fprintf(&details, "- `%s`: `%s` (removed)\n", a.Field, a.Before)
-				default:
-					fmt.Fprintf(&details, "- `%s`: `%s` → `%s`\n", a.Field, a.Before, a.After)
-				}
+				details.WriteString("- " + a.phrase(code) + "\n")
 			}
 			for _, f := range c.Files {
 				fmt.Fprintf(&details, "- %s `%s` (%s)\n", f.Action, f.Path, f.Reason.Phrase())
