@@ -1,5 +1,6 @@
 // Command cortex-sync keeps a host converged to a Git repository of
-// manifests: files, directory trees and symlinks, applied and healed.
+// manifests: files, directory trees, symlinks, supervised processes and
+// one-shot commands, applied and healed.
 package main
 
 import (

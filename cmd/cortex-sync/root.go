@@ -162,9 +162,10 @@ func newRootCmd(io streams) *cobra.Command {
 		Use:   "cortex-sync",
 		Short: "Keep this host converged to a Git repository of manifests",
 		Long: `cortex-sync is a pull-based GitOps agent for one host. It keeps files,
-directory trees and symlinks converged to what the manifests say: it observes
-the host, compares it with the desired state and with what it last applied,
-and takes the smallest action that closes the gap.`,
+directory trees, symlinks, supervised processes and one-shot commands
+converged to what the manifests in a Git repository (or a directory) say: it
+observes the host, compares it with the desired state and with what it last
+applied, and takes the smallest action that closes the gap.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
