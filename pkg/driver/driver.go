@@ -360,3 +360,33 @@ func unchanged(live hostfs.Stat, fp *state.IndexEntry, racy, verify bool, hash f
 func missing(err error) bool {
 	return errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR)
 }
+
+// parallel runs fn(0..n-1) on at most workers goroutines; the first error wins.
+func parallel(workers, n int, fn func(i int) error) error {
+	workers = max(1, min(workers, n))
+	var next sync.Mutex
+	i := 0
+	var errs []error
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				next.Lock()
+				if i >= n || len(errs) > 0 {
+					next.Unlock()
+					return
+				}
+				j := i
+				i++
+				next.Unlock()
+				if err := fn(j); err != nil {
+					next.Lock()
+					errs = append(errs, err)
+					next.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

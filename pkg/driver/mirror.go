@@ -1,0 +1,679 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"golang.org/x/sys/unix"
+)
+
+// treeOp is one change inside a mirrored tree.
+type treeOp struct {
+	rel     string
+	action  diff.Action
+	reason  diff.Reason
+	typ     fs.FileMode // fs.ModeDir, fs.ModeSymlink or 0 for a file
+	mode    fs.FileMode
+	target  string       // symlink target
+	entry   source.Entry // the desired entry, for files
+	replace bool         // something of another type is in the way
+	backup  bool         // what is there was not written by cortex-sync
+	chmod   bool         // only the mode is wrong
+}
+
+// treeReason sums up why a tree changes: drift first, then Git, then purge.
+func treeReason(ops []treeOp) diff.Reason {
+	best := diff.Unmanaged
+	for _, op := range ops {
+		switch op.reason {
+		case diff.Drifted, diff.MissingOnHost:
+			return diff.Drifted
+		case diff.Unmanaged:
+		default:
+			best = diff.ChangedInGit
+		}
+	}
+	return best
+}
+
+// liveEntry is one entry of the live tree.
+type liveEntry struct {
+	hostfs.Stat
+	target string
+}
+
+// walkHost lists the live tree below d, never following symlinks.
+func walkHost(d *hostfs.Dir, rel string, out map[string]liveEntry) error {
+	entries, err := d.ReadDir()
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		p := name
+		if rel != "" {
+			p = rel + "/" + name
+		}
+		st, err := d.Lstat(name)
+		if missing(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		le := liveEntry{Stat: st}
+		switch {
+		case st.Mode&fs.ModeSymlink != 0:
+			if le.target, err = d.Readlink(name); err != nil {
+				return err
+			}
+		case st.Mode.IsDir():
+			sub, err := d.OpenDir(name)
+			if err != nil {
+				return err
+			}
+			err = walkHost(sub, p, out)
+			sub.Close()
+			if err != nil {
+				return err
+			}
+		}
+		out[p] = le
+	}
+	return nil
+}
+
+// mirrorMode is the mode of a mirrored entry: as Git keeps it, 0755 for
+// directories and executables, 0644 for other files.
+func mirrorMode(e source.Entry) fs.FileMode {
+	if e.Mode.IsDir() || e.Mode&0o111 != 0 {
+		return 0o755
+	}
+	return 0o644
+}
+
+// planTree compares the desired tree, the index of what was written and the
+// live tree, entry by entry, hashing only what the quick check cannot clear.
+func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, old *state.Index, w *dirWork) error {
+	// The live tree and the desired tree are walked at the same time.
+	live := map[string]liveEntry{}
+	liveErr := make(chan error, 1)
+	go func() {
+		if top == nil {
+			liveErr <- nil
+			return
+		}
+		liveErr <- walkHost(top, "", live)
+	}()
+	var desired []source.Entry
+	var srcErr error
+	if spec.sourcePath != "" {
+		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
+			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
+				desired = append(desired, e)
+			}
+			return nil
+		})
+	}
+	if err := <-liveErr; err != nil {
+		return err
+	}
+	if srcErr != nil {
+		return fmt.Errorf("read source %s: %w", spec.Source, srcErr)
+	}
+	want := make(map[string]bool, len(desired))
+	ops := make([]*treeOp, len(desired))
+	var files []int // desired files that exist live and need a content check
+	for i, e := range desired {
+		want[e.Path] = true
+		le, ok := live[e.Path]
+		prev := old.Entries[e.Path]
+		op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type()}
+		switch {
+		case !ok:
+			op.action, op.reason = diff.Create, diff.AddedInGit
+			if prev != nil {
+				op.reason = diff.MissingOnHost
+			}
+		case le.Mode.Type() != e.Mode.Type():
+			op.action, op.reason, op.replace, op.backup = diff.Update, diff.Drifted, true, true
+			if prev == nil {
+				op.reason = diff.AddedInGit
+			}
+		case e.Mode.IsDir():
+			w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat}
+			if le.Mode.Perm() != op.mode {
+				op.action, op.reason, op.chmod = diff.Update, diff.Drifted, true
+			}
+		case e.Mode&fs.ModeSymlink != 0:
+			op.target = e.Target
+			if le.target != e.Target {
+				op.action, op.reason, op.backup = diff.Update, diff.ChangedInGit, prev == nil || prev.SHA256 != le.target
+				if prev != nil && prev.SHA256 != le.target {
+					op.reason = diff.Drifted
+				}
+			} else {
+				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat, SHA256: le.target}
+			}
+		default:
+			files = append(files, i)
+		}
+		if op.action != "" {
+			ops[i] = op
+		}
+	}
+	// Content checks run in parallel: most are a stat comparison and a map
+	// lookup, a few hash a file.
+	var mu sync.Mutex
+	err := parallel(env.Concurrency, len(files), func(j int) error {
+		i := files[j]
+		e := desired[i]
+		op, entry, err := planFile(env, spec.sourcePath, top, e, live[e.Path], old)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if op != nil {
+			ops[i] = op
+		}
+		if entry != nil {
+			if prev := old.Entries[e.Path]; prev == nil || *prev != *entry {
+				w.dirty = true
+			}
+			w.index.Entries[e.Path] = entry
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		if op != nil {
+			w.ops = append(w.ops, *op)
+		}
+	}
+	// Live entries that are not desired: what cortex-sync wrote goes, what it
+	// did not goes only with purge, and never what another resource manages.
+	var gone []string
+	for rel := range live {
+		if !want[rel] {
+			gone = append(gone, rel)
+		}
+	}
+	slices.Sort(gone)
+	var removed string // a directory being removed whole
+	for _, rel := range gone {
+		if removed != "" && strings.HasPrefix(rel, removed+"/") {
+			continue
+		}
+		le := live[rel]
+		prev := old.Entries[rel]
+		op := treeOp{rel: rel, action: diff.Delete, typ: le.Mode.Type()}
+		switch {
+		case hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular():
+			op.reason = diff.Drifted // left by an interrupted write
+		case prev != nil:
+			op.reason = diff.RemovedFromGit
+			op.backup = !ownedBelow(rel, live, old)
+		case spec.Purge && !env.Set.ManagesWithin(path.Join(spec.Path, rel), r.ID()):
+			op.reason, op.backup = diff.Unmanaged, true
+		default:
+			w.hasContent = true
+			continue
+		}
+		if le.Mode.IsDir() {
+			removed = rel
+		}
+		w.ops = append(w.ops, op)
+	}
+	if len(old.Entries) != len(w.index.Entries) {
+		w.dirty = true
+	}
+	return nil
+}
+
+// ownedBelow reports whether rel and everything below it is as cortex-sync
+// wrote it, so deleting it loses nothing of anyone else's.
+func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
+	check := func(p string, le liveEntry) bool {
+		prev := old.Entries[p]
+		return prev != nil && (le.Mode.IsDir() || le.Stat.Same(prev.Stat))
+	}
+	if !check(rel, live[rel]) {
+		return false
+	}
+	if !live[rel].Mode.IsDir() {
+		return true
+	}
+	for p, le := range live {
+		if strings.HasPrefix(p, rel+"/") && !check(p, le) {
+			return false
+		}
+	}
+	return true
+}
+
+// planFile decides one regular file that exists on both sides. It returns
+// the op to perform, or the index entry that stands when none is needed.
+// Directories are opened only when a file must be read.
+func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveEntry, old *state.Index) (*treeOp, *state.IndexEntry, error) {
+	prev := old.Entries[e.Path]
+	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
+	var dir *hostfs.Dir
+	name := path.Base(e.Path)
+	opened := func() (*hostfs.Dir, error) {
+		if dir != nil {
+			return dir, nil
+		}
+		var err error
+		if parent := path.Dir(e.Path); parent == "." {
+			dir = top
+		} else {
+			dir, err = openRel(top, parent)
+		}
+		return dir, err
+	}
+	defer func() {
+		if dir != nil && dir != top {
+			dir.Close()
+		}
+	}()
+	hash := func() (string, error) {
+		d, err := opened()
+		if err != nil {
+			return "", err
+		}
+		return hashFile(d, name)
+	}
+	ours, err := unchanged(le.Stat, prev, prev != nil && old.Racy(prev), env.Verify, hash)
+	if err != nil {
+		return nil, nil, err
+	}
+	var id string
+	if prev != nil {
+		if id, err = e.ContentID(); err != nil {
+			return nil, nil, err
+		}
+	}
+	switch {
+	case ours && prev.ContentID == id:
+	case ours:
+		op.action, op.reason = diff.Update, diff.ChangedInGit
+		return op, nil, nil
+	default:
+		d, err := opened()
+		if err != nil {
+			return nil, nil, err
+		}
+		same, err := sameContent(d, name, func() (io.ReadCloser, error) { return env.Tree.Open(path.Join(srcDir, e.Path)) })
+		if err != nil {
+			return nil, nil, err
+		}
+		if !same {
+			op.action, op.reason, op.backup = diff.Update, diff.Drifted, true
+			if prev == nil {
+				op.reason = diff.AddedInGit
+			}
+			return op, nil, nil
+		}
+	}
+	if le.Mode.Perm() != op.mode {
+		op.action, op.reason, op.chmod = diff.Update, diff.Drifted, true
+		return op, nil, nil
+	}
+	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
+	if ours {
+		entry.SHA256 = prev.SHA256
+	} else if entry.SHA256, err = hash(); err != nil {
+		return nil, nil, err
+	}
+	if entry.ContentID == "" {
+		if entry.ContentID, err = e.ContentID(); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, entry, nil
+}
+
+// openRel opens a relative directory below d, one element at a time.
+func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
+	cur := d
+	for i, name := range strings.Split(rel, "/") {
+		next, err := cur.OpenDir(name)
+		if i > 0 {
+			cur.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		cur = next
+	}
+	return cur, nil
+}
+
+// written is a file staged in a temporary name, waiting for its rename.
+type written struct {
+	op  *treeOp
+	dir *hostfs.Dir
+	tmp string
+	sum string
+}
+
+// applyTree carries out a tree's ops: deletions deepest first, directories
+// parents first, then every file written to a temporary name, one syncfs
+// for all of them, the renames, and an fsync of each touched directory.
+func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
+	dirs := map[string]*hostfs.Dir{"": top}
+	defer func() {
+		for rel, d := range dirs {
+			if rel != "" {
+				d.Close()
+			}
+		}
+	}()
+	touched := map[string]bool{}
+	dirOf := func(rel string) (*hostfs.Dir, string, error) {
+		parent, name := path.Split(rel)
+		parent = strings.TrimSuffix(parent, "/")
+		if d, ok := dirs[parent]; ok {
+			return d, name, nil
+		}
+		d, err := openRel(top, parent)
+		if err != nil {
+			return nil, "", err
+		}
+		dirs[parent] = d
+		return d, name, nil
+	}
+	a := w.attrs
+
+	// Deletions and replacements, children before parents.
+	for i := len(w.ops) - 1; i >= 0; i-- {
+		op := &w.ops[i]
+		if op.action != diff.Delete && !op.replace {
+			continue
+		}
+		d, name, err := dirOf(op.rel)
+		if err != nil {
+			return err
+		}
+		if op.backup {
+			if _, err := env.Backups.Save(d, name); err != nil {
+				return err
+			}
+		}
+		if sub, ok := dirs[op.rel]; ok {
+			sub.Close()
+			delete(dirs, op.rel)
+		}
+		if err := d.RemoveAll(name); err != nil {
+			return err
+		}
+		delete(w.index.Entries, op.rel)
+		touched[path.Dir(op.rel)] = true
+	}
+	// Directories and symlinks, parents first; files are staged.
+	var stage []*treeOp
+	for i := range w.ops {
+		op := &w.ops[i]
+		if op.action == diff.Delete {
+			continue
+		}
+		d, name, err := dirOf(op.rel)
+		if err != nil {
+			return err
+		}
+		switch {
+		case op.chmod:
+			if err := d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
+				return err
+			}
+			if op.typ == fs.ModeDir {
+				continue // its index entry stands
+			}
+			st, err := d.Lstat(name)
+			if err != nil {
+				return err
+			}
+			sum, err := hashFile(d, name)
+			if err != nil {
+				return err
+			}
+			id, err := op.entry.ContentID()
+			if err != nil {
+				return err
+			}
+			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id}
+		case op.typ == fs.ModeDir:
+			if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
+				return err
+			}
+			if a.uid >= 0 || a.gid >= 0 {
+				if err := d.Chown(name, a.uid, a.gid); err != nil {
+					return err
+				}
+			}
+			st, err := d.Lstat(name)
+			if err != nil {
+				return err
+			}
+			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st}
+			touched[path.Dir(op.rel)] = true
+		case op.typ == fs.ModeSymlink:
+			if op.backup && !op.replace {
+				if _, err := env.Backups.Save(d, name); err != nil {
+					return err
+				}
+			}
+			if err := d.Symlink(op.target, name); err != nil {
+				return err
+			}
+			st, err := d.Lstat(name)
+			if err != nil {
+				return err
+			}
+			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, SHA256: op.target}
+			touched[path.Dir(op.rel)] = true
+		default:
+			stage = append(stage, op)
+		}
+	}
+	if len(stage) > 0 {
+		if err := writeStaged(ctx, env, spec, stage, dirOf, touched, w); err != nil {
+			return err
+		}
+	}
+	return syncDirs(env, top, dirs, touched)
+}
+
+// syncDirs makes renames and removals durable: an fsync per touched
+// directory when there are few, one syncfs when there are many (it costs
+// about as much as a handful of fsyncs).
+func syncDirs(env *Env, top *hostfs.Dir, dirs map[string]*hostfs.Dir, touched map[string]bool) error {
+	if len(touched) > 16 {
+		return env.Root.SyncFS()
+	}
+	for rel := range touched {
+		d, ok := dirs[rel]
+		if rel == "." {
+			d, ok = top, true
+		}
+		if ok {
+			if err := d.Sync(); err != nil {
+				return err
+			}
+		} else if err := env.Root.SyncFS(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeStaged writes files to temporary names in parallel, makes them
+// durable with one syncfs, then renames them into place.
+func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*treeOp, dirOf func(string) (*hostfs.Dir, string, error), touched map[string]bool, w *dirWork) error {
+	out := make([]written, len(stage))
+	for i, op := range stage {
+		d, _, err := dirOf(op.rel) // open every parent before going parallel
+		if err != nil {
+			return err
+		}
+		out[i] = written{op: op, dir: d}
+	}
+	a := w.attrs
+	cleanup := func() {
+		for _, s := range out {
+			if s.tmp != "" {
+				s.dir.Remove(s.tmp)
+			}
+		}
+	}
+	err := parallel(env.Concurrency, len(out), func(i int) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		s := &out[i]
+		var src io.ReadCloser
+		var err error
+		if s.op.entry.Open != nil {
+			src, err = s.op.entry.Open()
+		} else {
+			src, err = env.Tree.Open(path.Join(spec.sourcePath, s.op.rel))
+		}
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		s.tmp, s.sum, err = s.dir.WriteTemp(path.Base(s.op.rel), src, hostfs.Attrs{Mode: s.op.mode, UID: a.uid, GID: a.gid})
+		return err
+	})
+	if err != nil {
+		cleanup()
+		return err
+	}
+	if err := env.Root.SyncFS(); err != nil {
+		cleanup()
+		return fmt.Errorf("syncfs: %w", err)
+	}
+	for i := range out {
+		s := &out[i]
+		name := path.Base(s.op.rel)
+		if s.op.backup && !s.op.replace {
+			if _, err := env.Backups.Save(s.dir, name); err != nil {
+				cleanup()
+				return err
+			}
+		}
+		if err := s.dir.Rename(s.tmp, name); err != nil {
+			cleanup()
+			return err
+		}
+		s.tmp = ""
+		touched[path.Dir(s.op.rel)] = true
+	}
+	// Fingerprints are taken after the renames; content IDs come from the
+	// source, cheap where it already knows them.
+	return parallel(env.Concurrency, len(out), func(i int) error {
+		s := &out[i]
+		st, err := s.dir.Lstat(path.Base(s.op.rel))
+		if err != nil {
+			return err
+		}
+		id, err := contentIDOf(s.op.entry, s.sum)
+		if err != nil {
+			return err
+		}
+		e := &state.IndexEntry{Stat: st, SHA256: s.sum, ContentID: id}
+		w.mu.Lock()
+		w.index.Entries[s.op.rel] = e
+		w.mu.Unlock()
+		return nil
+	})
+}
+
+// deleteTree removes a directory. Declared absent, it goes whole (what
+// cortex-sync did not write is backed up first). Pruned, only what
+// cortex-sync wrote goes, and the directory itself only if it made it and
+// nothing else is left inside.
+func deleteTree(env *Env, c *diff.Change, w *dirWork) error {
+	d, base, err := env.Root.Parent(c.Path, false)
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if w.declared {
+		if _, err := env.Backups.Save(d, base); err != nil {
+			return err
+		}
+		if err := d.RemoveAll(base); err != nil {
+			return err
+		}
+		return d.Sync()
+	}
+	top, err := d.OpenDir(base)
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rels := make([]string, 0, len(w.index.Entries))
+	for rel := range w.index.Entries {
+		rels = append(rels, rel)
+	}
+	slices.Sort(rels)
+	for i := len(rels) - 1; i >= 0; i-- { // children before parents
+		sub, name := top, rels[i]
+		if j := strings.LastIndexByte(rels[i], '/'); j >= 0 {
+			if sub, err = openRel(top, rels[i][:j]); err != nil {
+				if missing(err) {
+					continue
+				}
+				top.Close()
+				return err
+			}
+			name = rels[i][j+1:]
+		}
+		err := sub.Remove(name)
+		if sub != top {
+			sub.Close()
+		}
+		if err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			top.Close()
+			return err
+		}
+	}
+	top.Close()
+	if c.Record == nil || !c.Record.Created {
+		return nil // it was there before cortex-sync: it stays
+	}
+	if err := d.Remove(base); err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return d.Sync()
+}
+
+// contentIDOf names an entry's content after it was copied with the given
+// SHA-256: a tree whose IDs are digests learns it without a second read.
+func contentIDOf(e source.Entry, sum string) (string, error) {
+	if e.Digested != nil {
+		return e.Digested(sum), nil
+	}
+	return e.ContentID()
+}
