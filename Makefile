@@ -6,7 +6,7 @@ DEMO        := /tmp/cortex-sync-demo
 # Programs the tests start besides Go itself, and the Debian package of each.
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git sshd:openssh-server python3:python3 pgrep:procps unshare:util-linux
 
-.PHONY: all build test check-tools lint bench demo clean
+.PHONY: all build test race check-tools lint bench demo clean
 
 all: lint test
 
@@ -20,6 +20,11 @@ check-tools:
 
 test: check-tools
 	$(GO) test ./...
+
+# The same tests under the race detector: planning, writes, Git readers and
+# the shim are concurrent.
+race: check-tools
+	$(GO) test -race ./...
 
 lint:
 	$(GO) vet ./...
