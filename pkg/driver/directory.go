@@ -64,7 +64,6 @@ type dirWork struct {
 	index                              *state.Index // the new index: entries that need no op
 	dirty                              bool         // index entries were refreshed
 	declared                           bool         // delete asked for by ensure: absent
-	hasContent                         bool         // live entries not written by cortex-sync
 	mu                                 sync.Mutex   // guards index while files are written in parallel
 }
 

@@ -231,8 +231,7 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 		case spec.Purge && !env.Set.ManagesWithin(path.Join(spec.Path, rel), r.ID()):
 			op.reason, op.backup = diff.Unmanaged, true
 		default:
-			w.hasContent = true
-			continue
+			continue // not cortex-sync's, and no purge: left alone
 		}
 		if le.Mode.IsDir() {
 			removed = rel

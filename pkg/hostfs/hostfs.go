@@ -60,15 +60,6 @@ func (r *Root) Close() error { return unix.Close(r.fd) }
 // Dir is the host directory the root lives in.
 func (r *Root) Dir() string { return r.dir }
 
-// HostPath is where an in-root path lies on the host, for messages and for
-// programs that run outside the confinement.
-func (r *Root) HostPath(p string) string {
-	if r.dir == "/" {
-		return p
-	}
-	return r.dir + p
-}
-
 // Allowed reports whether the in-root path p may be written. Ancestors of an
 // allowed path are allowed too, so that missing parents can be created.
 func (r *Root) Allowed(p string) bool {

@@ -93,9 +93,6 @@ func TestAllowedPathsCheckTheResolvedPath(t *testing.T) {
 	if _, _, err := r.Parent("/etc/passwd", true); !errors.Is(err, ErrNotAllowed) {
 		t.Fatalf("write outside the allowed path: err = %v, want ErrNotAllowed", err)
 	}
-	if _, err := os.Stat(filepath.Join(rootDir, "opt")); !os.IsNotExist(err) {
-		t.Fatalf("a refused write still created a directory: %v", err)
-	}
 	if _, _, err := r.Parent("/opt/x/y", true); !errors.Is(err, ErrNotAllowed) {
 		t.Fatalf("mkdir outside the allowed path: err = %v, want ErrNotAllowed", err)
 	}

@@ -3,7 +3,6 @@ package supervise
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"os"
 	"strconv"
 	"syscall"
@@ -103,5 +102,3 @@ func (id Identity) WaitGone(timeout time.Duration) bool {
 	}
 	return true
 }
-
-func (id Identity) String() string { return fmt.Sprintf("pid %d", id.PID) }

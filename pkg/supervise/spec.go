@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -66,7 +67,7 @@ func (e *Exit) String() string {
 	if e == nil {
 		return ""
 	}
-	s := "exited with code " + itoa(e.Code)
+	s := "exited with code " + strconv.Itoa(e.Code)
 	if e.Signal != "" {
 		s = "killed by " + e.Signal
 	}
@@ -123,9 +124,4 @@ func writeStatus(file string, s *Status) error {
 // Files are where a process's log and status live under the state dir.
 func Files(stateDir, name string) (logFile, statusFile string) {
 	return filepath.Join(stateDir, "logs", name+".log"), filepath.Join(stateDir, "procs", name+".json")
-}
-
-func itoa(n int) string {
-	b, _ := json.Marshal(n)
-	return string(b)
 }
