@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +43,11 @@ type shim struct {
 	mu     sync.Mutex // guards status
 	status Status
 	log    *capped
+	// reaping keeps the reaper, which waits for any child, away from the
+	// children of exec probes: those hold it shared from start to their own
+	// wait, the reaper holds it exclusive. Else the reaper could take a
+	// probe's exit status and fail a healthy process's probe.
+	reaping sync.RWMutex
 }
 
 func (s *shim) write() {
@@ -174,6 +180,8 @@ func (s *shim) endGroup(pgid int, chld <-chan os.Signal) {
 
 // reap collects every exited child; it returns how pid ended once it has.
 func (s *shim) reap(pid int) *Exit {
+	s.reaping.Lock()
+	defer s.reaping.Unlock()
 	var exit *Exit
 	for {
 		var ws unix.WaitStatus
@@ -225,6 +233,15 @@ func (s *shim) start() (int, error) {
 	return pid, nil
 }
 
+// check runs a probe once; an exec probe's child is kept from the reaper.
+func (s *shim) check(ctx context.Context, p *health.Probe) error {
+	if p.Exec != nil {
+		s.reaping.RLock()
+		defer s.reaping.RUnlock()
+	}
+	return p.Check(ctx, s.spec.Env, s.spec.Dir)
+}
+
 // probe runs readiness and liveness checks while the process runs.
 // Readiness is polled every 20ms until it first succeeds, so a fast
 // process is seen ready at once, then every period.
@@ -237,7 +254,7 @@ func (s *shim) probe(ctx context.Context, unhealthy chan<- string) {
 			}
 			ok, bad := 0, 0
 			for ready := false; ; {
-				err := p.Check(ctx, s.spec.Env, s.spec.Dir)
+				err := s.check(ctx, p)
 				if ctx.Err() != nil {
 					return
 				}
@@ -275,7 +292,7 @@ func (s *shim) probe(ctx context.Context, unhealthy chan<- string) {
 				if !sleep(ctx, t.Period) {
 					return
 				}
-				err := p.Check(ctx, s.spec.Env, s.spec.Dir)
+				err := s.check(ctx, p)
 				if ctx.Err() != nil {
 					return
 				}
