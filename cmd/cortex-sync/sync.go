@@ -81,10 +81,15 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	if err := apply.Check(plan, e.set, e.snap, e.ref, opts); err != nil {
 		return err
 	}
-	e.snap.Source, e.snap.Revision = e.ref, e.checkout.Revision
+	e.snap.Source = e.ref
 	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, opts)
 	if err == nil {
-		e.snap.LastSyncTime = timeNow()
+		// The revision counts as applied only when all of it was.
+		now := timeNow()
+		e.snap.LastAttempt, e.snap.LastSyncTime = rep.Attempt(e.checkout.Revision, now), now
+		if !rep.Failed() {
+			e.snap.Revision = e.checkout.Revision
+		}
 		err = e.state.Save(e.snap)
 	}
 	if rep != nil {

@@ -76,7 +76,7 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	var mu sync.Mutex // guards snap, rep and failed
 	failed := map[resource.ID]bool{}
 	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
-		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files)}
+		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files), Backups: c.Backups()}
 		now := time.Now().UTC()
 		switch {
 		case err != nil:

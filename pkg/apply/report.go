@@ -34,7 +34,8 @@ type Result struct {
 	Outcome   Outcome     `json:"outcome"`
 	Error     string      `json:"error,omitempty"`
 	BlockedBy resource.ID `json:"blockedBy,omitempty"`
-	Files     int         `json:"files,omitempty"` // changes inside a tree
+	Files     int         `json:"files,omitempty"`   // changes inside a tree
+	Backups   int         `json:"backups,omitempty"` // of which were backed up first
 }
 
 // Report is every outcome of a run.
@@ -86,6 +87,9 @@ func (r *Report) Text(w io.Writer) error {
 			}
 			if res.Files > 0 {
 				line += fmt.Sprintf(", %d entries", res.Files)
+			}
+			if res.Backups > 0 {
+				line += fmt.Sprintf(" (%d backed up first)", res.Backups)
 			}
 			counts[past(res.Action)]++
 		case Unchanged:

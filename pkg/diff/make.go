@@ -4,14 +4,18 @@ import (
 	"context"
 	"sync"
 
+	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // Observer compares one resource's desired state (nil when it left Git) and
-// its last applied record (nil when never applied) with the live host.
+// its last applied record (nil when never applied) with the live host, and
+// reports what it saw; Make decides what to do about it.
 type Observer interface {
-	Plan(ctx context.Context, desired *resource.Resource, rec *state.Entry) (*Change, error)
+	Observe(ctx context.Context, desired *resource.Resource, rec *state.Entry) (*Change, error)
+	// Verbs say how the kind carries out a create and an update.
+	Verbs(kind string) Verbs
 }
 
 // Make builds the plan: every desired resource in dependency order, then
@@ -38,7 +42,7 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 			}
 			c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
 			c.Reason, c.Prune = RemovedFromGit, c.Action == Delete
-			if c.Action == NoOp {
+			if c.Action == NoOp && c.Error == "" {
 				c.Action = Forget // already gone from the host: only the record goes
 			}
 			return c
@@ -59,15 +63,18 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 	return p
 }
 
-// observe asks the driver, turning an error into a change that carries it.
+// observe asks the driver and decides, turning an error into a change that
+// carries it.
 func observe(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry, id resource.ID, kind string) *Change {
-	c, err := o.Plan(ctx, desired, rec)
+	c, err := o.Observe(ctx, desired, rec)
 	if err != nil {
-		c = &Change{ID: id, Kind: kind, Error: err.Error()}
+		c = &Change{ID: id, Kind: kind, Action: NoOp, Health: health.Unknown, Error: err.Error()}
+		if rec != nil {
+			c.Path = rec.Path
+		}
+	} else {
+		c.decide(o.Verbs(kind))
 	}
 	c.ID, c.Kind, c.Desired, c.Record = id, kind, desired, rec
-	if c.Action == "" {
-		c.Action = NoOp
-	}
 	return c
 }

@@ -4,6 +4,8 @@
 package diff
 
 import (
+	"time"
+
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -86,8 +88,8 @@ type Plan struct {
 //	forget   the entry               nil            left alone
 //	no-op    any                     the resource   matches
 //
-// Attrs, Content and Files are for display only; Work carries what the
-// driver planned and is the only thing apply reads besides Action.
+// Attrs, Content and Files are for display only; apply reads Action,
+// Observed and the driver's Work.
 type Change struct {
 	ID     resource.ID
 	Kind   string
@@ -107,14 +109,38 @@ type Change struct {
 	Health health.Status
 	Detail string
 
+	Runtime *Runtime     // display only: a process's or command's last run
 	Attrs   []Attr       // display only
 	Content *Content     // display only
 	Files   []FileChange // display only: changes inside a tree
 	Drifted int          // display only: files inside a tree that drifted
 
+	// Observed is what the driver saw; Action and Reason are decided
+	// from it (Decide).
+	Observed Observation
+
 	Desired *resource.Resource
 	Record  *state.Entry
 	Work    any // driver-private planned work
+}
+
+// Runtime is what a process or command did on the host, for status.
+type Runtime struct {
+	PID      int        `json:"pid,omitempty"`
+	State    string     `json:"state,omitempty"` // the supervisor's state (running, backoff, exited)
+	Restarts int        `json:"restarts"`
+	LastExit *Exit      `json:"lastExit,omitempty"`
+	LastRun  *time.Time `json:"lastRun,omitempty"` // a command's last run
+	Outcome  string     `json:"outcome,omitempty"` // how it ended, in words ("exit code 3", "timed out after 2s")
+	LogPath  string     `json:"logPath,omitempty"`
+}
+
+// Exit is how a run ended.
+type Exit struct {
+	Code   int       `json:"code"`             // -1 when killed by a signal or never started
+	Signal string    `json:"signal,omitempty"` // the signal that ended it
+	Reason string    `json:"reason,omitempty"`
+	Time   time.Time `json:"time"`
 }
 
 // Attr is an attribute that changes.
@@ -136,6 +162,28 @@ type FileChange struct {
 	Path   string `json:"path"`
 	Action Action `json:"action"`
 	Reason Reason `json:"reason"`
+	// Backup: what is there is not what cortex-sync wrote, and is copied
+	// to the backups before it is replaced or deleted.
+	Backup bool `json:"backup,omitempty"`
+}
+
+// backupNote says that a file is backed up first, for the renderings.
+func (f FileChange) backupNote() string {
+	if f.Backup {
+		return ", backed up first: changed on the host"
+	}
+	return ""
+}
+
+// Backups counts the files inside a tree that are backed up first.
+func (c *Change) Backups() int {
+	n := 0
+	for _, f := range c.Files {
+		if f.Backup {
+			n++
+		}
+	}
+	return n
 }
 
 // Pending reports whether the change would do anything: what sync acts on

@@ -160,7 +160,7 @@ func Text(w io.Writer, p *Plan, o TextOptions) error {
 				break
 			}
 			sym, color := symbol(&Change{Action: f.Action})
-			fmt.Fprintf(&b, "    %s %s (%s)\n", paint(color, sym), f.Path, f.Reason.Phrase())
+			fmt.Fprintf(&b, "    %s %s (%s)%s\n", paint(color, sym), f.Path, f.Reason.Phrase(), f.backupNote())
 		}
 	}
 	if shown == 0 {
@@ -207,7 +207,7 @@ func Markdown(w io.Writer, p *Plan) error {
 				details.WriteString("- " + a.phrase(code) + "\n")
 			}
 			for _, f := range c.Files {
-				fmt.Fprintf(&details, "- %s `%s` (%s)\n", f.Action, f.Path, f.Reason.Phrase())
+				fmt.Fprintf(&details, "- %s `%s` (%s)%s\n", f.Action, f.Path, f.Reason.Phrase(), f.backupNote())
 			}
 			if c.Content != nil && c.Content.Summary != "" {
 				fmt.Fprintf(&details, "- content: %s\n", c.Content.Summary)

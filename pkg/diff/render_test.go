@@ -29,7 +29,7 @@ func samplePlan() *Plan {
 			{ID: "File/token", Kind: "File", Path: "/etc/token", Action: Update, Reason: ChangedInGit,
 				Content: ContentChange([]byte("old"), []byte("new"), true)},
 			{ID: "Directory/kb", Kind: "Directory", Path: "/srv/kb", Action: Update, Reason: Drifted, Drifted: 1,
-				Files: []FileChange{{"index.md", Update, Drifted}, {"new.md", Create, AddedInGit}, {"old.md", Delete, RemovedFromGit}}},
+				Files: []FileChange{{Path: "index.md", Action: Update, Reason: Drifted}, {Path: "new.md", Action: Create, Reason: AddedInGit}, {Path: "old.md", Action: Delete, Reason: RemovedFromGit, Backup: true}}},
 			{ID: "Symlink/current", Kind: "Symlink", Path: "/srv/current", Action: Update, Reason: ChangedInGit,
 				Attrs: []Attr{{Field: "target", Before: "/srv/v1", After: "/srv/v2"}}},
 			{ID: "File/legacy", Kind: "File", Path: "/etc/legacy", Action: Delete, Reason: RemovedFromGit, Prune: true},

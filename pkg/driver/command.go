@@ -55,14 +55,22 @@ func (s *CommandSpec) Claims() []resource.Claim { return nil }
 // Requires: what refreshes it is applied before it.
 func (s *CommandSpec) Requires() []resource.ID { return s.RefreshOn }
 
+func init() {
+	Register("Command", func() resource.Spec { return &CommandSpec{} }, commandDriver{})
+}
+
 type commandDriver struct{}
+
+// verbs: a command is run, to create and to update alike.
+func (commandDriver) verbs() diff.Verbs { return diff.Verbs{Create: diff.Run, Update: diff.Run} }
 
 // commandExtra is what the snapshot keeps of a command's last run.
 type commandExtra struct {
 	Hash     string    `json:"hash"` // the effective spec last run
 	OK       bool      `json:"ok"`
 	ExitCode int       `json:"exitCode"`
-	Output   string    `json:"output,omitempty"` // the tail
+	Output   string    `json:"output,omitempty"`   // the tail
+	TimedOut string    `json:"timedOut,omitempty"` // the timeout it ran into
 	Time     time.Time `json:"time"`
 }
 
@@ -74,45 +82,46 @@ func commandExtraOf(rec *state.Entry) (commandExtra, bool) {
 	return x, json.Unmarshal(rec.Extra, &x) == nil
 }
 
-func (commandDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	c := &diff.Change{Health: health.Healthy}
 	x, ran := commandExtraOf(rec)
-	if ran && !x.OK {
-		c.Health, c.Detail = health.Degraded, fmt.Sprintf("last run failed with exit code %d", x.ExitCode)
+	if ran {
+		c.Runtime = &diff.Runtime{LastRun: &x.Time, Outcome: x.outcome(), LogPath: commandLog(env, rec.ID)}
+		if !x.OK {
+			c.Health, c.Detail = health.Degraded, x.outcome()
+		}
 	}
+	o := &c.Observed
+	o.Recorded, o.Exists = rec != nil, ran
 	if r == nil {
-		return c, nil // nothing to undo: only the record goes
+		o.Exists = false // nothing to undo: only the record goes
+		return c, nil
 	}
 	spec := r.Spec.(*CommandSpec)
-	hash, err := effectiveHash(env, r, spec.RefreshOn)
-	if err != nil {
-		return nil, err
-	}
-	if ran && x.OK && x.Hash == hash {
-		return c, nil
-	}
-	if env.Simulate {
-		c.Action, c.Reason = diff.Run, diff.ChangedInGit // guards are not run in a sandbox
-		if !ran {
-			c.Reason = diff.AddedInGit
+	hash := x.Hash // recalled: what last ran is what is desired
+	if !env.recalled() {
+		var err error
+		if hash, err = effectiveHash(env, r, spec.RefreshOn); err != nil {
+			return nil, err
 		}
-		return c, nil
+	}
+	o.Desired, o.Ours = true, true
+	o.GitChanged = x.Hash != hash
+	o.Failed = ran && !x.OK
+	o.Matches = ran && x.OK && !o.GitChanged
+	if o.Matches || env.Simulate || env.recalled() {
+		return c, nil // guards are not run in a sandbox, nor by status
 	}
 	skip, why, err := guarded(ctx, env, spec)
 	if err != nil {
 		return nil, err
 	}
 	if skip {
+		o.Exists, o.Matches, o.Failed = true, true, false
 		c.Health, c.Detail = health.Healthy, why
 		return c, nil
 	}
-	c.Action, c.Reason = diff.Run, diff.ChangedInGit
-	switch {
-	case !ran:
-		c.Reason = diff.AddedInGit
-	case !x.OK && x.Hash == hash:
-		c.Reason = diff.Retry
-	case rec.SpecHash == specHash(r):
+	if ran && !o.Failed && rec.SpecHash == specHash(r) {
 		c.Detail = "a resource it refreshes on changed"
 	}
 	return c, nil
@@ -151,6 +160,24 @@ func guarded(ctx context.Context, env *Env, spec *CommandSpec) (bool, string, er
 	}
 	return false, "", nil
 }
+
+// outcome says how the last run ended, in words.
+func (x commandExtra) outcome() string {
+	switch {
+	case x.TimedOut != "":
+		return "timed out after " + x.TimedOut
+	case x.ExitCode < 0:
+		return "could not run"
+	case x.OK:
+		return "succeeded"
+	}
+	return fmt.Sprintf("exit code %d", x.ExitCode)
+}
+
+// errTimeout reports a command that ran out of time and was killed.
+type errTimeout struct{ after time.Duration }
+
+func (e *errTimeout) Error() string { return fmt.Sprintf("timed out after %s", e.after) }
 
 // errExit reports a command that ran and failed; its output is its tail.
 type errExit struct {
@@ -192,7 +219,7 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
-		return out.Bytes(), -1, fmt.Errorf("timed out after %s", timeout)
+		return out.Bytes(), -1, &errTimeout{timeout}
 	case errors.As(err, &ee):
 		return out.Bytes(), ee.ExitCode(), nil
 	case err != nil:
@@ -233,6 +260,10 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	out, code, runErr := runCommand(ctx, env, spec, spec.Command, timeout)
 	appendLog(env, c.Desired.Metadata.Name, spec.Command, out, code, runErr)
 	x := commandExtra{Hash: hash, OK: runErr == nil && code == 0, ExitCode: code, Output: tailOf(out, 2048), Time: time.Now().UTC()}
+	var te *errTimeout
+	if errors.As(runErr, &te) {
+		x.TimedOut = te.after.String()
+	}
 	e := newEntry(c.Desired, "")
 	e.Created = true
 	e.Extra, _ = json.Marshal(x)
@@ -245,9 +276,14 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	return e, nil
 }
 
+// commandLog is where a command's runs are logged.
+func commandLog(env *Env, id string) string {
+	return filepath.Join(env.State.Sub("logs"), "command-"+resource.ID(id).Name()+".log")
+}
+
 // appendLog keeps every run's output in stateDir/logs/command-<name>.log.
 func appendLog(env *Env, name string, argv []string, out []byte, code int, err error) {
-	p := filepath.Join(env.State.Sub("logs"), "command-"+name+".log")
+	p := commandLog(env, string(resource.NewID("Command", name)))
 	if os.MkdirAll(filepath.Dir(p), 0o700) != nil {
 		return
 	}
@@ -262,15 +298,4 @@ func appendLog(env *Env, name string, argv []string, out []byte, code int, err e
 	} else {
 		fmt.Fprintf(f, "== exit code %d\n", code)
 	}
-}
-
-func (commandDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
-	x, ok := commandExtraOf(rec)
-	switch {
-	case !ok:
-		return health.Report{Sync: health.Synced, Health: health.Healthy}
-	case !x.OK:
-		return health.Report{Sync: health.OutOfSync, Health: health.Degraded, Reason: fmt.Sprintf("last run failed with exit code %d: %s", x.ExitCode, tailOf([]byte(x.Output), 200))}
-	}
-	return health.Report{Sync: health.Synced, Health: health.Healthy, Reason: "ran at " + x.Time.Format(time.RFC3339)}
 }

@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -55,32 +54,36 @@ func (s *DirectorySpec) Claims() []resource.Claim {
 
 func (s *DirectorySpec) tracksContent() bool { return s.Source != "" || s.Purge }
 
+func init() {
+	Register("Directory", func() resource.Spec { return &DirectorySpec{} }, directoryDriver{})
+}
+
+// recall derives the repository path a recalled spec mirrors.
+func (s *DirectorySpec) recall() { s.sourcePath = s.Source }
+
 type directoryDriver struct{}
 
 type dirWork struct {
-	existed, replace, backup, setAttrs bool
-	attrs                              attrs
-	ops                                []treeOp
-	index                              *state.Index // the new index: entries that need no op
-	dirty                              bool         // index entries were refreshed
-	declared                           bool         // delete asked for by ensure: absent
-	mu                                 sync.Mutex   // guards index while files are written in parallel
+	attrs attrs
+	ops   []treeOp
+	index *state.Index // the new index: entries that need no op
+	dirty bool         // index entries were refreshed
+	mu    sync.Mutex   // guards index while files are written in parallel
 }
 
 func treeIndexFile(env *Env, id string) string {
 	return filepath.Join(env.State.Sub("trees"), strings.ReplaceAll(id, "/", ".")+".idx")
 }
 
-func (directoryDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	var spec *DirectorySpec
 	p := ""
 	if r != nil {
 		spec = r.Spec.(*DirectorySpec)
 		p = spec.Path
-	} else {
-		p = rec.Path
 	}
-	c := &diff.Change{Path: p, Health: health.Healthy}
+	p = pathOf(p, rec)
+	c := &diff.Change{Path: p}
 	d, base, live, err := lstat(env, p)
 	if err != nil {
 		return nil, err
@@ -94,63 +97,53 @@ func (directoryDriver) Plan(ctx context.Context, env *Env, r *resource.Resource,
 			return nil, err
 		}
 	}
-	w := &dirWork{existed: live != nil, index: state.NewIndex()}
+	o := &c.Observed
+	o.Recorded, o.Exists = rec != nil, live != nil
+	if live != nil && !live.Mode.IsDir() {
+		o.WrongType = typeName(live.Mode)
+	}
+	w := &dirWork{index: state.NewIndex()}
 	c.Work = w
-
-	if spec == nil || spec.Ensure == "absent" {
-		if live == nil {
-			return c, nil
+	var top *hostfs.Dir
+	if live != nil && o.WrongType == "" {
+		if top, err = d.OpenDir(base); err != nil {
+			return nil, err
 		}
-		c.Action, c.Reason = diff.Delete, diff.DeclaredAbsent
-		w.declared = spec != nil
+		defer top.Close()
+	}
+	if spec == nil || spec.Ensure == "absent" {
+		o.Declared = spec != nil
 		w.index = old
+		if top != nil && !o.Declared {
+			// A prune deletes what cortex-sync wrote: count it, and what
+			// was changed since and is backed up first.
+			if c.Files, err = pruneTree(env, top, old, w); err != nil {
+				return nil, err
+			}
+		}
 		return c, nil
 	}
+	o.Desired = true
 	if w.attrs, err = wantAttrs(spec.Mode, spec.Owner, spec.Group); err != nil {
 		return nil, err
 	}
-	gitChanged := rec == nil || rec.SpecHash != specHash(r)
+	o.GitChanged = rec == nil || rec.SpecHash != specHash(r)
+	o.Matches, o.Ours = true, true
 	switch {
 	case live == nil:
-		c.Action, c.Reason, c.Health = diff.Create, diff.AddedInGit, health.Missing
-		if rec != nil {
-			c.Reason = diff.MissingOnHost
-		}
-	case !live.Mode.IsDir():
-		c.Action, c.Reason = diff.Update, diff.Drifted
-		if rec == nil {
-			c.Reason = diff.AddedInGit
-		}
-		w.replace, w.backup = true, true
-		c.Attrs = []diff.Attr{{Field: "type", Before: typeName(live.Mode), After: "directory"}}
+		o.Attrs = w.attrs.diffs(nil)
+	case o.WrongType != "":
+		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "directory"}}
 	default:
-		if c.Attrs = w.attrs.diffs(*live); len(c.Attrs) > 0 {
-			c.Action, c.Reason, w.setAttrs = diff.Update, diff.ChangedInGit, true
-			if !gitChanged {
-				c.Reason = diff.Drifted
-			}
-		}
+		o.Attrs = w.attrs.diffs(live)
 	}
 	if spec.tracksContent() {
-		var top *hostfs.Dir
-		if live != nil && live.Mode.IsDir() {
-			if top, err = d.OpenDir(base); err != nil {
-				return nil, err
-			}
-			defer top.Close()
-		}
 		if err := planTree(env, r, spec, top, old, w); err != nil {
 			return nil, err
 		}
 	}
 	for _, op := range w.ops {
 		c.Files = append(c.Files, diff.FileChange{Path: op.rel, Action: op.action, Reason: op.reason})
-		if op.reason == diff.Drifted || op.reason == diff.MissingOnHost {
-			c.Drifted++
-		}
-	}
-	if (c.Action == "" || c.Action == diff.NoOp) && len(w.ops) > 0 {
-		c.Action, c.Reason = diff.Update, treeReason(w.ops)
 	}
 	return c, nil
 }
@@ -161,7 +154,7 @@ type dirExtra struct {
 }
 
 func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
-	w := c.Work.(*dirWork)
+	w, o := c.Work.(*dirWork), &c.Observed
 	if c.Action == diff.Delete {
 		return nil, deleteTree(env, c, w)
 	}
@@ -174,7 +167,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		return nil, err
 	}
 	defer d.Close()
-	if w.replace {
+	if o.WrongType != "" {
 		if _, err := env.Backups.Save(d, base); err != nil {
 			return nil, err
 		}
@@ -182,13 +175,14 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 			return nil, err
 		}
 	}
-	if !w.existed || w.replace {
+	setAttrs := len(o.Attrs) > 0
+	if !o.Exists || o.WrongType != "" {
 		if err := d.Mkdir(base, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
-		w.setAttrs = w.attrs.mode != 0 || w.attrs.uid >= 0 || w.attrs.gid >= 0
+		setAttrs = w.attrs.mode != 0 || w.attrs.uid >= 0 || w.attrs.gid >= 0
 	}
-	if w.setAttrs {
+	if setAttrs {
 		st, err := d.Lstat(base)
 		if err != nil {
 			return nil, err
@@ -221,75 +215,11 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	}
 	e := newEntry(c.Desired, spec.Path)
 	e.Live = &state.Fingerprint{Stat: st}
-	e.Created = !w.existed || (c.Record != nil && c.Record.Created)
+	e.Created = !o.Exists || (c.Record != nil && c.Record.Created)
 	if spec.tracksContent() {
 		e.Extra, _ = json.Marshal(dirExtra{Files: len(w.index.Entries)})
 	}
 	return e, nil
-}
-
-func (directoryDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
-	d, base, live, err := lstat(env, rec.Path)
-	if err != nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	}
-	if d != nil {
-		defer d.Close()
-	}
-	switch {
-	case live == nil:
-		return health.Report{Sync: health.OutOfSync, Health: health.Missing, Reason: "missing on the host"}
-	case !live.Mode.IsDir():
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: "replaced by a " + typeName(live.Mode)}
-	}
-	old, err := state.LoadIndex(treeIndexFile(env, rec.ID))
-	if err != nil || len(old.Entries) == 0 {
-		return health.Report{Sync: health.Synced, Health: health.Healthy}
-	}
-	top, err := d.OpenDir(base)
-	if err != nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	}
-	defer top.Close()
-	tree := map[string]liveEntry{}
-	if err := walkHost(top, "", tree); err != nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	}
-	drifted, gone := 0, 0
-	for rel, prev := range old.Entries {
-		le, ok := tree[rel]
-		switch {
-		case !ok:
-			gone++
-		case prev.Mode.IsDir():
-		case le.Mode.Type() != prev.Mode.Type():
-			drifted++
-		case le.Mode&fs.ModeSymlink != 0:
-			if le.target != prev.SHA256 {
-				drifted++
-			}
-		default:
-			hash := func() (string, error) {
-				dir, name := top, rel
-				if i := strings.LastIndexByte(rel, '/'); i >= 0 {
-					sub, err := openRel(top, rel[:i])
-					if err != nil {
-						return "", err
-					}
-					defer sub.Close()
-					dir, name = sub, rel[i+1:]
-				}
-				return hashFile(dir, name)
-			}
-			if ok, err := unchanged(le.Stat, prev, old.Racy(prev), env.Verify, hash); err != nil || !ok {
-				drifted++
-			}
-		}
-	}
-	if drifted+gone > 0 {
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: fmt.Sprintf("%s drifted, %s missing on the host", files(drifted), files(gone))}
-	}
-	return health.Report{Sync: health.Synced, Health: health.Healthy}
 }
 
 // files counts files in words: "1 file", "3 files".

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -60,9 +59,17 @@ func (s *FileSpec) Claims() []resource.Claim {
 
 func (s *FileSpec) absent() bool { return s.Ensure == "absent" }
 
-// desired names the wanted content and opens it.
-func (s *FileSpec) desired(env *Env) (string, func() (io.ReadCloser, error), error) {
-	if s.Content != nil {
+// desired names the wanted content and opens it. Recalled from the
+// record, the content is what cortex-sync last wrote, and open is nil: it
+// is known only by its ID.
+func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, func() (io.ReadCloser, error), error) {
+	switch {
+	case env.recalled():
+		if rec == nil {
+			return "", nil, nil
+		}
+		return rec.ContentID, nil, nil
+	case s.Content != nil:
 		b := []byte(*s.Content)
 		return source.ContentDigest(b), func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
 	}
@@ -73,20 +80,20 @@ func (s *FileSpec) desired(env *Env) (string, func() (io.ReadCloser, error), err
 	return id, func() (io.ReadCloser, error) { return env.Tree.Open(s.sourcePath) }, nil
 }
 
+func (s *FileSpec) keepContent() bool { return s.Replace != nil && !*s.Replace }
+
+func init() {
+	Register("File", func() resource.Spec { return &FileSpec{} }, fileDriver{})
+}
+
 type fileDriver struct{}
 
-// fileWork is what a File change will do.
+// fileWork is how a File change is carried out.
 type fileWork struct {
 	contentID string
 	open      func() (io.ReadCloser, error)
 	attrs     attrs
-	write     bool // write the content
-	setAttrs  bool // fix mode or owners in place
-	replace   bool // something that is not a regular file is in the way
-	backup    bool // what is there was not written by cortex-sync
-	ours      bool // the live content is what cortex-sync last wrote
-	matches   bool // the live content is the desired content
-	existed   bool
+	same      bool // the live content is the desired content
 }
 
 // fingerprint is a record's live fingerprint in the index's terms.
@@ -117,16 +124,13 @@ func lstat(env *Env, p string) (*hostfs.Dir, string, *hostfs.Stat, error) {
 	return d, base, &st, nil
 }
 
-func (fileDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
-	p := ""
+func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	var spec *FileSpec
 	if r != nil {
 		spec = r.Spec.(*FileSpec)
-		p = spec.Path
-	} else {
-		p = rec.Path
 	}
-	c := &diff.Change{Path: p, Health: health.Healthy}
+	p := pathOf(spec.pathOrEmpty(), rec)
+	c := &diff.Change{Path: p}
 	d, base, live, err := lstat(env, p)
 	if err != nil {
 		return nil, err
@@ -134,82 +138,69 @@ func (fileDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec 
 	if d != nil {
 		defer d.Close()
 	}
-	fp := fingerprint(rec)
-	ours := false
-	if live != nil && fp != nil {
-		if ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, func() (string, error) { return hashFile(d, base) }); err != nil {
+	o := &c.Observed
+	o.Recorded, o.Exists = rec != nil, live != nil
+	if live != nil && !live.Mode.IsRegular() {
+		o.WrongType = typeName(live.Mode)
+	}
+	if fp := fingerprint(rec); live != nil && fp != nil && o.WrongType == "" {
+		if o.Ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, func() (string, error) { return hashFile(d, base) }); err != nil {
 			return nil, err
 		}
 	}
-	w := &fileWork{ours: ours, existed: live != nil}
+	w := &fileWork{}
 	c.Work = w
-
 	if spec == nil || spec.absent() {
-		if live == nil {
-			return c, nil
-		}
-		c.Action, c.Reason = diff.Delete, diff.DeclaredAbsent
-		w.backup = !ours
+		o.Declared = spec != nil
 		return c, nil
 	}
+	o.Desired = true
 	if w.attrs, err = wantAttrs(spec.Mode, spec.Owner, spec.Group); err != nil {
 		return nil, err
 	}
-	if w.contentID, w.open, err = spec.desired(env); err != nil {
+	if w.contentID, w.open, err = spec.desired(env, rec); err != nil {
 		return nil, err
 	}
-	gitChanged := rec == nil || rec.ContentID != w.contentID || rec.SpecHash != specHash(r)
+	o.GitChanged = rec == nil || rec.ContentID != w.contentID || rec.SpecHash != specHash(r)
 	switch {
 	case live == nil:
-		c.Action, c.Reason, w.write = diff.Create, diff.AddedInGit, true
-		if rec != nil {
-			c.Reason = diff.MissingOnHost
-		}
-		c.Health = health.Missing
-		c.Attrs = w.attrs.diffs(hostfs.Stat{UID: ^uint32(0), GID: ^uint32(0)})
-		for i := range c.Attrs {
-			c.Attrs[i].Before = "" // nothing there yet
-		}
-		c.Content, err = contentDiff(d, base, nil, w.open, spec.Sensitive)
+		o.Attrs = w.attrs.diffs(nil)
+		c.Content, err = contentDiff(nil, "", nil, w.open, spec.Sensitive)
 		return c, err
-	case !live.Mode.IsRegular():
-		c.Action, c.Reason = diff.Update, diff.Drifted
-		if rec == nil {
-			c.Reason = diff.AddedInGit
-		}
-		w.write, w.replace, w.backup = true, true, true
-		c.Attrs = []diff.Attr{{Field: "type", Before: typeName(live.Mode), After: "file"}}
+	case o.WrongType != "":
+		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "file"}}
 		return c, nil
 	}
-	w.matches = ours && rec.ContentID == w.contentID
-	if !w.matches {
-		if w.matches, err = sameContent(d, base, w.open); err != nil {
+	o.Matches = o.Ours && rec.ContentID == w.contentID
+	if !o.Matches && w.open != nil {
+		if o.Matches, err = sameContent(d, base, w.open); err != nil {
 			return nil, err
 		}
 	}
-	contentDiffers := !w.matches
-	if spec.Replace != nil && !*spec.Replace {
-		contentDiffers = false
+	w.same = o.Matches
+	if spec.keepContent() {
+		o.Matches = true // replace: false never overwrites what is there
 	}
-	c.Attrs = w.attrs.diffs(*live)
-	if !contentDiffers && len(c.Attrs) == 0 {
-		return c, nil
-	}
-	c.Action = diff.Update
-	switch {
-	case rec == nil:
-		c.Reason = diff.AddedInGit
-	case !ours || !gitChanged:
-		c.Reason = diff.Drifted
-	default:
-		c.Reason = diff.ChangedInGit
-	}
-	w.write, w.setAttrs = contentDiffers, len(c.Attrs) > 0
-	w.backup = contentDiffers && !ours
-	if contentDiffers {
+	o.Attrs = w.attrs.diffs(live)
+	if !o.Matches {
 		c.Content, err = contentDiff(d, base, live, w.open, spec.Sensitive)
 	}
 	return c, err
+}
+
+func (s *FileSpec) pathOrEmpty() string {
+	if s == nil {
+		return ""
+	}
+	return s.Path
+}
+
+// pathOf is the desired path, or the recorded one when it left Git.
+func pathOf(desired string, rec *state.Entry) string {
+	if desired == "" && rec != nil {
+		return rec.Path
+	}
+	return desired
 }
 
 func typeName(m fs.FileMode) string {
@@ -251,8 +242,11 @@ func sameContent(d *hostfs.Dir, name string, open func() (io.ReadCloser, error))
 
 // contentDiff shows how the live content (nil: none) becomes the desired.
 func contentDiff(d *hostfs.Dir, name string, live *hostfs.Stat, open func() (io.ReadCloser, error), sensitive bool) (*diff.Content, error) {
-	if sensitive {
+	switch {
+	case sensitive:
 		return &diff.Content{Summary: "sensitive content hidden"}, nil
+	case open == nil:
+		return &diff.Content{Summary: "content differs from what cortex-sync last wrote"}, nil
 	}
 	const limit = 256 << 10
 	var before []byte
@@ -286,9 +280,9 @@ func contentDiff(d *hostfs.Dir, name string, live *hostfs.Stat, open func() (io.
 }
 
 func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
-	w := c.Work.(*fileWork)
+	w, o := c.Work.(*fileWork), &c.Observed
 	if c.Action == diff.Delete {
-		return nil, removeEntry(env, c.Path, w.backup, false)
+		return nil, removeEntry(env, c.Path, !o.Ours, false)
 	}
 	spec := c.Desired.Spec.(*FileSpec)
 	if spec.absent() {
@@ -299,22 +293,26 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		return nil, err
 	}
 	defer d.Close()
-	if w.backup {
+	if _, err := d.RemoveTemps(base); err != nil {
+		return nil, err // left beside it by a write that was killed
+	}
+	write := !o.Exists || o.WrongType != "" || !o.Matches
+	if o.Exists && write && !o.Ours {
 		if _, err := env.Backups.Save(d, base); err != nil {
 			return nil, err
 		}
 	}
-	if w.replace {
+	if o.WrongType != "" {
 		if err := d.RemoveAll(base); err != nil {
 			return nil, err
 		}
 	}
 	sum := ""
-	if w.write {
+	if write {
 		if sum, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
 			return nil, err
 		}
-	} else if w.setAttrs {
+	} else if len(o.Attrs) > 0 {
 		st, err := d.Lstat(base)
 		if err != nil {
 			return nil, err
@@ -328,18 +326,18 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		return nil, err
 	}
 	if sum == "" {
-		if w.ours {
+		if o.Ours {
 			sum = c.Record.Live.SHA256
 		} else if sum, err = hashFile(d, base); err != nil {
 			return nil, err
 		}
 	}
 	e := newEntry(c.Desired, spec.Path)
-	if w.write || w.matches {
+	if write || w.same {
 		e.ContentID = w.contentID // else (replace: false) the host keeps other content
 	}
 	e.Live = &state.Fingerprint{Stat: st, SHA256: sum}
-	e.Created = !w.existed || (c.Record != nil && c.Record.Created)
+	e.Created = !o.Exists || (c.Record != nil && c.Record.Created)
 	return e, nil
 }
 
@@ -399,38 +397,11 @@ func removeEntry(env *Env, p string, backup, tree bool) error {
 	return d.Sync()
 }
 
-func (fileDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
-	d, base, live, err := lstat(env, rec.Path)
-	if err != nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	}
-	if d != nil {
-		defer d.Close()
-	}
-	if live == nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Missing, Reason: "missing on the host"}
-	}
-	fp := fingerprint(rec)
-	if fp == nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: "no fingerprint recorded"}
-	}
-	ok, err := unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, func() (string, error) { return hashFile(d, base) })
-	switch {
-	case err != nil:
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	case !ok:
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: "content drifted on the host"}
-	case live.Mode != fp.Mode || live.UID != fp.UID || live.GID != fp.GID:
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: "mode or owner drifted on the host"}
-	}
-	return health.Report{Sync: health.Synced, Health: health.Healthy}
-}
-
 func (fileDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	spec := r.Spec.(*FileSpec)
 	if spec.absent() {
 		return specHash(r), nil
 	}
-	id, _, err := spec.desired(env)
+	id, _, err := spec.desired(env, env.Snapshot.Find(string(r.ID())))
 	return specHash(r) + ":" + id, err
 }

@@ -33,21 +33,6 @@ type treeOp struct {
 	chmod   bool         // only the mode is wrong
 }
 
-// treeReason sums up why a tree changes: drift first, then Git, then purge.
-func treeReason(ops []treeOp) diff.Reason {
-	best := diff.Unmanaged
-	for _, op := range ops {
-		switch op.reason {
-		case diff.Drifted, diff.MissingOnHost:
-			return diff.Drifted
-		case diff.Unmanaged:
-		default:
-			best = diff.ChangedInGit
-		}
-	}
-	return best
-}
-
 // liveEntry is one entry of the live tree.
 type liveEntry struct {
 	hostfs.Stat
@@ -119,7 +104,10 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	}()
 	var desired []source.Entry
 	var srcErr error
-	if spec.sourcePath != "" {
+	switch {
+	case spec.sourcePath != "" && env.recalled():
+		desired = recalledTree(old)
+	case spec.sourcePath != "":
 		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
 				desired = append(desired, e)
@@ -140,37 +128,32 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 		want[e.Path] = true
 		le, ok := live[e.Path]
 		prev := old.Entries[e.Path]
-		op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type()}
+		op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type(), target: e.Target}
+		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
+		if ok && le.Mode.Type() != e.Mode.Type() {
+			o.WrongType = typeName(le.Mode)
+		}
 		switch {
-		case !ok:
-			op.action, op.reason = diff.Create, diff.AddedInGit
-			if prev != nil {
-				op.reason = diff.MissingOnHost
-			}
-		case le.Mode.Type() != e.Mode.Type():
-			op.action, op.reason, op.replace, op.backup = diff.Update, diff.Drifted, true, true
-			if prev == nil {
-				op.reason = diff.AddedInGit
-			}
+		case !ok || o.WrongType != "":
 		case e.Mode.IsDir():
-			w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat}
+			o.Matches, o.Ours = true, true
 			if le.Mode.Perm() != op.mode {
-				op.action, op.reason, op.chmod = diff.Update, diff.Drifted, true
+				o.Attrs = []diff.Attr{{Field: "mode"}}
+			} else {
+				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat}
 			}
 		case e.Mode&fs.ModeSymlink != 0:
-			op.target = e.Target
-			if le.target != e.Target {
-				op.action, op.reason, op.backup = diff.Update, diff.ChangedInGit, prev == nil || prev.SHA256 != le.target
-				if prev != nil && prev.SHA256 != le.target {
-					op.reason = diff.Drifted
-				}
-			} else {
+			o.Matches = le.target == e.Target
+			o.Ours = prev != nil && prev.SHA256 == le.target
+			o.GitChanged = prev == nil || prev.SHA256 != e.Target
+			if o.Matches {
 				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat, SHA256: le.target}
 			}
 		default:
 			files = append(files, i)
+			continue
 		}
-		if op.action != "" {
+		if op.decide(&o) {
 			ops[i] = op
 		}
 	}
@@ -244,6 +227,26 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	return nil
 }
 
+// recalledTree is the desired tree as last written, from its index: what
+// status without a source compares the host with.
+func recalledTree(old *state.Index) []source.Entry {
+	rels := make([]string, 0, len(old.Entries))
+	for rel := range old.Entries {
+		rels = append(rels, rel)
+	}
+	slices.Sort(rels)
+	out := make([]source.Entry, len(rels))
+	for i, rel := range rels {
+		prev := old.Entries[rel]
+		out[i] = source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
+			ContentID: func() (string, error) { return prev.ContentID, nil }}
+		if prev.Mode&fs.ModeSymlink != 0 {
+			out[i].Target = prev.SHA256
+		}
+	}
+	return out
+}
+
 // ownedBelow reports whether rel and everything below it is as cortex-sync
 // wrote it, so deleting it loses nothing of anyone else's.
 func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
@@ -265,7 +268,7 @@ func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
 	return true
 }
 
-// planFile decides one regular file that exists on both sides. It returns
+// planFile observes one regular file that exists on both sides. It returns
 // the op to perform, or the index entry that stands when none is needed.
 // Directories are opened only when a file must be read.
 func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveEntry, old *state.Index) (*treeOp, *state.IndexEntry, error) {
@@ -297,54 +300,109 @@ func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveE
 		}
 		return hashFile(d, name)
 	}
-	ours, err := unchanged(le.Stat, prev, prev != nil && old.Racy(prev), env.Verify, hash)
+	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: true}
+	var err error
+	if o.Ours, err = unchanged(le.Stat, prev, prev != nil && old.Racy(prev), env.Verify, hash); err != nil {
+		return nil, nil, err
+	}
+	id, err := e.ContentID()
 	if err != nil {
 		return nil, nil, err
 	}
-	var id string
-	if prev != nil {
-		if id, err = e.ContentID(); err != nil {
-			return nil, nil, err
-		}
-	}
+	o.GitChanged = prev == nil || prev.ContentID != id
 	switch {
-	case ours && prev.ContentID == id:
-	case ours:
-		op.action, op.reason = diff.Update, diff.ChangedInGit
-		return op, nil, nil
+	case o.Ours:
+		o.Matches = !o.GitChanged // what cortex-sync wrote is still the desired content
+	case env.recalled():
+		// Known only by its ID: it is not what cortex-sync wrote.
 	default:
 		d, err := opened()
 		if err != nil {
 			return nil, nil, err
 		}
-		same, err := sameContent(d, name, func() (io.ReadCloser, error) { return env.Tree.Open(path.Join(srcDir, e.Path)) })
-		if err != nil {
+		if o.Matches, err = sameContent(d, name, func() (io.ReadCloser, error) { return env.Tree.Open(path.Join(srcDir, e.Path)) }); err != nil {
 			return nil, nil, err
-		}
-		if !same {
-			op.action, op.reason, op.backup = diff.Update, diff.Drifted, true
-			if prev == nil {
-				op.reason = diff.AddedInGit
-			}
-			return op, nil, nil
 		}
 	}
 	if le.Mode.Perm() != op.mode {
-		op.action, op.reason, op.chmod = diff.Update, diff.Drifted, true
+		o.Attrs = []diff.Attr{{Field: "mode"}}
+	}
+	if op.decide(&o) {
 		return op, nil, nil
 	}
 	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
-	if ours {
+	if o.Ours {
 		entry.SHA256 = prev.SHA256
 	} else if entry.SHA256, err = hash(); err != nil {
 		return nil, nil, err
 	}
-	if entry.ContentID == "" {
-		if entry.ContentID, err = e.ContentID(); err != nil {
-			return nil, nil, err
+	return nil, entry, nil
+}
+
+// decide turns an entry's observation into its op; false when nothing is
+// to be done.
+func (op *treeOp) decide(o *diff.Observation) bool {
+	op.action, op.reason = diff.Decide(o, diff.DefaultVerbs)
+	if op.action == diff.NoOp {
+		return false
+	}
+	op.replace = o.WrongType != ""
+	op.backup = o.Exists && !o.Ours
+	op.chmod = o.Exists && o.WrongType == "" && o.Matches
+	return true
+}
+
+// pruneTree plans the prune of a mirrored tree: every entry cortex-sync
+// wrote goes, children before parents; one changed on the host since is
+// backed up first; what it did not write stays.
+func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.FileChange, error) {
+	live := map[string]liveEntry{}
+	if err := walkHost(top, "", live); err != nil {
+		return nil, err
+	}
+	rels := make([]string, 0, len(old.Entries))
+	for rel := range old.Entries {
+		if _, ok := live[rel]; ok {
+			rels = append(rels, rel)
 		}
 	}
-	return nil, entry, nil
+	slices.Sort(rels)
+	var out []diff.FileChange
+	for _, rel := range rels {
+		le, prev := live[rel], old.Entries[rel]
+		op := treeOp{rel: rel, action: diff.Delete, reason: diff.RemovedFromGit, typ: le.Mode.Type()}
+		switch {
+		case le.Mode.IsDir():
+		case le.Mode.Type() != prev.Mode.Type():
+			op.backup = true
+		case le.Mode&fs.ModeSymlink != 0:
+			op.backup = le.target != prev.SHA256
+		default:
+			hash := func() (string, error) {
+				d, name := top, rel
+				if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+					sub, err := openRel(top, rel[:i])
+					if err != nil {
+						return "", err
+					}
+					defer sub.Close()
+					d, name = sub, rel[i+1:]
+				}
+				return hashFile(d, name)
+			}
+			ours, err := unchanged(le.Stat, prev, old.Racy(prev), env.Verify, hash)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", rel, err)
+			}
+			op.backup = !ours
+		}
+		w.ops = append(w.ops, op)
+		if le.Mode.IsDir() {
+			continue // a directory goes only when nothing is left in it
+		}
+		out = append(out, diff.FileChange{Path: rel, Action: diff.Delete, Reason: diff.RemovedFromGit, Backup: op.backup})
+	}
+	return out, nil
 }
 
 // openRel opens a relative directory below d, one element at a time.
@@ -616,7 +674,7 @@ func deleteTree(env *Env, c *diff.Change, w *dirWork) error {
 		return err
 	}
 	defer d.Close()
-	if w.declared {
+	if c.Observed.Declared {
 		if _, err := env.Backups.Save(d, base); err != nil {
 			return err
 		}
@@ -632,33 +690,35 @@ func deleteTree(env *Env, c *diff.Change, w *dirWork) error {
 	if err != nil {
 		return err
 	}
-	rels := make([]string, 0, len(w.index.Entries))
-	for rel := range w.index.Entries {
-		rels = append(rels, rel)
-	}
-	slices.Sort(rels)
-	for i := len(rels) - 1; i >= 0; i-- { // children before parents
-		sub, name := top, rels[i]
-		if j := strings.LastIndexByte(rels[i], '/'); j >= 0 {
-			if sub, err = openRel(top, rels[i][:j]); err != nil {
+	defer top.Close()
+	for i := len(w.ops) - 1; i >= 0; i-- { // children before parents
+		op := w.ops[i]
+		sub, name := top, op.rel
+		if j := strings.LastIndexByte(op.rel, '/'); j >= 0 {
+			if sub, err = openRel(top, op.rel[:j]); err != nil {
 				if missing(err) {
 					continue
 				}
-				top.Close()
 				return err
 			}
-			name = rels[i][j+1:]
+			name = op.rel[j+1:]
+		}
+		if op.backup {
+			if _, err := env.Backups.Save(sub, name); err != nil {
+				if sub != top {
+					sub.Close()
+				}
+				return err
+			}
 		}
 		err := sub.Remove(name)
 		if sub != top {
 			sub.Close()
 		}
-		if err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
-			top.Close()
+		if err != nil && !missing(err) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
 			return err
 		}
 	}
-	top.Close()
 	if c.Record == nil || !c.Record.Created {
 		return nil // it was there before cortex-sync: it stays
 	}

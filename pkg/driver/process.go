@@ -95,7 +95,14 @@ func (s *ProcessSpec) Claims() []resource.Claim { return nil }
 // Requires: what restarts it is applied before it.
 func (s *ProcessSpec) Requires() []resource.ID { return s.RestartOn }
 
+func init() {
+	Register("Process", func() resource.Spec { return &ProcessSpec{} }, processDriver{})
+}
+
 type processDriver struct{}
+
+// verbs: a process is started, and restarted to change.
+func (processDriver) verbs() diff.Verbs { return diff.Verbs{Create: diff.Create, Update: diff.Restart} }
 
 // processExtra is what the snapshot keeps of a process.
 type processExtra struct {
@@ -203,7 +210,7 @@ func describe(l live, spec *ProcessSpec) (health.Status, string) {
 	return health.Healthy, d + restarts
 }
 
-func (processDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	id := resource.ID("")
 	if r != nil {
 		id = r.ID()
@@ -224,27 +231,27 @@ func (processDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, r
 		spec = r.Spec.(*ProcessSpec)
 	}
 	c.Health, c.Detail = describe(l, spec)
+	c.Runtime = runtimeOf(env, id.Name(), l.status)
+	o := &c.Observed
+	o.Recorded = rec != nil
+	o.Exists = l.running || l.orphan
 	if r == nil {
-		if l.running || l.orphan {
-			c.Action = diff.Delete
-		}
 		return c, nil
 	}
-	hash, err := effectiveHash(env, r, spec.RestartOn)
-	if err != nil {
-		return nil, err
+	o.Desired, o.Ours = true, true
+	hash := x.Hash // recalled: the effective spec last started is the desired one
+	if !env.recalled() {
+		if hash, err = effectiveHash(env, r, spec.RestartOn); err != nil {
+			return nil, err
+		}
 	}
 	completed := l.status != nil && l.status.State == supervise.Exited && !l.status.LastExit.Failed() && spec.RestartPolicy != "Always"
-	switch {
-	case rec == nil && !l.running:
-		c.Action, c.Reason = diff.Create, diff.AddedInGit
-	case x.Hash != hash:
-		c.Action, c.Reason = diff.Restart, diff.ChangedInGit
-		if rec != nil && rec.SpecHash == specHash(r) {
-			c.Detail = "a resource it restarts on changed"
-		}
-	case !l.running && !completed:
-		c.Action, c.Reason = diff.Restart, diff.Crashed
+	o.Exists = l.running || completed
+	o.Crashed = rec != nil && !o.Exists
+	o.GitChanged = x.Hash != hash
+	o.Matches = !o.GitChanged
+	if o.GitChanged && rec != nil && rec.SpecHash == specHash(r) {
+		c.Detail = "a resource it restarts on changed"
 	}
 	return c, nil
 }
@@ -304,17 +311,31 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	return e, nil
 }
 
-func (processDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
+// runtimeOf is what status shows of a process's supervisor's report.
+func runtimeOf(env *Env, name string, st *supervise.Status) *diff.Runtime {
+	logFile, _ := supervise.Files(env.State.Path, name)
+	rt := &diff.Runtime{LogPath: logFile}
+	if st == nil {
+		return rt
+	}
+	rt.State, rt.Restarts = st.State, st.Restarts
+	if st.Process.Alive() {
+		rt.PID = st.Process.PID
+	}
+	if e := st.LastExit; e != nil {
+		rt.LastExit = &diff.Exit{Code: e.Code, Signal: e.Signal, Reason: e.Reason, Time: e.Time}
+	}
+	return rt
+}
+
+// health is a recorded process's live health, for waiting on readiness.
+func (processDriver) health(ctx context.Context, env *Env, rec *state.Entry) health.Report {
 	l, err := observeProcess(env, resource.ID(rec.ID).Name(), extraOf(rec))
 	if err != nil {
 		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
 	}
 	h, d := describe(l, nil)
-	sync := health.Synced
-	if !l.running && h != health.Healthy {
-		sync = health.OutOfSync
-	}
-	return health.Report{Sync: sync, Health: h, Reason: d}
+	return health.Report{Health: h, Reason: d}
 }
 
 // shimSpec turns a Process into what its shim runs.

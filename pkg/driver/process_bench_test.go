@@ -78,7 +78,7 @@ func BenchmarkObserve200Processes(b *testing.B) {
 		st, _ := json.Marshal(supervise.Status{Shim: id, Process: id, State: supervise.Running, Ready: true})
 		os.WriteFile(statusFile, st, 0o600)
 		r := set.Get(resource.ID("Process/" + name))
-		c, err := driver.Host{Env: e}.Plan(context.Background(), r, nil)
+		c, err := driver.Host{Env: e}.Observe(context.Background(), r, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func BenchmarkStartToHealthy(b *testing.B) {
 		host := driver.Host{Env: e}
 		r := set.Get("Process/web")
 		start = time.Now()
-		c, err := host.Plan(context.Background(), r, nil)
+		c, err := host.Observe(context.Background(), r, nil)
 		if err != nil {
 			b.Fatal(err)
 		}

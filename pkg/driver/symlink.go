@@ -5,7 +5,6 @@ import (
 	"io/fs"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -34,23 +33,21 @@ func (s *SymlinkSpec) Claims() []resource.Claim {
 	return []resource.Claim{{Field: "spec.path", Path: s.Path}}
 }
 
-type symlinkDriver struct{}
-
-type symlinkWork struct {
-	backup  bool
-	existed bool
+func init() {
+	Register("Symlink", func() resource.Spec { return &SymlinkSpec{} }, symlinkDriver{})
 }
 
-func (symlinkDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+type symlinkDriver struct{}
+
+func (symlinkDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	var spec *SymlinkSpec
 	p := ""
 	if r != nil {
 		spec = r.Spec.(*SymlinkSpec)
 		p = spec.Path
-	} else {
-		p = rec.Path
 	}
-	c := &diff.Change{Path: p, Health: health.Healthy}
+	p = pathOf(p, rec)
+	c := &diff.Change{Path: p}
 	d, base, live, err := lstat(env, p)
 	if err != nil {
 		return nil, err
@@ -58,54 +55,51 @@ func (symlinkDriver) Plan(ctx context.Context, env *Env, r *resource.Resource, r
 	if d != nil {
 		defer d.Close()
 	}
+	o := &c.Observed
+	o.Recorded, o.Exists = rec != nil, live != nil
 	target := ""
-	if live != nil && live.Mode&fs.ModeSymlink != 0 {
+	switch {
+	case live == nil:
+	case live.Mode&fs.ModeSymlink == 0:
+		o.WrongType = typeName(live.Mode)
+	default:
 		if target, err = d.Readlink(base); err != nil {
 			return nil, err
 		}
 	}
 	// A link is ours while it still points where cortex-sync pointed it.
-	ours := rec != nil && live != nil && live.Mode&fs.ModeSymlink != 0 && target == rec.ContentID
-	w := &symlinkWork{existed: live != nil, backup: live != nil && !ours}
-	c.Work = w
+	o.Ours = rec != nil && live != nil && o.WrongType == "" && target == recordedTarget(rec)
 	if spec == nil || spec.Ensure == "absent" {
-		if live != nil {
-			c.Action, c.Reason = diff.Delete, diff.DeclaredAbsent
-		}
+		o.Declared = spec != nil
 		return c, nil
 	}
+	o.Desired = true
+	o.GitChanged = rec == nil || recordedTarget(rec) != spec.Target
+	o.Matches = live != nil && o.WrongType == "" && target == spec.Target
 	switch {
 	case live == nil:
-		c.Action, c.Reason, c.Health = diff.Create, diff.AddedInGit, health.Missing
-		if rec != nil {
-			c.Reason = diff.MissingOnHost
-		}
 		c.Attrs = []diff.Attr{{Field: "target", After: spec.Target}}
-	case live.Mode&fs.ModeSymlink == 0:
-		c.Action, c.Reason = diff.Update, diff.Drifted
-		if rec == nil {
-			c.Reason = diff.AddedInGit
-		}
-		c.Attrs = []diff.Attr{{Field: "type", Before: typeName(live.Mode), After: "symlink"}}
-	case target != spec.Target:
-		c.Action = diff.Update
-		switch {
-		case rec == nil:
-			c.Reason = diff.AddedInGit
-		case !ours:
-			c.Reason = diff.Drifted
-		default:
-			c.Reason = diff.ChangedInGit
-		}
+	case o.WrongType != "":
+		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "symlink"}}
+	case !o.Matches:
 		c.Attrs = []diff.Attr{{Field: "target", Before: target, After: spec.Target}}
 	}
 	return c, nil
 }
 
+// recordedTarget is where cortex-sync last pointed the link (older
+// snapshots kept it in ContentID).
+func recordedTarget(rec *state.Entry) string {
+	if rec.Target != "" {
+		return rec.Target
+	}
+	return rec.ContentID
+}
+
 func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
-	w := c.Work.(*symlinkWork)
+	o := &c.Observed
 	if c.Action == diff.Delete {
-		return nil, removeEntry(env, c.Path, w.backup, false)
+		return nil, removeEntry(env, c.Path, !o.Ours, false)
 	}
 	spec := c.Desired.Spec.(*SymlinkSpec)
 	if spec.Ensure == "absent" {
@@ -117,16 +111,13 @@ func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	defer d.Close()
 	if c.Action != diff.NoOp {
-		if st, err := d.Lstat(base); err == nil && st.Mode.IsDir() {
-			// A directory in the way is moved to the backups, then removed.
+		if o.Exists && !o.Ours {
 			if _, err := env.Backups.Save(d, base); err != nil {
 				return nil, err
 			}
+		}
+		if o.WrongType == "directory" {
 			if err := d.RemoveAll(base); err != nil {
-				return nil, err
-			}
-		} else if err == nil && w.backup {
-			if _, err := env.Backups.Save(d, base); err != nil {
 				return nil, err
 			}
 		}
@@ -142,28 +133,8 @@ func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		return nil, err
 	}
 	e := newEntry(c.Desired, spec.Path)
-	e.ContentID = spec.Target
+	e.Target = spec.Target
 	e.Live = &state.Fingerprint{Stat: st}
-	e.Created = !w.existed || (c.Record != nil && c.Record.Created)
+	e.Created = !o.Exists || (c.Record != nil && c.Record.Created)
 	return e, nil
-}
-
-func (symlinkDriver) Observe(ctx context.Context, env *Env, rec *state.Entry) health.Report {
-	d, base, live, err := lstat(env, rec.Path)
-	if err != nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
-	}
-	if d != nil {
-		defer d.Close()
-	}
-	if live == nil {
-		return health.Report{Sync: health.OutOfSync, Health: health.Missing, Reason: "missing on the host"}
-	}
-	if live.Mode&fs.ModeSymlink == 0 {
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: "replaced by a " + typeName(live.Mode)}
-	}
-	if target, err := d.Readlink(base); err != nil || target != rec.ContentID {
-		return health.Report{Sync: health.OutOfSync, Health: health.Healthy, Reason: "target drifted on the host"}
-	}
-	return health.Report{Sync: health.Synced, Health: health.Healthy}
 }

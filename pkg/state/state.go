@@ -24,12 +24,15 @@ const Version = 1
 
 // Snapshot is state.json.
 type Snapshot struct {
-	Version  int    `json:"version"`
-	Lineage  string `json:"lineage"` // fixed for the life of a state dir
-	Serial   uint64 `json:"serial"`  // bumped on every save
-	Root     string `json:"root"`    // the --root it was applied under
-	Source   Source `json:"source"`
+	Version int    `json:"version"`
+	Lineage string `json:"lineage"` // fixed for the life of a state dir
+	Serial  uint64 `json:"serial"`  // bumped on every save
+	Root    string `json:"root"`    // the --root it was applied under
+	Source  Source `json:"source"`
+	// Revision is the last revision applied in full.
 	Revision string `json:"revision,omitempty"`
+	// LastAttempt is the last sync that ran, failed or not.
+	LastAttempt *Attempt `json:"lastAttempt,omitempty"`
 	// LastSyncTime is when the last sync finished; zero before the first.
 	LastSyncTime time.Time `json:"lastSyncTime,omitzero"`
 	// Inventory is every resource cortex-sync applied and has not pruned.
@@ -57,9 +60,15 @@ type Entry struct {
 	Kind     string `json:"kind"`
 	Path     string `json:"path,omitempty"`
 	SpecHash string `json:"specHash"`
+	// Spec is the spec as applied (content is named by ContentID, never
+	// stored), so status can judge the host without a source.
+	Spec        json.RawMessage   `json:"spec,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
 	// ContentID is the desired content as the source named it (a blob ID, a
 	// digest), so a change in Git is seen without re-hashing.
 	ContentID string `json:"contentID,omitempty"`
+	// Target is a symlink's target as cortex-sync last pointed it.
+	Target string `json:"target,omitempty"`
 	// Live is the fingerprint of what was written, taken after rename and chmod.
 	Live *Fingerprint `json:"live,omitempty"`
 	// Created is false for an object that existed before cortex-sync took it over.
