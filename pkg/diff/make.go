@@ -41,10 +41,17 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 				return &Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: Forget, Reason: RemovedFromGit, Record: rec}
 			}
 			c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
-			c.Reason, c.Prune = RemovedFromGit, c.Action == Delete
-			if c.Action == NoOp && c.Error == "" {
+			c.Reason = RemovedFromGit
+			switch {
+			case c.Error != "":
+			case c.Action == NoOp:
 				c.Action = Forget // already gone from the host: only the record goes
+			case !rec.Created && len(c.Files) == 0:
+				// Prune deletes only what cortex-sync created: what was
+				// there before it took it over stays, as it is now.
+				c.Action, c.Detail = Forget, "it was on the host before cortex-sync took it over; left in place"
 			}
+			c.Prune = c.Action == Delete
 			return c
 		})
 	}

@@ -203,7 +203,10 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Env, cmd.Dir = processEnv(env, spec.Env, home), spec.WorkingDir
+	if cmd.Dir, err = workingDir(env, spec.WorkingDir); err != nil {
+		return nil, -1, err
+	}
+	cmd.Env = processEnv(env, spec.Env, home)
 	if p, err := supervise.LookPath(argv[0], cmd.Env); err == nil {
 		cmd.Path = p
 	}

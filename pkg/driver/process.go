@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os/user"
 	"path"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strconv"
@@ -344,17 +345,42 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string, st
 	if err != nil {
 		return supervise.Spec{}, err
 	}
+	dir, err := workingDir(env, spec.WorkingDir)
+	if err != nil {
+		return supervise.Spec{}, err
+	}
 	logFile, statusFile := supervise.Files(env.State.Path, r.Metadata.Name)
 	policy := spec.RestartPolicy
 	if policy == "" {
 		policy = "Always"
 	}
 	return supervise.Spec{
-		ID: string(r.ID()), Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: spec.WorkingDir,
+		ID: string(r.ID()), Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir,
 		UID: uid, GID: gid, RestartPolicy: policy, StopSignal: stopSig, StopTimeout: stopTimeout,
 		Liveness: spec.LivenessProbe, Readiness: spec.ReadinessProbe,
 		LogFile: logFile, LogMax: 10 << 20, StatusFile: statusFile, Hash: hash,
 	}, nil
+}
+
+// workingDir resolves a spec's working directory under --root, as every
+// host path a spec names is, to where it really is on the host; "" stays
+// "" (the program starts in /).
+func workingDir(env *Env, p string) (string, error) {
+	if p == "" {
+		return "", nil
+	}
+	d, err := env.Root.OpenDir(p)
+	if missing(err) {
+		if env.Root.Dir() != "/" {
+			return "", fmt.Errorf("working directory %s does not exist (under --root %s)", p, env.Root.Dir())
+		}
+		return "", fmt.Errorf("working directory %s does not exist", p)
+	}
+	if err != nil {
+		return "", fmt.Errorf("working directory %s: %w", p, err)
+	}
+	defer d.Close()
+	return filepath.Join(env.Root.Dir(), d.Path()), nil
 }
 
 // credentials resolves a user to run as: managed only as root.
