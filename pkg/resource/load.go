@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -226,14 +228,15 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	}
 	validateName(r, report)
 	for _, k := range unknown {
-		report(k.Line, k.Value, "unknown field (a manifest has apiVersion, kind, metadata and spec)")
+		hint := DidYouMean(k.Value, []string{"apiVersion", "kind", "metadata", "spec"})
+		report(k.Line, k.Value, "unknown field"+cmpOr(hint, " (a manifest has apiVersion, kind, metadata and spec)"))
 	}
 	if r.APIVersion != "" && r.APIVersion != APIVersion {
 		report(r.lines["apiVersion"], "apiVersion", fmt.Sprintf("%q is not supported; use %q", r.APIVersion, APIVersion))
 	}
 	newSpec, known := kinds[r.Kind]
 	if r.Kind != "" && !known {
-		report(r.lines["kind"], "kind", fmt.Sprintf("unknown kind %q; known kinds: %s", r.Kind, kindNames(kinds)))
+		report(r.lines["kind"], "kind", fmt.Sprintf("unknown kind %q%s; known kinds: %s", r.Kind, DidYouMean(r.Kind, kindNames(kinds)), strings.Join(kindNames(kinds), ", ")))
 	}
 	if !known {
 		return nil, Problems(errs)
@@ -282,13 +285,8 @@ func (r *Resource) idIfNamed() ID {
 	return r.ID()
 }
 
-func kindNames(kinds Kinds) string {
-	names := make([]string, 0, len(kinds))
-	for k := range kinds {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+func kindNames(kinds Kinds) []string {
+	return slices.Sorted(maps.Keys(kinds))
 }
 
 func hasKey(m *yaml.Node, key string) bool {
