@@ -7,6 +7,40 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
+func TestPathsAreText(t *testing.T) {
+	tests := []struct {
+		name, spec, want string
+	}{
+		{"NUL in a file's path", "kind: File\nmetadata: {name: a}\nspec: {path: \"/srv/a\\0b\", content: x}\n",
+			`a.yaml:4: document 1 (File/a): spec.path: "/srv/a\x00b" contains a NUL byte, which no path can hold`},
+		{"non-UTF-8 path", "kind: File\nmetadata: {name: a}\nspec: {path: !!binary L3Nydi//, content: x}\n",
+			`a.yaml:4: document 1 (File/a): spec.path: "/srv/\xff" is not valid UTF-8`},
+		{"NUL in a source", "kind: File\nmetadata: {name: a}\nspec: {path: /srv/a, source: \"f\\0\"}\n",
+			`(File/a): spec.source: "f\x00" contains a NUL byte`},
+		{"NUL in a symlink's target", "kind: Symlink\nmetadata: {name: l}\nspec: {path: /srv/l, target: \"/x\\0\"}\n",
+			`(Symlink/l): spec.target: "/x\x00" contains a NUL byte`},
+		{"NUL in a working directory", "kind: Process\nmetadata: {name: p}\nspec: {command: [sleep, \"1\"], workingDir: \"/srv\\0\"}\n",
+			`(Process/p): spec.workingDir: "/srv\x00" contains a NUL byte`},
+		{"non-UTF-8 creates", "kind: Command\nmetadata: {name: c}\nspec: {command: [\"true\"], creates: !!binary L3Nydi//}\n",
+			`(Command/c): spec.creates: "/srv/\xff" is not valid UTF-8`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := load(t, map[string]string{"a.yaml": header + tt.spec})
+			if err == nil {
+				t.Fatalf("no error, want %q", tt.want)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error:\n%v\nwant it to contain:\n%s", err, tt.want)
+			}
+		})
+	}
+	// A File's content is data, not a path: NUL and any bytes stay allowed.
+	if _, err := load(t, map[string]string{"a.yaml": header + "kind: File\nmetadata: {name: a}\nspec: {path: /a, content: \"a\\0b\"}\n"}); err != nil {
+		t.Fatalf("NUL in content: %v", err)
+	}
+}
+
 func TestUnknownKindSuggests(t *testing.T) {
 	_, err := load(t, map[string]string{"a.yaml": header + "kind: Flie\nmetadata: {name: a}\nspec: {path: /a, content: x}\n"})
 	want := `a.yaml:2: document 1 (Flie/a): kind: unknown kind "Flie" (did you mean "File"?); known kinds: Command, Directory, File, Process, Symlink`

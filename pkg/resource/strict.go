@@ -76,6 +76,15 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, field string) {
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			s.report(n.Line, field, "must be a string, not "+describe(n))
+			return
+		}
+		if isPathField(field) {
+			var v string // decoded, so that a !!binary value is seen as bytes
+			if err := n.Decode(&v); err == nil {
+				if msg := pathText(v); msg != "" {
+					s.report(n.Line, field, msg)
+				}
+			}
 		}
 	case reflect.Bool:
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
