@@ -21,8 +21,9 @@ func newValidateCmd(g *globals, io streams) *cobra.Command {
 		Short: "Load and check the manifests without touching the host",
 		Long: `validate loads every manifest below DIR (or the --dir source) and checks it
 strictly: unknown fields, wrong types, bad paths and modes, duplicate IDs,
-overlapping paths, missing dependencies and cycles. Every problem is listed
-with its file, line, document, resource and field.`,
+overlapping paths, paths outside --allowed-path, missing dependencies and
+cycles. Every problem is listed with its file, line, document, resource and
+field.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -52,7 +53,7 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return err
 	}
 	defer co.Close()
-	set, err := resource.Load(co.Tree, co.Path, driver.Kinds())
+	set, err := resource.Options{AllowedPaths: g.allowed}.Load(co.Tree, co.Path, driver.Kinds())
 	if err != nil {
 		return &manifestError{err}
 	}

@@ -95,6 +95,26 @@ func components(p string) []string {
 // problem found is returned together, each naming file, line, document,
 // resource and field.
 func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	return Options{}.Load(tree, dir, kinds)
+}
+
+// Options are what the host allows, checked while loading so that a desired
+// state the host would refuse is refused before anything is applied.
+type Options struct {
+	// AllowedPaths confines every path a resource claims to lie at or below
+	// one of these absolute in-root paths (--allowed-path); empty allows all.
+	AllowedPaths []string
+}
+
+// Load is the package's Load, checking the desired state against o too.
+func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	allowed := make([]string, 0, len(o.AllowedPaths))
+	for _, a := range o.AllowedPaths {
+		if !path.IsAbs(a) {
+			return nil, fmt.Errorf("allowed path %q must be absolute", a)
+		}
+		allowed = append(allowed, path.Clean(a))
+	}
 	files, err := Discover(tree, dir)
 	if err != nil {
 		return nil, err
@@ -112,7 +132,7 @@ func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 		errs = appendProblems(errs, err)
 	}
 	// Cross-document checks run on what decoded, so every problem shows at once.
-	set, err := newSet(list)
+	set, err := newSet(list, allowed)
 	errs = appendProblems(errs, err)
 	if errs.ErrorOrNil() != nil {
 		return nil, Problems(errs.Errors)
