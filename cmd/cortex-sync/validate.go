@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -40,9 +41,21 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if !o.src.given() {
 		o.src.dir = "."
 	}
-	cache := "" // a directory needs no stat cache: validate writes nothing
+	// validate touches nothing on the host: a directory needs no stat cache,
+	// and a Git source's cache goes to a temp dir unless --state-dir (or a
+	// config's stateDir) names where to keep it.
+	cache := ""
 	if o.src.repo != "" {
-		cache = state.Dir{Path: g.stateDir}.Sub("cache")
+		if cmd.Flags().Changed("state-dir") {
+			cache = state.Dir{Path: g.stateDir}.Sub("cache")
+		} else {
+			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			cache = tmp
+		}
 	}
 	s, err := o.src.source(cache, g.log)
 	if err != nil {
