@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -74,7 +76,11 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		case "spec":
 			spec = v
 		default:
-			return where(k, k.Value, "unknown field (an Agent config has apiVersion, kind, metadata and spec)")
+			hint := resource.DidYouMean(k.Value, []string{"apiVersion", "kind", "metadata", "spec"})
+			if hint == "" {
+				hint = " (an Agent config has apiVersion, kind, metadata and spec)"
+			}
+			return where(k, k.Value, "unknown field%s", hint)
 		}
 	}
 	if spec == nil || spec.Kind != yaml.MappingNode {
@@ -90,7 +96,7 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		case f == nil && (agentOnly[k.Value] || known[name]):
 			continue // meant for another command
 		case f == nil || name == "config":
-			return where(k, field, "unknown field")
+			return where(k, field, "unknown field%s", resource.DidYouMean(k.Value, configFields(known)))
 		case f.Changed:
 			continue // the flag wins
 		}
@@ -109,6 +115,33 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		f.Changed = true
 	}
 	return nil
+}
+
+// configFields names every field an Agent config may hold: the flags'
+// fields and the daemon's own.
+func configFields(flags map[string]bool) []string {
+	fields := slices.Collect(maps.Keys(agentOnly))
+	for f := range flags {
+		if f != "config" && f != "help" {
+			fields = append(fields, fieldName(f))
+		}
+	}
+	return fields
+}
+
+// fieldName is a flag's field in the Agent config: flagName's inverse
+// (--allowed-path ↔ allowedPaths, --fetch-timeout ↔ fetchTimeout).
+func fieldName(flag string) string {
+	if flag == "allowed-path" {
+		return "allowedPaths"
+	}
+	words := strings.Split(flag, "-")
+	for i, w := range words[1:] {
+		if w != "" {
+			words[i+1] = strings.ToUpper(w[:1]) + w[1:]
+		}
+	}
+	return strings.Join(words, "")
 }
 
 // allFlags names every flag of every command.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -21,8 +22,9 @@ func newValidateCmd(g *globals, io streams) *cobra.Command {
 		Short: "Load and check the manifests without touching the host",
 		Long: `validate loads every manifest below DIR (or the --dir source) and checks it
 strictly: unknown fields, wrong types, bad paths and modes, duplicate IDs,
-overlapping paths, missing dependencies and cycles. Every problem is listed
-with its file, line, document, resource and field.`,
+overlapping paths, paths outside --allowed-path, missing dependencies and
+cycles. Every problem is listed with its file, line, document, resource and
+field.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -39,9 +41,21 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if !o.src.given() {
 		o.src.dir = "."
 	}
-	cache := "" // a directory needs no stat cache: validate writes nothing
+	// validate touches nothing on the host: a directory needs no stat cache,
+	// and a Git source's cache goes to a temp dir unless --state-dir (or a
+	// config's stateDir) names where to keep it.
+	cache := ""
 	if o.src.repo != "" {
-		cache = state.Dir{Path: g.stateDir}.Sub("cache")
+		if cmd.Flags().Changed("state-dir") {
+			cache = state.Dir{Path: g.stateDir}.Sub("cache")
+		} else {
+			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(tmp)
+			cache = tmp
+		}
 	}
 	s, err := o.src.source(cache, g.log)
 	if err != nil {
@@ -52,7 +66,7 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return err
 	}
 	defer co.Close()
-	set, err := resource.Load(co.Tree, co.Path, driver.Kinds())
+	set, err := resource.Options{AllowedPaths: g.allowed}.Load(co.Tree, co.Path, driver.Kinds())
 	if err != nil {
 		return &manifestError{err}
 	}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -93,6 +95,26 @@ func components(p string) []string {
 // problem found is returned together, each naming file, line, document,
 // resource and field.
 func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	return Options{}.Load(tree, dir, kinds)
+}
+
+// Options are what the host allows, checked while loading so that a desired
+// state the host would refuse is refused before anything is applied.
+type Options struct {
+	// AllowedPaths confines every path a resource claims to lie at or below
+	// one of these absolute in-root paths (--allowed-path); empty allows all.
+	AllowedPaths []string
+}
+
+// Load is the package's Load, checking the desired state against o too.
+func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	allowed := make([]string, 0, len(o.AllowedPaths))
+	for _, a := range o.AllowedPaths {
+		if !path.IsAbs(a) {
+			return nil, fmt.Errorf("allowed path %q must be absolute", a)
+		}
+		allowed = append(allowed, path.Clean(a))
+	}
 	files, err := Discover(tree, dir)
 	if err != nil {
 		return nil, err
@@ -110,7 +132,7 @@ func Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 		errs = appendProblems(errs, err)
 	}
 	// Cross-document checks run on what decoded, so every problem shows at once.
-	set, err := newSet(list)
+	set, err := newSet(list, allowed)
 	errs = appendProblems(errs, err)
 	if errs.ErrorOrNil() != nil {
 		return nil, Problems(errs.Errors)
@@ -226,14 +248,15 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	}
 	validateName(r, report)
 	for _, k := range unknown {
-		report(k.Line, k.Value, "unknown field (a manifest has apiVersion, kind, metadata and spec)")
+		hint := DidYouMean(k.Value, []string{"apiVersion", "kind", "metadata", "spec"})
+		report(k.Line, k.Value, "unknown field"+cmpOr(hint, " (a manifest has apiVersion, kind, metadata and spec)"))
 	}
 	if r.APIVersion != "" && r.APIVersion != APIVersion {
 		report(r.lines["apiVersion"], "apiVersion", fmt.Sprintf("%q is not supported; use %q", r.APIVersion, APIVersion))
 	}
 	newSpec, known := kinds[r.Kind]
 	if r.Kind != "" && !known {
-		report(r.lines["kind"], "kind", fmt.Sprintf("unknown kind %q; known kinds: %s", r.Kind, kindNames(kinds)))
+		report(r.lines["kind"], "kind", fmt.Sprintf("unknown kind %q%s; known kinds: %s", r.Kind, DidYouMean(r.Kind, kindNames(kinds)), strings.Join(kindNames(kinds), ", ")))
 	}
 	if !known {
 		return nil, Problems(errs)
@@ -282,13 +305,8 @@ func (r *Resource) idIfNamed() ID {
 	return r.ID()
 }
 
-func kindNames(kinds Kinds) string {
-	names := make([]string, 0, len(kinds))
-	for k := range kinds {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+func kindNames(kinds Kinds) []string {
+	return slices.Sorted(maps.Keys(kinds))
 }
 
 func hasKey(m *yaml.Node, key string) bool {

@@ -3,6 +3,7 @@ package resource
 import (
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -72,9 +73,9 @@ func fieldErr(r *Resource, field, format string, args ...any) *FieldError {
 	return &FieldError{Origin: r.Origin, Line: r.Line(field), ID: r.ID(), Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
-// newSet checks what no single document can: unique IDs and paths,
-// dependencies that exist and form no cycle.
-func newSet(list []*Resource) (*Set, error) {
+// newSet checks what no single document can: unique IDs and paths inside
+// the allowed ones (when any), dependencies that exist and form no cycle.
+func newSet(list []*Resource, allowed []string) (*Set, error) {
 	s := &Set{byID: map[ID]*Resource{}, deps: map[ID][]ID{}}
 	var errs Problems
 	var kept []*Resource
@@ -92,6 +93,7 @@ func newSet(list []*Resource) (*Set, error) {
 	}
 	sort.SliceStable(s.claims, func(i, j int) bool { return s.claims[i].Path < s.claims[j].Path })
 	errs = append(errs, s.checkClaims()...)
+	errs = append(errs, s.checkAllowed(allowed)...)
 
 	for _, r := range kept {
 		id := r.ID()
@@ -153,6 +155,22 @@ func (s *Set) checkClaims() Problems {
 				break
 			}
 			errs = append(errs, fieldErr(o.res, o.Field, "%s lies inside %s, which %s mirrors from its source; manage it in the source instead", o.Path, c.Path, c.res.ID()))
+		}
+	}
+	return errs
+}
+
+// checkAllowed finds claimed paths outside every allowed path. The writer
+// checks again on the path a write resolves to (a symlink on the host can
+// redirect it); this check names the resource before anything is applied.
+func (s *Set) checkAllowed(allowed []string) Problems {
+	if len(allowed) == 0 {
+		return nil
+	}
+	var errs Problems
+	for _, c := range s.claims {
+		if !slices.ContainsFunc(allowed, func(a string) bool { return a == "/" || within(c.Path, a) }) {
+			errs = append(errs, fieldErr(c.res, c.Field, "%s is outside the allowed paths (%s); add --allowed-path or move it", c.Path, strings.Join(allowed, ", ")))
 		}
 	}
 	return errs

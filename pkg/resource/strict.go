@@ -3,8 +3,9 @@ package resource
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -51,7 +52,7 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, field string) {
 			sub := join(field, k.Value)
 			ft, ok := fields[k.Value]
 			if !ok {
-				s.report(k.Line, sub, "unknown field"+suggest(k.Value, fields))
+				s.report(k.Line, sub, unknownField(k.Value, fields))
 				continue
 			}
 			s.check(v, ft, sub)
@@ -75,6 +76,15 @@ func (s *strict) check(n *yaml.Node, t reflect.Type, field string) {
 	case reflect.String:
 		if n.Kind != yaml.ScalarNode {
 			s.report(n.Line, field, "must be a string, not "+describe(n))
+			return
+		}
+		if isPathField(field) {
+			var v string // decoded, so that a !!binary value is seen as bytes
+			if err := n.Decode(&v); err == nil {
+				if msg := pathText(v); msg != "" {
+					s.report(n.Line, field, msg)
+				}
+			}
 		}
 	case reflect.Bool:
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
@@ -135,23 +145,30 @@ func describe(n *yaml.Node) string {
 	return fmt.Sprintf("%q", n.Value)
 }
 
-// suggest names the closest known field, when one is close.
-func suggest(name string, fields map[string]reflect.Type) string {
+// DidYouMean suggests the known name closest to a mistyped one, as
+// ` (did you mean "branch"?)`, or returns "" when none is close. Case is
+// ignored; ties go to the first in sorted order, so the hint is stable.
+func DidYouMean(name string, known []string) string {
+	sorted := slices.Sorted(slices.Values(known))
 	best, bestD := "", 3
-	for f := range fields {
-		if d := distance(strings.ToLower(name), strings.ToLower(f)); d < bestD {
-			best, bestD = f, d
+	for _, k := range sorted {
+		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD {
+			best, bestD = k, d
 		}
 	}
-	if best != "" {
-		return fmt.Sprintf(" (did you mean %q?)", best)
+	if best == "" {
+		return ""
 	}
-	known := make([]string, 0, len(fields))
-	for f := range fields {
-		known = append(known, f)
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// unknownField is the message for a key the type has no field for.
+func unknownField(name string, fields map[string]reflect.Type) string {
+	known := slices.Sorted(maps.Keys(fields))
+	if hint := DidYouMean(name, known); hint != "" {
+		return "unknown field" + hint
 	}
-	sort.Strings(known)
-	return " (known fields: " + strings.Join(known, ", ") + ")"
+	return "unknown field (known fields: " + strings.Join(known, ", ") + ")"
 }
 
 // distance is the Levenshtein edit distance.

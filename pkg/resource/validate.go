@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // Validation is what a Spec's Validate reports into: it knows the resource,
@@ -25,6 +26,8 @@ func (v *Validation) Errorf(field, format string, args ...any) {
 // AbsPath checks that p is an absolute, clean host path.
 func (v *Validation) AbsPath(field, p string) {
 	switch {
+	case pathText(p) != "":
+		v.Errorf(field, "%s", pathText(p))
 	case p == "":
 		v.Errorf(field, "is required")
 	case !path.IsAbs(p):
@@ -36,6 +39,28 @@ func (v *Validation) AbsPath(field, p string) {
 	case p == "/":
 		v.Errorf(field, "the root directory itself cannot be managed")
 	}
+}
+
+// pathFields are the spec fields, by YAML name, that hold paths. The decoder
+// refuses bytes no path can hold in them, so that the kinds which check a
+// path by hand (a symlink's target, a working directory) need not remember to.
+var pathFields = map[string]bool{"path": true, "source": true, "target": true, "workingDir": true, "creates": true}
+
+func isPathField(field string) bool {
+	return strings.HasPrefix(field, "spec.") && pathFields[field[strings.LastIndexByte(field, '.')+1:]]
+}
+
+// pathText says what makes p unfit to be a path, or "" when nothing does:
+// the kernel ends a path at a NUL byte, and paths are shown, hashed and
+// compared as UTF-8 text.
+func pathText(p string) string {
+	switch {
+	case strings.IndexByte(p, 0) >= 0:
+		return fmt.Sprintf("%q contains a NUL byte, which no path can hold", p)
+	case !utf8.ValidString(p):
+		return fmt.Sprintf("%q is not valid UTF-8; write paths as UTF-8 text", p)
+	}
+	return ""
 }
 
 // OneOf checks a field against its allowed values.
@@ -54,6 +79,10 @@ func (v *Validation) OneOf(field, value string, allowed ...string) {
 func (v *Validation) SourcePath(field, rel string, dir bool) string {
 	if rel == "" {
 		v.Errorf(field, "is required")
+		return ""
+	}
+	if msg := pathText(rel); msg != "" {
+		v.Errorf(field, "%s", msg)
 		return ""
 	}
 	if path.IsAbs(rel) {
