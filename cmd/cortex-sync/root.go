@@ -288,7 +288,7 @@ func (g *globals) open(ctx context.Context, src *sourceFlags, needSource bool) (
 		for _, n := range e.checkout.Notes {
 			g.log.Warn("source", "note", n)
 		}
-		if e.set, err = resource.Load(e.checkout.Tree, e.checkout.Path, driver.Kinds()); err != nil {
+		if e.set, err = (resource.Options{AllowedPaths: g.allowed}).Load(e.checkout.Tree, e.checkout.Path, driver.Kinds()); err != nil {
 			return nil, &manifestError{err}
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -125,19 +124,7 @@ func observeStatus(ctx context.Context, e *engine, concurrency int) statusDoc {
 	snap := e.snap
 	var unknown []*diff.Change
 	if set == nil {
-		var recalled []*resource.Resource
-		view := *e.snap // the inventory that could be recalled
-		view.Inventory = nil
-		for _, rec := range e.snap.Inventory {
-			r, err := host.Recall(rec)
-			if err != nil {
-				unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Error: err.Error(), Record: rec})
-				continue
-			}
-			recalled = append(recalled, r)
-			view.Inventory = append(view.Inventory, rec)
-		}
-		set, snap = resource.Recalled(recalled), &view
+		set, snap, unknown = host.RecallAll(e.snap)
 		e.env.Set = set
 	}
 	plan := diff.Make(ctx, host, set, snap, concurrency)

@@ -178,6 +178,26 @@ func (h Host) Recall(rec *state.Entry) (*resource.Resource, error) {
 	}, nil
 }
 
+// RecallAll rebuilds the desired state as last applied from a snapshot:
+// the set, the snapshot narrowed to what could be recalled, and a change
+// carrying the error for each entry that could not.
+func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, []*diff.Change) {
+	var list []*resource.Resource
+	var unknown []*diff.Change
+	view := *snap
+	view.Inventory = nil
+	for _, rec := range snap.Inventory {
+		r, err := h.Recall(rec)
+		if err != nil {
+			unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Error: err.Error(), Record: rec})
+			continue
+		}
+		list = append(list, r)
+		view.Inventory = append(view.Inventory, rec)
+	}
+	return resource.Recalled(list), &view, unknown
+}
+
 // recallable is a spec with fields derived at validation that a recalled
 // spec must derive again.
 type recallable interface{ recall() }
