@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -113,8 +115,10 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	}
 
 	for _, level := range set.Levels() {
-		sem := make(chan struct{}, max(o.Concurrency, 1))
-		var wg sync.WaitGroup
+		// Goroutines return nil: a failure is recorded per resource and
+		// blocks only its dependents, never its siblings.
+		var g errgroup.Group
+		g.SetLimit(max(o.Concurrency, 1))
 		for _, r := range level {
 			c := byID[r.ID()]
 			mu.Lock()
@@ -135,16 +139,13 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				continue
 			}
 			mu.Unlock()
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
+			g.Go(func() error {
 				if dep, why := waitDeps(ctx, a, set, r.ID(), snap, &mu, o.WaitTimeout); dep != "" {
 					mu.Lock()
 					failed[r.ID()] = true
 					rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: dep, Error: why})
 					mu.Unlock()
-					return
+					return nil
 				}
 				entry, err := a.Apply(ctx, c)
 				if err != nil {
@@ -154,9 +155,10 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				res := record(c, entry, err)
 				mu.Unlock()
 				o.Log.Info("applied", "resource", c.ID, "action", c.Action, "outcome", res.Outcome, "error", res.Error)
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		g.Wait()
 		if err := o.Save(snap); err != nil {
 			return rep, err
 		}
