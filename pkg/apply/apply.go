@@ -1,6 +1,6 @@
 // Package apply carries out a plan: resources in dependency order with
 // bounded concurrency, a failure blocking only its dependents, the snapshot
-// saved after every group, and prune last, children before parents.
+// saved after every group, and prune last, in reverse dependency order.
 package apply
 
 import (
@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -80,6 +78,13 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
 		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files)}
 		now := time.Now().UTC()
+		switch {
+		case entry == nil:
+		case c.Desired != nil:
+			recordDeps(entry, set.Deps(c.ID))
+		case c.Record != nil && entry != c.Record:
+			recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
+		}
 		switch {
 		case err != nil:
 			res.Outcome, res.Error = Failed, err.Error()
@@ -164,17 +169,18 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		}
 	}
 
-	// What left Git: deepest paths first, so children go before parents.
+	// What left Git, in reverse dependency order. A resource whose
+	// dependent could not go stays too: no directory is deleted under a
+	// process that could not be stopped.
 	var gone []*diff.Change
 	for _, c := range plan.Changes {
 		if c.Desired == nil {
 			gone = append(gone, c)
 		}
 	}
-	sort.SliceStable(gone, func(i, j int) bool {
-		return strings.Count(gone[i].Path, "/") > strings.Count(gone[j].Path, "/")
-	})
-	for _, c := range gone {
+	order, users := pruneOrder(gone)
+	for _, c := range order {
+		blocker := pruneBlocker(users[c.ID], failed)
 		switch {
 		case c.Error != "":
 			record(c, nil, errors.New(c.Error))
@@ -183,6 +189,10 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Forgotten})
 		case !o.Prune:
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Skipped})
+		case blocker != "":
+			failed[c.ID] = true // its entry stays, and so does what it depends on
+			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: blocker,
+				Error: fmt.Sprintf("kept, because %s depends on it and was not deleted", blocker)})
 		default:
 			entry, err := a.Apply(ctx, c)
 			if err != nil {
@@ -245,6 +255,17 @@ func WaitHealthy(ctx context.Context, a Applier, snap *state.Snapshot, timeout t
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pruneBlocker names one of users (those depending on a resource) that
+// failed or was blocked, if any.
+func pruneBlocker(users []resource.ID, failed map[resource.ID]bool) resource.ID {
+	for _, u := range users {
+		if failed[u] {
+			return u
+		}
+	}
+	return ""
 }
 
 // blockedBy names a dependency of id that failed or was blocked, if any.

@@ -3,6 +3,7 @@ package apply_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -79,7 +80,137 @@ func createAll(set *resource.Set) *diff.Plan {
 	return p
 }
 
+// pruneAll plans the deletion of every entry, as when all left Git.
+func pruneAll(snap *state.Snapshot) *diff.Plan {
+	p := &diff.Plan{}
+	for _, e := range snap.Inventory {
+		p.Changes = append(p.Changes, &diff.Change{ID: resource.ID(e.ID), Kind: e.Kind, Path: e.Path,
+			Action: diff.Delete, Reason: diff.RemovedFromGit, Prune: true, Record: e})
+	}
+	return p
+}
+
 func noSave(*state.Snapshot) error { return nil }
+
+// served is a directory, a process serving it, a parent directory, and two
+// unrelated files at different depths.
+const served = `apiVersion: cortex-sync/v1alpha1
+kind: Directory
+metadata: {name: srv}
+spec: {path: /srv}
+---
+apiVersion: cortex-sync/v1alpha1
+kind: Directory
+metadata: {name: site}
+spec: {path: /srv/site}
+---
+apiVersion: cortex-sync/v1alpha1
+kind: Process
+metadata: {name: web}
+spec:
+  dependsOn: [Directory/site]
+  command: [python3, -m, http.server]
+---
+apiVersion: cortex-sync/v1alpha1
+kind: File
+metadata: {name: deep}
+spec: {path: /a/b/c/d, content: x}
+---
+apiVersion: cortex-sync/v1alpha1
+kind: File
+metadata: {name: top}
+spec: {path: /top, content: x}
+`
+
+// TestPruneInReverseDependencyOrder: what left Git goes dependents first
+// (the process before the directory it serves, the directory before its
+// parent), deeper paths first among the rest.
+func TestPruneInReverseDependencyOrder(t *testing.T) {
+	set := loadSet(t, served)
+	snap := &state.Snapshot{}
+	ctx := context.Background()
+	if _, err := apply.Run(ctx, &recorder{}, set, createAll(set), snap, apply.Options{Save: noSave}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := &recorder{}
+	rep, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"delete File/deep", "delete File/top", "delete Process/web", "delete Directory/site", "delete Directory/srv"}
+	if !slices.Equal(a.calls, want) {
+		t.Fatalf("pruned in the order\n  %s\nwant\n  %s", strings.Join(a.calls, "\n  "), strings.Join(want, "\n  "))
+	}
+	if rep.Failed() || len(snap.Inventory) != 0 {
+		t.Fatalf("failed %v, %d entries left", rep.Failed(), len(snap.Inventory))
+	}
+}
+
+// TestFailedPruneKeepsWhatItDependsOn: a process that could not be stopped
+// keeps its entry, and the directory it serves is neither deleted nor
+// forgotten; unrelated resources still go. Once the process goes, so does
+// the rest, in order.
+func TestFailedPruneKeepsWhatItDependsOn(t *testing.T) {
+	set := loadSet(t, served)
+	snap := &state.Snapshot{}
+	ctx := context.Background()
+	if _, err := apply.Run(ctx, &recorder{}, set, createAll(set), snap, apply.Options{Save: noSave}); err != nil {
+		t.Fatal(err)
+	}
+
+	a := &recorder{fail: map[resource.ID]bool{"Process/web": true}}
+	rep, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"delete File/deep", "delete File/top", "delete Process/web"}
+	if !slices.Equal(a.calls, want) {
+		t.Fatalf("tried\n  %s\nwant\n  %s", strings.Join(a.calls, "\n  "), strings.Join(want, "\n  "))
+	}
+	outcomes := map[resource.ID]*apply.Result{}
+	for _, r := range rep.Results {
+		outcomes[r.ID] = r
+	}
+	for id, w := range map[resource.ID]struct {
+		outcome apply.Outcome
+		by      resource.ID
+	}{
+		"Process/web":    {apply.Failed, ""},
+		"Directory/site": {apply.Blocked, "Process/web"},
+		"Directory/srv":  {apply.Blocked, "Directory/site"},
+		"File/deep":      {apply.Applied, ""},
+	} {
+		if r := outcomes[id]; r == nil || r.Outcome != w.outcome || r.BlockedBy != w.by {
+			t.Errorf("%s: %+v, want %s (blocked by %q)", id, r, w.outcome, w.by)
+		}
+	}
+	var b strings.Builder
+	rep.Text(&b)
+	if !strings.Contains(b.String(), "Directory/site: blocked: kept, because Process/web depends on it and was not deleted\n") {
+		t.Errorf("report does not say why Directory/site was kept:\n%s", b.String())
+	}
+	var left []string
+	for _, e := range snap.Inventory {
+		left = append(left, e.ID)
+	}
+	slices.Sort(left)
+	if want := []string{"Directory/site", "Directory/srv", "Process/web"}; !slices.Equal(left, want) {
+		t.Fatalf("inventory %v, want %v", left, want)
+	}
+	if e := snap.Find("Process/web"); e.Result == nil || !strings.Contains(e.Result.Error, "it would not go") {
+		t.Errorf("Process/web's entry does not record the failure: %+v", e.Result)
+	}
+
+	// Next time the process goes; what it kept still knows its order.
+	a = &recorder{}
+	if _, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"delete Process/web", "delete Directory/site", "delete Directory/srv"}; !slices.Equal(a.calls, want) {
+		t.Fatalf("pruned in the order %v, want %v", a.calls, want)
+	}
+}
 
 // TestConcurrencyIsBounded: independent resources apply in parallel, never
 // more than Concurrency at once.
