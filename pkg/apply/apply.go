@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,7 +50,10 @@ var (
 	ErrSourceChange = errors.New("refusing to prune: the source differs from the one the snapshot records")
 )
 
-// Check refuses a prune that would most likely be a mistake.
+// Check refuses a prune that would most likely be a mistake: one that
+// would delete everything, or delete resources because the source changed.
+// A new source that deletes nothing (the same repository at a new URL) is
+// not refused.
 func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.Source, o Options) error {
 	if !o.Prune {
 		return nil
@@ -58,9 +62,44 @@ func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.S
 		return fmt.Errorf("%w, so all %d resources in the inventory would be deleted; check the source path, or pass --allow-empty if that is what you want", ErrEmptyPrune, len(snap.Inventory))
 	}
 	if snap.Source.URL != "" && snap.Source != ref && !o.AllowSourceChange {
-		return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source", ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path)
+		if gone := prunes(plan); len(gone) > 0 {
+			return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
+				ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
+		}
 	}
 	return nil
+}
+
+// prunes lists what a --prune sync of the plan would delete.
+func prunes(plan *diff.Plan) []resource.ID {
+	var ids []resource.ID
+	for _, c := range plan.Changes {
+		if c.Prune && c.Pending() {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
+}
+
+// count is n things, in words: "1 resource", "3 resources".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// few names up to n IDs and counts the rest.
+func few(ids []resource.ID, n int) string {
+	var names []string
+	for _, id := range ids[:min(n, len(ids))] {
+		names = append(names, string(id))
+	}
+	out := strings.Join(names, ", ")
+	if len(ids) > n {
+		out += fmt.Sprintf(" and %d more", len(ids)-n)
+	}
+	return out
 }
 
 // Run applies the plan and records every outcome in snap.
