@@ -24,6 +24,9 @@ type diffOptions struct {
 	exitCode bool
 	verify   bool
 	against  string
+	// allow mirrors sync's --allow-* flags under sync --dry-run, so the
+	// warning names only a refusal that sync would meet.
+	allowEmpty, allowSourceChange bool
 }
 
 func newDiffCmd(g *globals, io streams) *cobra.Command {
@@ -82,7 +85,17 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		e.snap.Source = e.ref
 	}
 	plan := diff.Make(cmd.Context(), driver.Host{Env: e.env}, e.set, e.snap, g.concurrency)
+	// Warn of the refusal sync --prune would meet, before anyone runs it.
+	check := apply.Options{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}
+	if err := apply.Check(plan, e.set, e.snap, e.ref, check); err != nil {
+		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
+	}
 	plan.Source, plan.Revision = e.ref, e.checkout.Revision
+	if o.output != "json" {
+		for _, w := range plan.Warnings {
+			fmt.Fprintln(io.Err, "warning: "+w)
+		}
+	}
 	if err := render(io, plan, o.output); err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	}
 	ctx := cmd.Context()
 	if o.dryRun {
-		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify}, io)
+		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify, allowEmpty: o.allowEmpty, allowSourceChange: o.allowSourceChange}, io)
 	}
 	lock, err := state.Dir{Path: g.stateDir}.Lock(ctx, g.lockTimeout)
 	if err != nil {

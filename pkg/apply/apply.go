@@ -1,6 +1,6 @@
 // Package apply carries out a plan: resources in dependency order with
 // bounded concurrency, a failure blocking only its dependents, the snapshot
-// saved after every group, and prune last, children before parents.
+// saved after every group, and prune last, in reverse dependency order.
 package apply
 
 import (
@@ -8,10 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
@@ -49,7 +50,10 @@ var (
 	ErrSourceChange = errors.New("refusing to prune: the source differs from the one the snapshot records")
 )
 
-// Check refuses a prune that would most likely be a mistake.
+// Check refuses a prune that would most likely be a mistake: one that
+// would delete everything, or delete resources because the source changed.
+// A new source that deletes nothing (the same repository at a new URL) is
+// not refused.
 func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.Source, o Options) error {
 	if !o.Prune {
 		return nil
@@ -58,9 +62,44 @@ func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.S
 		return fmt.Errorf("%w, so all %d resources in the inventory would be deleted; check the source path, or pass --allow-empty if that is what you want", ErrEmptyPrune, len(snap.Inventory))
 	}
 	if snap.Source.URL != "" && snap.Source != ref && !o.AllowSourceChange {
-		return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source", ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path)
+		if gone := prunes(plan); len(gone) > 0 {
+			return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
+				ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
+		}
 	}
 	return nil
+}
+
+// prunes lists what a --prune sync of the plan would delete.
+func prunes(plan *diff.Plan) []resource.ID {
+	var ids []resource.ID
+	for _, c := range plan.Changes {
+		if c.Prune && c.Pending() {
+			ids = append(ids, c.ID)
+		}
+	}
+	return ids
+}
+
+// count is n things, in words: "1 resource", "3 resources".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// few names up to n IDs and counts the rest.
+func few(ids []resource.ID, n int) string {
+	var names []string
+	for _, id := range ids[:min(n, len(ids))] {
+		names = append(names, string(id))
+	}
+	out := strings.Join(names, ", ")
+	if len(ids) > n {
+		out += fmt.Sprintf(" and %d more", len(ids)-n)
+	}
+	return out
 }
 
 // Run applies the plan and records every outcome in snap.
@@ -78,6 +117,13 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
 		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files), Backups: c.Backups()}
 		now := time.Now().UTC()
+		switch {
+		case entry == nil:
+		case c.Desired != nil:
+			recordDeps(entry, set.Deps(c.ID))
+		case c.Record != nil && entry != c.Record:
+			recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
+		}
 		switch {
 		case err != nil:
 			res.Outcome, res.Error = Failed, err.Error()
@@ -113,8 +159,10 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	}
 
 	for _, level := range set.Levels() {
-		sem := make(chan struct{}, max(o.Concurrency, 1))
-		var wg sync.WaitGroup
+		// Goroutines return nil: a failure is recorded per resource and
+		// blocks only its dependents, never its siblings.
+		var g errgroup.Group
+		g.SetLimit(max(o.Concurrency, 1))
 		for _, r := range level {
 			c := byID[r.ID()]
 			mu.Lock()
@@ -135,16 +183,13 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				continue
 			}
 			mu.Unlock()
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
+			g.Go(func() error {
 				if dep, why := waitDeps(ctx, a, set, r.ID(), snap, &mu, o.WaitTimeout); dep != "" {
 					mu.Lock()
 					failed[r.ID()] = true
 					rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: dep, Error: why})
 					mu.Unlock()
-					return
+					return nil
 				}
 				entry, err := a.Apply(ctx, c)
 				if err != nil {
@@ -154,25 +199,27 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				res := record(c, entry, err)
 				mu.Unlock()
 				o.Log.Info("applied", "resource", c.ID, "action", c.Action, "outcome", res.Outcome, "error", res.Error)
-			}()
+				return nil
+			})
 		}
-		wg.Wait()
+		g.Wait()
 		if err := o.Save(snap); err != nil {
 			return rep, err
 		}
 	}
 
-	// What left Git: deepest paths first, so children go before parents.
+	// What left Git, in reverse dependency order. A resource whose
+	// dependent could not go stays too: no directory is deleted under a
+	// process that could not be stopped.
 	var gone []*diff.Change
 	for _, c := range plan.Changes {
 		if c.Desired == nil {
 			gone = append(gone, c)
 		}
 	}
-	sort.SliceStable(gone, func(i, j int) bool {
-		return strings.Count(gone[i].Path, "/") > strings.Count(gone[j].Path, "/")
-	})
-	for _, c := range gone {
+	order, users := pruneOrder(gone)
+	for _, c := range order {
+		blocker := pruneBlocker(users[c.ID], failed)
 		switch {
 		case c.Error != "":
 			record(c, nil, errors.New(c.Error))
@@ -181,6 +228,10 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Forgotten})
 		case !o.Prune:
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Skipped})
+		case blocker != "":
+			failed[c.ID] = true // its entry stays, and so does what it depends on
+			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: blocker,
+				Error: fmt.Sprintf("kept, because %s depends on it and was not deleted", blocker)})
 		default:
 			entry, err := a.Apply(ctx, c)
 			if err != nil {
@@ -243,6 +294,17 @@ func WaitHealthy(ctx context.Context, a Applier, snap *state.Snapshot, timeout t
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pruneBlocker names one of users (those depending on a resource) that
+// failed or was blocked, if any.
+func pruneBlocker(users []resource.ID, failed map[resource.ID]bool) resource.ID {
+	for _, u := range users {
+		if failed[u] {
+			return u
+		}
+	}
+	return ""
 }
 
 // blockedBy names a dependency of id that failed or was blocked, if any.

@@ -2,7 +2,8 @@ package diff
 
 import (
 	"context"
-	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -56,17 +57,15 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 		})
 	}
 	p.Changes = make([]*Change, len(jobs))
-	sem := make(chan struct{}, max(concurrency, 1))
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(max(concurrency, 1))
 	for i, job := range jobs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			p.Changes[i] = job()
-		}()
+		g.Go(func() error {
+			p.Changes[i] = job() // an observation error is carried by its change
+			return nil
+		})
 	}
-	wg.Wait()
+	g.Wait()
 	return p
 }
 

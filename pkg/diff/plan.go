@@ -77,6 +77,9 @@ type Plan struct {
 	Source   state.Source
 	Revision string
 	Changes  []*Change
+	// Warnings are what a sync of this plan would trip on, such as the
+	// refusal sync --prune would meet; display only.
+	Warnings []string
 }
 
 // Change is what a sync would do to one resource.

@@ -236,6 +236,7 @@ type jsonPlan struct {
 	Revision      string       `json:"revision"`
 	HasChanges    bool         `json:"hasChanges"`
 	Summary       Summary      `json:"summary"`
+	Warnings      []string     `json:"warnings,omitempty"`
 	Changes       []jsonChange `json:"changes"`
 }
 
@@ -259,7 +260,7 @@ type jsonChange struct {
 func JSON(w io.Writer, p *Plan) error {
 	out := jsonPlan{
 		FormatVersion: FormatVersion, Source: p.Source, Revision: p.Revision,
-		HasChanges: p.HasChanges(), Summary: p.Summary(), Changes: []jsonChange{},
+		HasChanges: p.HasChanges(), Summary: p.Summary(), Warnings: p.Warnings, Changes: []jsonChange{},
 	}
 	for _, c := range p.Changes {
 		out.Changes = append(out.Changes, jsonChange{
