@@ -23,7 +23,9 @@ type observer struct {
 	inflight, peak int
 }
 
-func (o *observer) Plan(ctx context.Context, desired *resource.Resource, rec *state.Entry) (*diff.Change, error) {
+func (o *observer) Verbs(string) diff.Verbs { return diff.DefaultVerbs }
+
+func (o *observer) Observe(ctx context.Context, desired *resource.Resource, rec *state.Entry) (*diff.Change, error) {
 	o.mu.Lock()
 	o.inflight++
 	o.peak = max(o.peak, o.inflight)
@@ -39,11 +41,11 @@ func (o *observer) Plan(ctx context.Context, desired *resource.Resource, rec *st
 	}
 	switch {
 	case desired == nil:
-		return &diff.Change{Action: diff.Delete}, nil
+		return &diff.Change{Observed: diff.Observation{Recorded: true, Exists: true}}, nil
 	case desired.ID() == "File/bad":
 		return nil, errors.New("cannot look")
 	}
-	return &diff.Change{Action: diff.Create}, nil
+	return &diff.Change{Observed: diff.Observation{Desired: true}}, nil
 }
 
 // TestMakeIsBoundedAndOrdered: resources are observed in parallel, never
@@ -59,7 +61,7 @@ func TestMakeIsBoundedAndOrdered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	snap := &state.Snapshot{Inventory: []*state.Entry{{ID: "File/gone", Kind: "File"}, {ID: "File/a", Kind: "File"}, {ID: "File/old", Kind: "File"}}}
+	snap := &state.Snapshot{Inventory: []*state.Entry{{ID: "File/gone", Kind: "File", Created: true}, {ID: "File/a", Kind: "File", Created: true}, {ID: "File/old", Kind: "File", Created: true}}}
 	o := &observer{gate: 3}
 	p := diff.Make(context.Background(), o, set, snap, 3)
 	var got []string

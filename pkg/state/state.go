@@ -64,6 +64,9 @@ type Entry struct {
 	// stored), so status can judge the host without a source.
 	Spec        json.RawMessage   `json:"spec,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// DependsOn is what the resource came after when last applied
+	// (explicit and implied), so a prune can stop dependents first.
+	DependsOn []string `json:"dependsOn,omitempty"`
 	// ContentID is the desired content as the source named it (a blob ID, a
 	// digest), so a change in Git is seen without re-hashing.
 	ContentID string `json:"contentID,omitempty"`
