@@ -187,8 +187,9 @@ type Attrs struct {
 // WriteTemp writes r into a new temporary file beside name and returns its
 // name and the SHA-256 of what was written. The file has its final mode and
 // owner but is not synced: the caller batches durability, then calls Rename.
-func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum string, err error) {
-	tmp = tempName(name)
+// On any error the temporary file is gone again.
+func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, error) {
+	tmp := tempName(name)
 	// Created with its final permissions when the umask cannot change them
 	// (the usual 022 with 0644 or 0755), sparing a chmod per file.
 	perm, chmod := uint32(0o600), true
@@ -200,24 +201,28 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum stri
 		return "", "", d.pathErr("create", tmp, err)
 	}
 	f := os.NewFile(uintptr(fd), path.Join(d.path, tmp))
+	// Cleanup keys on done, not on an error result: every return path (and
+	// a panicking reader) leaves no temp file to fill the disk.
+	done := false
 	defer func() {
-		if err != nil {
+		if !done {
 			f.Close()
 			unix.Unlinkat(d.fd, tmp, 0)
 		}
 	}()
 	h := sha256.New()
-	if _, err = io.Copy(f, io.TeeReader(r, h)); err != nil {
+	if _, err := io.Copy(f, io.TeeReader(r, h)); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
 	if chmod || a.UID >= 0 || a.GID >= 0 {
-		if err = fchattr(fd, a); err != nil {
+		if err := fchattr(fd, a); err != nil {
 			return "", "", d.pathErr("chmod", name, err)
 		}
 	}
-	if err = f.Close(); err != nil {
+	if err := f.Close(); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
+	done = true
 	return tmp, hex.EncodeToString(h.Sum(nil)), nil
 }
 
