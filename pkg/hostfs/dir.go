@@ -166,14 +166,65 @@ const tempPrefix = ".cortex-sync-"
 // behind when a write was interrupted.
 func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
 
-// tempName is a name in the directory that no one else will pick.
+// tempName is a name in the directory that no one else will pick:
+// tempPrefix, pid, "-", a sequence number in base 36, "-", tempBase(name).
 func tempName(name string) string {
 	n := tmpSeq.Add(1)
-	base := name
-	if len(base) > 100 {
-		base = base[:100]
+	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + tempBase(name)
+}
+
+// tempBase is name, or for a name too long to fit beside the prefix, its
+// start and a hash of the whole, so that a temp file names exactly one base.
+func tempBase(name string) string {
+	if len(name) <= 100 {
+		return name
 	}
-	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + base
+	sum := sha256.Sum256([]byte(name))
+	return name[:83] + "~" + hex.EncodeToString(sum[:8])
+}
+
+// isTempOf reports whether entry is a name tempName made for name.
+func isTempOf(entry, name string) bool {
+	rest, ok := strings.CutPrefix(entry, tempPrefix)
+	if !ok {
+		return false
+	}
+	pid, rest, ok := strings.Cut(rest, "-")
+	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		return false
+	}
+	seq, rest, ok := strings.Cut(rest, "-")
+	if !ok || seq == "" || strings.Trim(seq, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return false
+	}
+	return rest == tempBase(name)
+}
+
+// RemoveTemps removes the temporary files that writes of name left in the
+// directory (a process killed between WriteTemp and Rename leaves one) and
+// reports how many it removed. Only names tempName makes for exactly this
+// name are touched. Call it when no write of name is under way: it cannot
+// tell a temp file in use from an abandoned one.
+func (d *Dir) RemoveTemps(name string) (int, error) {
+	entries, err := d.ReadDir()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		if t := e.Type(); !isTempOf(e.Name(), name) || (!t.IsRegular() && t&fs.ModeSymlink == 0) {
+			continue
+		}
+		switch err := unix.Unlinkat(d.fd, e.Name(), 0); err {
+		case nil:
+			removed++
+		case unix.ENOENT:
+		default:
+			errs = append(errs, d.pathErr("remove", e.Name(), err))
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // Attrs are the attributes cortex-sync sets on what it writes. A negative

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -100,5 +101,72 @@ func TestFullDiskRecovers(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "small")); err != nil || fi.Size() != 512<<10 {
 		t.Fatalf("small: %v, %v", fi, err)
+	}
+}
+
+func TestRemoveTemps(t *testing.T) {
+	dir := t.TempDir()
+	d := openDir(t, dir)
+	long := strings.Repeat("x", 150) + ".conf"
+	longTwin := strings.Repeat("x", 150) + ".yaml" // same first 100 bytes
+	made := func(name string) string {
+		tmp, _, err := d.WriteTemp(name, strings.NewReader("x"), Attrs{Mode: 0o644, UID: -1, GID: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tmp
+	}
+	// Left by this process and by a killed one, and a symlink's temp.
+	ours := []string{made("app.conf"), made("app.conf"), tempPrefix + "4242-zz-app.conf"}
+	os.WriteFile(filepath.Join(dir, ours[2]), nil, 0o600)
+	link := tempName("app.conf")
+	os.Symlink("target", filepath.Join(dir, link))
+	ours = append(ours, link)
+	keep := []string{
+		"app.conf",
+		tempPrefix + "notes",
+		tempPrefix + "4242-zz-app.conf.bak",
+		tempPrefix + "4242-zz-other.conf",
+		tempPrefix + "x-1-app.conf",  // not a pid
+		tempPrefix + "42-A-app.conf", // not our sequence numbers
+		tempPrefix + "42--app.conf",  // no sequence number
+		"app.conf" + tempPrefix + "1-1-app.conf",
+		made("other.conf"),
+		made("app"),
+		made(longTwin),
+	}
+	for _, k := range keep[:8] {
+		os.WriteFile(filepath.Join(dir, k), nil, 0o600)
+	}
+	// A directory with a temp's name is not ours to remove.
+	dirLike := tempPrefix + "7-7-app.conf"
+	os.Mkdir(filepath.Join(dir, dirLike), 0o755)
+	keep = append(keep, dirLike)
+
+	n, err := d.RemoveTemps("app.conf")
+	if err != nil || n != len(ours) {
+		t.Fatalf("RemoveTemps = %d, %v; want %d removed", n, err, len(ours))
+	}
+	longTemp := made(long)
+	if n, err := d.RemoveTemps(long); err != nil || n != 1 {
+		t.Fatalf("RemoveTemps(long name) = %d, %v; want 1", n, err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	for _, k := range keep {
+		if !slices.Contains(left, k) {
+			t.Errorf("%s was removed", k)
+		}
+	}
+	for _, o := range append(ours, longTemp) {
+		if slices.Contains(left, o) {
+			t.Errorf("%s survived", o)
+		}
+	}
+	if n, err := d.RemoveTemps("app.conf"); n != 0 || err != nil {
+		t.Fatalf("second sweep = %d, %v", n, err)
 	}
 }
