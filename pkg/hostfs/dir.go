@@ -166,14 +166,65 @@ const tempPrefix = ".cortex-sync-"
 // behind when a write was interrupted.
 func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
 
-// tempName is a name in the directory that no one else will pick.
+// tempName is a name in the directory that no one else will pick:
+// tempPrefix, pid, "-", a sequence number in base 36, "-", tempBase(name).
 func tempName(name string) string {
 	n := tmpSeq.Add(1)
-	base := name
-	if len(base) > 100 {
-		base = base[:100]
+	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + tempBase(name)
+}
+
+// tempBase is name, or for a name too long to fit beside the prefix, its
+// start and a hash of the whole, so that a temp file names exactly one base.
+func tempBase(name string) string {
+	if len(name) <= 100 {
+		return name
 	}
-	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + base
+	sum := sha256.Sum256([]byte(name))
+	return name[:83] + "~" + hex.EncodeToString(sum[:8])
+}
+
+// isTempOf reports whether entry is a name tempName made for name.
+func isTempOf(entry, name string) bool {
+	rest, ok := strings.CutPrefix(entry, tempPrefix)
+	if !ok {
+		return false
+	}
+	pid, rest, ok := strings.Cut(rest, "-")
+	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		return false
+	}
+	seq, rest, ok := strings.Cut(rest, "-")
+	if !ok || seq == "" || strings.Trim(seq, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
+		return false
+	}
+	return rest == tempBase(name)
+}
+
+// RemoveTemps removes the temporary files that writes of name left in the
+// directory (a process killed between WriteTemp and Rename leaves one) and
+// reports how many it removed. Only names tempName makes for exactly this
+// name are touched. Call it when no write of name is under way: it cannot
+// tell a temp file in use from an abandoned one.
+func (d *Dir) RemoveTemps(name string) (int, error) {
+	entries, err := d.ReadDir()
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		if t := e.Type(); !isTempOf(e.Name(), name) || (!t.IsRegular() && t&fs.ModeSymlink == 0) {
+			continue
+		}
+		switch err := unix.Unlinkat(d.fd, e.Name(), 0); err {
+		case nil:
+			removed++
+		case unix.ENOENT:
+		default:
+			errs = append(errs, d.pathErr("remove", e.Name(), err))
+		}
+	}
+	return removed, errors.Join(errs...)
 }
 
 // Attrs are the attributes cortex-sync sets on what it writes. A negative
@@ -187,8 +238,9 @@ type Attrs struct {
 // WriteTemp writes r into a new temporary file beside name and returns its
 // name and the SHA-256 of what was written. The file has its final mode and
 // owner but is not synced: the caller batches durability, then calls Rename.
-func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum string, err error) {
-	tmp = tempName(name)
+// On any error the temporary file is gone again.
+func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, error) {
+	tmp := tempName(name)
 	// Created with its final permissions when the umask cannot change them
 	// (the usual 022 with 0644 or 0755), sparing a chmod per file.
 	perm, chmod := uint32(0o600), true
@@ -200,24 +252,28 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (tmp string, sum stri
 		return "", "", d.pathErr("create", tmp, err)
 	}
 	f := os.NewFile(uintptr(fd), path.Join(d.path, tmp))
+	// Cleanup keys on done, not on an error result: every return path (and
+	// a panicking reader) leaves no temp file to fill the disk.
+	done := false
 	defer func() {
-		if err != nil {
+		if !done {
 			f.Close()
 			unix.Unlinkat(d.fd, tmp, 0)
 		}
 	}()
 	h := sha256.New()
-	if _, err = io.Copy(f, io.TeeReader(r, h)); err != nil {
+	if _, err := io.Copy(f, io.TeeReader(r, h)); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
 	if chmod || a.UID >= 0 || a.GID >= 0 {
-		if err = fchattr(fd, a); err != nil {
+		if err := fchattr(fd, a); err != nil {
 			return "", "", d.pathErr("chmod", name, err)
 		}
 	}
-	if err = f.Close(); err != nil {
+	if err := f.Close(); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
+	done = true
 	return tmp, hex.EncodeToString(h.Sum(nil)), nil
 }
 

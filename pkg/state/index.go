@@ -1,13 +1,12 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
+	"math"
 	"os"
 	"sort"
 
@@ -43,7 +42,11 @@ func (x *Index) Racy(e *IndexEntry) bool {
 
 const indexMagic = "CSIX\x01"
 
-// LoadIndex reads an index; a missing file is an empty index.
+// ErrCorruptIndex reports an index file that is truncated or damaged.
+var ErrCorruptIndex = errors.New("index is corrupt")
+
+// LoadIndex reads an index; a missing file is an empty index. A damaged one
+// is an error wrapping ErrCorruptIndex and naming the file.
 func LoadIndex(path string) (*Index, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -57,75 +60,167 @@ func LoadIndex(path string) (*Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	x, err := decodeIndex(bufio.NewReaderSize(f, 64<<10))
+	// Read whole: the file's real size, never a count inside it, bounds what
+	// decoding allocates.
+	var buf bytes.Buffer
+	buf.Grow(int(min(max(fi.Size(), 0), 64<<20)) + bytes.MinRead)
+	if _, err := buf.ReadFrom(f); err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	x, err := decodeIndex(buf.Bytes())
 	if err != nil {
-		return nil, fmt.Errorf("index %s is corrupt (%v); delete it and run with --verify", path, err)
+		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
 	}
 	x.ref = fi.ModTime().UnixNano()
 	return x, nil
 }
 
-func decodeIndex(r *bufio.Reader) (*Index, error) {
-	magic := make([]byte, len(indexMagic))
-	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != indexMagic {
-		return nil, errors.New("bad header")
+// minIndexEntry is the fewest bytes an encoded entry takes: one for each of
+// its three string lengths and seven numbers.
+const minIndexEntry = 10
+
+// decodeIndex decodes an index file's bytes; any fault is an error wrapping
+// ErrCorruptIndex.
+func decodeIndex(data []byte) (*Index, error) {
+	if !bytes.HasPrefix(data, []byte(indexMagic)) {
+		return nil, fmt.Errorf("%w: bad header", ErrCorruptIndex)
 	}
-	n, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, err
+	d := &indexDecoder{b: data, off: len(indexMagic)}
+	n := d.uvarint("entry count")
+	if rest := uint64(len(data) - d.off); d.err == nil && n > rest/minIndexEntry {
+		d.fail("%d entries claimed in %d bytes", n, rest)
 	}
-	x := &Index{Entries: make(map[string]*IndexEntry, n)}
-	var buf []byte
-	str := func() (string, error) {
-		l, err := binary.ReadUvarint(r)
-		if err != nil {
-			return "", err
-		}
-		if l > 1<<20 {
-			return "", errors.New("oversized string")
-		}
-		if cap(buf) < int(l) {
-			buf = make([]byte, l)
-		}
-		buf = buf[:l]
-		if _, err := io.ReadFull(r, buf); err != nil {
-			return "", err
-		}
-		return string(buf), nil
+	if d.err != nil {
+		return nil, d.err
 	}
-	for range n {
-		var e IndexEntry
-		p, err := str()
-		if err != nil {
-			return nil, err
+	// Sized by the bytes that remain, and no more than a modest start: the
+	// map grows if a large index is real.
+	x := &Index{Entries: make(map[string]*IndexEntry, min(n, 1<<16))}
+	prev := ""
+	for i := range n {
+		d.entry = i + 1
+		p := d.str("path")
+		// Save writes paths sorted and unique; anything else is damage.
+		if d.err == nil && i > 0 && p <= prev {
+			d.fail("path %q out of order", p)
 		}
-		var u [4]uint64
-		for i := range u {
-			if u[i], err = binary.ReadUvarint(r); err != nil {
-				return nil, err
-			}
+		e := &IndexEntry{}
+		e.Ino = d.uvarint("inode")
+		e.Mode = fs.FileMode(d.uint32("mode"))
+		e.UID = d.uint32("uid")
+		e.GID = d.uint32("gid")
+		e.Size = d.varint("size")
+		e.Mtime = d.varint("mtime")
+		e.Ctime = d.varint("ctime")
+		e.SHA256 = d.str("sha256")
+		e.ContentID = d.str("content ID")
+		if d.err != nil {
+			return nil, d.err
 		}
-		var v [3]int64
-		for i := range v {
-			if v[i], err = binary.ReadVarint(r); err != nil {
-				return nil, err
-			}
-		}
-		e.Ino, e.Mode, e.UID, e.GID = u[0], fs.FileMode(u[1]), uint32(u[2]), uint32(u[3])
-		e.Size, e.Mtime, e.Ctime = v[0], v[1], v[2]
-		if e.SHA256, err = str(); err != nil {
-			return nil, err
-		}
-		if e.ContentID, err = str(); err != nil {
-			return nil, err
-		}
-		x.Entries[p] = &e
+		x.Entries[p] = e
+		prev = p
+	}
+	if d.off != len(data) {
+		d.entry = 0
+		d.fail("%d bytes of trailing data", len(data)-d.off)
+		return nil, d.err
 	}
 	return x, nil
 }
 
+// indexDecoder reads the index encoding from memory. After the first fault
+// every read returns zero and err keeps that fault.
+type indexDecoder struct {
+	b     []byte
+	off   int
+	entry uint64 // 1-based number of the entry being read; 0 outside entries
+	err   error
+}
+
+func (d *indexDecoder) fail(format string, args ...any) {
+	if d.err != nil {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	if d.entry > 0 {
+		msg = fmt.Sprintf("entry %d: %s", d.entry, msg)
+	}
+	d.err = fmt.Errorf("%w: %s", ErrCorruptIndex, msg)
+}
+
+func (d *indexDecoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.short(what, n)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *indexDecoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 {
+		d.short(what, n)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *indexDecoder) short(what string, n int) {
+	if n == 0 {
+		d.fail("truncated in %s at byte %d", what, d.off)
+	} else {
+		d.fail("%s overflows at byte %d", what, d.off)
+	}
+}
+
+func (d *indexDecoder) uint32(what string) uint32 {
+	v := d.uvarint(what)
+	if v > math.MaxUint32 {
+		d.fail("%s %d out of range", what, v)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (d *indexDecoder) str(what string) string {
+	l := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if l > uint64(len(d.b)-d.off) {
+		d.fail("%s of %d bytes at byte %d runs past the end", what, l, d.off)
+		return ""
+	}
+	s := string(d.b[d.off : d.off+int(l)])
+	d.off += int(l)
+	return s
+}
+
 // Save writes the index atomically.
 func (x *Index) Save(path string) error {
+	if err := WriteFile(path, x.encode()); err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	if fi, err := os.Stat(path); err == nil {
+		x.ref = fi.ModTime().UnixNano()
+	}
+	return nil
+}
+
+// encode is the file format: the magic, the entry count, then each entry in
+// path order as its path, inode, mode, uid, gid (uvarints), size, mtime,
+// ctime (varints), SHA-256 and content ID; strings are a uvarint length and
+// the bytes.
+func (x *Index) encode() []byte {
 	paths := make([]string, 0, len(x.Entries))
 	for p := range x.Entries {
 		paths = append(paths, p)
@@ -152,11 +247,5 @@ func (x *Index) Save(path string) error {
 		str(e.SHA256)
 		str(e.ContentID)
 	}
-	if err := WriteFile(path, b.Bytes()); err != nil {
-		return fmt.Errorf("save index: %w", err)
-	}
-	if fi, err := os.Stat(path); err == nil {
-		x.ref = fi.ModTime().UnixNano()
-	}
-	return nil
+	return b.Bytes()
 }

@@ -7,10 +7,12 @@ package state
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,8 +21,16 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
-// Version is the snapshot format this build writes.
-const Version = 1
+// Version is the snapshot format this build writes. Format 2 added the
+// checksum; a format 1 snapshot, which has none, still loads.
+const Version = 2
+
+// ErrCorruptSnapshot reports a state.json that is not a whole snapshot:
+// garbage, truncated, empty, or changed since cortex-sync wrote it.
+var ErrCorruptSnapshot = errors.New("snapshot is unreadable")
+
+// errNewerSnapshot reports a snapshot written by a newer cortex-sync.
+var errNewerSnapshot = errors.New("snapshot format is newer than this cortex-sync understands")
 
 // Snapshot is state.json.
 type Snapshot struct {
@@ -151,7 +161,8 @@ func (d Dir) file() string { return filepath.Join(d.Path, "state.json") }
 func (d Dir) Sub(name string) string { return filepath.Join(d.Path, name) }
 
 // Load reads the snapshot. A missing one is an empty snapshot with a fresh
-// lineage; a corrupt one is an error, never silently replaced.
+// lineage; a damaged, truncated or empty one is an error wrapping
+// ErrCorruptSnapshot, never silently replaced.
 func (d Dir) Load() (*Snapshot, error) {
 	data, err := os.ReadFile(d.file())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -160,15 +171,15 @@ func (d Dir) Load() (*Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read snapshot: %w", err)
 	}
-	s := &Snapshot{}
+	s, err := decodeSnapshot(data)
+	if errors.Is(err, ErrCorruptSnapshot) {
+		return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh (cortex-sync then forgets what it applied)", d.file(), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w; upgrade cortex-sync", d.file(), err)
+	}
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref = fi.ModTime().UnixNano()
-	}
-	if err := json.Unmarshal(data, s); err != nil {
-		return nil, fmt.Errorf("snapshot %s is unreadable (%v); move it away to start afresh", d.file(), err)
-	}
-	if s.Version > Version {
-		return nil, fmt.Errorf("snapshot %s has format %d, newer than this cortex-sync understands (%d)", d.file(), s.Version, Version)
 	}
 	return s, nil
 }
@@ -177,19 +188,144 @@ func (d Dir) Load() (*Snapshot, error) {
 func (d Dir) Save(s *Snapshot) error {
 	s.Serial++
 	s.Version = Version
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(s); err != nil {
-		return err
+	if s.Lineage == "" {
+		s.Lineage = newLineage() // never write a snapshot Load would refuse
 	}
-	if err := WriteFile(d.file(), buf.Bytes()); err != nil {
+	data, err := encodeSnapshot(s)
+	if err != nil {
+		return fmt.Errorf("save snapshot: %w", err)
+	}
+	if err := WriteFile(d.file(), data); err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref = fi.ModTime().UnixNano()
 	}
 	return nil
+}
+
+// sealed is state.json: the snapshot's fields and, beside them, a checksum
+// over them.
+type sealed struct {
+	*Snapshot
+	// Checksum is "sha256:" and the hex SHA-256 of the canonical encoding
+	// of every other field; see checksum.
+	Checksum string `json:"checksum,omitempty"`
+}
+
+func encodeSnapshot(s *Snapshot) ([]byte, error) {
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, err
+	}
+	fields, err := decodeObject(raw)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := checksum(fields)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(sealed{Snapshot: s, Checksum: sum}); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// decodeSnapshot parses state.json. Anything but a whole snapshot, as
+// written, is an error wrapping ErrCorruptSnapshot.
+func decodeSnapshot(data []byte) (*Snapshot, error) {
+	corrupt := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrCorruptSnapshot}, args...)...)
+	}
+	fields, err := decodeObject(data)
+	if err != nil {
+		return nil, corrupt("%v", err)
+	}
+	if fields == nil {
+		return nil, corrupt("it holds null, not a snapshot")
+	}
+	s := &Snapshot{}
+	file := sealed{Snapshot: s}
+	if err := json.Unmarshal(data, &file); err != nil {
+		return nil, corrupt("%v", err)
+	}
+	if s.Version > Version {
+		return nil, fmt.Errorf("%w: format %d, this cortex-sync reads up to %d", errNewerSnapshot, s.Version, Version)
+	}
+	_, sealedFile := fields["checksum"]
+	delete(fields, "checksum")
+	if sealedFile {
+		sum, err := checksum(fields)
+		if err != nil {
+			return nil, corrupt("%v", err)
+		}
+		if sum != file.Checksum {
+			return nil, corrupt("checksum mismatch: it was damaged or edited after cortex-sync wrote it")
+		}
+	}
+	switch {
+	case s.Version < 1 && s.Lineage == "":
+		return nil, corrupt("it has no format version and no lineage: it is empty, truncated, or not a snapshot")
+	case s.Version < 1:
+		return nil, corrupt("format version %d is not one cortex-sync wrote", s.Version)
+	case s.Lineage == "":
+		return nil, corrupt("it has no lineage")
+	case !sealedFile && s.Version >= 2:
+		return nil, corrupt("it has no checksum")
+	}
+	for i, e := range s.Inventory {
+		if e == nil || e.ID == "" {
+			return nil, corrupt("inventory entry %d has no id", i)
+		}
+	}
+	return s, nil
+}
+
+// decodeObject decodes a JSON document that is one object, or null (nil),
+// keeping numbers as written.
+func decodeObject(data []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("it is empty")
+		}
+		return nil, fmt.Errorf("not JSON: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("not JSON: data after the top-level value")
+	}
+	m, ok := v.(map[string]any)
+	if !ok && v != nil {
+		return nil, fmt.Errorf("it holds a JSON %T, not a snapshot", v)
+	}
+	return m, nil
+}
+
+// checksum is "sha256:" and the SHA-256 of the canonical encoding of
+// fields: compact JSON, object keys sorted, numbers as written, and only '"',
+// '\\', control characters, U+2028 and U+2029 escaped. It depends on the JSON,
+// not on Go types, so fields added later need no new rule. Anyone who must
+// edit state.json by hand can reseal it in Python:
+//
+//	snap.pop("checksum")
+//	body = json.dumps(snap, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+//	body = body.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+//	snap["checksum"] = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+func checksum(fields map[string]any) (string, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(bytes.TrimSuffix(buf.Bytes(), []byte("\n")))
+	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // WriteFile writes data to path atomically (temp, fsync, rename, fsync dir),
