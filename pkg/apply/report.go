@@ -86,7 +86,7 @@ func (r *Report) Text(w io.Writer) error {
 				line += " (" + res.Reason.Phrase() + ")"
 			}
 			if res.Files > 0 {
-				line += fmt.Sprintf(", %d entries", res.Files)
+				line += ", " + entries(res.Files)
 			}
 			if res.Backups > 0 {
 				line += fmt.Sprintf(" (%d backed up first)", res.Backups)
@@ -132,4 +132,12 @@ func (r *Report) JSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// entries counts a tree's entries in words: "1 entry", "3 entries".
+func entries(n int) string {
+	if n == 1 {
+		return "1 entry"
+	}
+	return fmt.Sprintf("%d entries", n)
 }
