@@ -179,8 +179,8 @@ func fromChange(c *diff.Change) resourceStatus {
 		r.LastApplied = c.Record.Result
 	}
 	switch {
-	case c.Error != "":
-		r.Health, r.Reason = health.Unknown, c.Error
+	case c.Err != nil:
+		r.Health, r.Reason = health.Unknown, c.Err.Error()
 	case c.Suspended:
 		r.Health = health.Suspended
 		if c.Action != diff.NoOp {

@@ -173,8 +173,8 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: blocker})
 				mu.Unlock()
 				continue
-			case c.Error != "":
-				record(c, nil, errors.New(c.Error))
+			case c.Err != nil:
+				record(c, nil, c.Err)
 				mu.Unlock()
 				continue
 			case c.Suspended:
@@ -221,8 +221,8 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	for _, c := range order {
 		blocker := pruneBlocker(users[c.ID], failed)
 		switch {
-		case c.Error != "":
-			record(c, nil, errors.New(c.Error))
+		case c.Err != nil:
+			record(c, nil, c.Err)
 		case c.Action == diff.Forget:
 			snap.Drop(string(c.ID))
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Forgotten})

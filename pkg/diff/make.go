@@ -44,7 +44,7 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 			c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
 			c.Reason = RemovedFromGit
 			switch {
-			case c.Error != "":
+			case c.Err != nil:
 			case c.Action == NoOp:
 				c.Action = Forget // already gone from the host: only the record goes
 			case !rec.Created && len(c.Files) == 0:
@@ -74,7 +74,7 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 func observe(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry, id resource.ID, kind string) *Change {
 	c, err := o.Observe(ctx, desired, rec)
 	if err != nil {
-		c = &Change{ID: id, Kind: kind, Action: NoOp, Health: health.Unknown, Error: err.Error()}
+		c = &Change{ID: id, Kind: kind, Action: NoOp, Health: health.Unknown, Err: err}
 		if rec != nil {
 			c.Path = rec.Path
 		}

@@ -189,7 +189,7 @@ func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, [
 	for _, rec := range snap.Inventory {
 		r, err := h.Recall(rec)
 		if err != nil {
-			unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Error: err.Error(), Record: rec})
+			unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Err: err, Record: rec})
 			continue
 		}
 		list = append(list, r)

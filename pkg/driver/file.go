@@ -19,14 +19,14 @@ import (
 // FileSpec is a File's desired state.
 type FileSpec struct {
 	resource.Base `yaml:",inline"`
-	Path          string         `yaml:"path" json:"path"`
-	Content       *string        `yaml:"content" json:"-"` // named by ContentID, never stored
-	Source        string         `yaml:"source" json:"source,omitempty"`
-	Mode          *resource.Mode `yaml:"mode" json:"mode,omitempty"`
-	Owner         string         `yaml:"owner" json:"owner,omitempty"`
-	Group         string         `yaml:"group" json:"group,omitempty"`
-	Sensitive     bool           `yaml:"sensitive" json:"sensitive,omitempty"`
-	Ensure        string         `yaml:"ensure" json:"ensure,omitempty"`
+	Path          string          `yaml:"path" json:"path"`
+	Content       *string         `yaml:"content" json:"-"` // named by ContentID, never stored
+	Source        string          `yaml:"source" json:"source,omitempty"`
+	Mode          *resource.Mode  `yaml:"mode" json:"mode,omitempty"`
+	Owner         string          `yaml:"owner" json:"owner,omitempty"`
+	Group         string          `yaml:"group" json:"group,omitempty"`
+	Sensitive     bool            `yaml:"sensitive" json:"sensitive,omitempty"`
+	Ensure        resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
 	// Replace false creates the file when absent and never overwrites it.
 	Replace *bool `yaml:"replace" json:"replace,omitempty"`
 
@@ -36,10 +36,8 @@ type FileSpec struct {
 // Validate checks the File's fields.
 func (s *FileSpec) Validate(v *resource.Validation) {
 	v.AbsPath("spec.path", s.Path)
-	if s.Ensure != "" {
-		v.OneOf("spec.ensure", s.Ensure, "present", "absent")
-	}
-	if s.Ensure == "absent" {
+	s.Ensure.Validate(v, "spec.ensure")
+	if s.Ensure.Absent() {
 		return
 	}
 	switch {
@@ -57,7 +55,7 @@ func (s *FileSpec) Claims() []resource.Claim {
 	return []resource.Claim{{Field: "spec.path", Path: s.Path}}
 }
 
-func (s *FileSpec) absent() bool { return s.Ensure == "absent" }
+func (s *FileSpec) absent() bool { return s.Ensure.Absent() }
 
 // desired names the wanted content and opens it. Recalled from the
 // record, the content is what cortex-sync last wrote, and open is nil: it
