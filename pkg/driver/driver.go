@@ -184,8 +184,7 @@ func (h Host) Recall(rec *state.Entry) (*resource.Resource, error) {
 func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, []*diff.Change) {
 	var list []*resource.Resource
 	var unknown []*diff.Change
-	view := *snap
-	view.Inventory = nil
+	var inv []*state.Entry
 	for _, rec := range snap.Inventory {
 		r, err := h.Recall(rec)
 		if err != nil {
@@ -193,9 +192,9 @@ func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, [
 			continue
 		}
 		list = append(list, r)
-		view.Inventory = append(view.Inventory, rec)
+		inv = append(inv, rec)
 	}
-	return resource.Recalled(list), &view, unknown
+	return resource.Recalled(list), snap.WithInventory(inv), unknown
 }
 
 // recallable is a spec with fields derived at validation that a recalled
