@@ -234,7 +234,9 @@ func Record(snap *state.Snapshot, set *resource.Set, c *diff.Change, entry *stat
 			entry.Result = result
 			snap.Put(entry)
 		} else if c.Record != nil {
-			c.Record.Result = result
+			kept := *c.Record // a new entry: the old may still be read
+			kept.Result = result
+			snap.Put(&kept)
 		}
 	case entry == nil:
 		res.Outcome = Applied

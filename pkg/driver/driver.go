@@ -197,6 +197,10 @@ func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, [
 	return resource.Recalled(list), snap.WithInventory(inv), unknown
 }
 
+// Digest names everything a resource's desired state holds (its spec and
+// content): what changed between two revisions.
+func (h Host) Digest(r *resource.Resource) (string, error) { return desiredDigest(h.Env, r) }
+
 // recallable is a spec with fields derived at validation that a recalled
 // spec must derive again.
 type recallable interface{ recall() }
