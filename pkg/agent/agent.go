@@ -2,10 +2,8 @@ package agent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -41,7 +39,7 @@ type Options struct {
 	WaitTimeout    time.Duration
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
-	Metrics             *Metrics // nil: none
+	Metrics             *Metrics // nil: on a registry of its own
 	Log                 *slog.Logger
 }
 
@@ -73,21 +71,10 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics(NewRegistry())
+	}
 }
-
-// Trigger says what started a reconcile.
-type Trigger string
-
-// The triggers.
-const (
-	TriggerStart       Trigger = "start"
-	TriggerInterval    Trigger = "interval"
-	TriggerRevision    Trigger = "revision"
-	TriggerDrift       Trigger = "drift"
-	TriggerProcessExit Trigger = "process_exit"
-	TriggerWebhook     Trigger = "webhook"
-	TriggerManual      Trigger = "manual"
-)
 
 // Agent is the continuous reconciliation loop: it polls the source, keeps
 // resource IDs on a rate-limited work queue, and heals what drifts.
@@ -96,7 +83,7 @@ type Agent struct {
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[resource.ID]
 	fetch chan Trigger // a fetch and full pass now
-	fight *fights
+	fight *FightDetector
 
 	mu        sync.Mutex // guards what follows
 	sess      *reconcile.Session
@@ -108,6 +95,7 @@ type Agent struct {
 	pruneHold string    // why prune is refused for this revision
 	started   bool      // the first reconcile is done
 	episode   *Reconcile
+	hints     map[resource.ID]hintOf
 	history   []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows
@@ -121,17 +109,15 @@ type Agent struct {
 func New(opts Options) *Agent {
 	opts.defaults()
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
-	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources"}
-	if opts.Metrics != nil {
-		cfg.MetricsProvider = opts.Metrics.Queue()
-	}
+	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
 		opts:      opts,
 		log:       opts.Log,
 		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
 		fetch:     make(chan Trigger, 1),
-		fight:     newFights(opts.FightThreshold, opts.FightWindow, time.Now),
+		fight:     NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow}),
 		suspended: opts.Suspend,
+		hints:     map[resource.ID]hintOf{},
 	}
 }
 
@@ -223,8 +209,9 @@ func (a *Agent) Ready() (bool, string) {
 // poll fetches the source on its interval (and when asked), and scans for
 // drift on the drift interval.
 func (a *Agent) poll(ctx context.Context, w *watcher) {
-	a.refresh(ctx, TriggerStart, w)
-	next := time.NewTimer(jitter(a.opts.Interval))
+	a.refresh(ctx, TriggerRevision, w)
+	schedule := NewSchedule(a.opts.Interval)
+	next := time.NewTimer(schedule.Next())
 	scan := time.NewTicker(a.opts.DriftInterval)
 	defer next.Stop()
 	defer scan.Stop()
@@ -236,16 +223,11 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 			a.refresh(ctx, t, w)
 		case <-next.C:
 			a.refresh(ctx, TriggerInterval, w)
-			next.Reset(jitter(a.opts.Interval))
+			next.Reset(schedule.Next())
 		case <-scan.C:
 			a.scan(ctx, TriggerDrift)
 		}
 	}
-}
-
-// jitter spreads polls by ±10%, so a fleet does not fetch in step.
-func jitter(d time.Duration) time.Duration {
-	return d + time.Duration((rand.Float64()*0.2-0.1)*float64(d))
 }
 
 // refresh fetches the source; a new revision is validated and adopted and
@@ -254,7 +236,7 @@ func jitter(d time.Duration) time.Duration {
 func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	start := time.Now()
 	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Allowed, a.log)
-	a.opts.Metrics.fetched(time.Since(start), err)
+	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
 		a.mu.Lock()
 		a.fetchErr = err
@@ -297,10 +279,9 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if a.pruneHold != "" && a.opts.Prune {
 		a.log.Warn("not pruning", "reason", a.pruneHold)
 	}
-	a.opts.Metrics.revision(d.Revision())
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
 	trigger := t
-	if old != nil {
+	if old != nil && t == TriggerInterval {
 		trigger = TriggerRevision
 	}
 	a.begin(trigger, d.Revision(), start)
@@ -379,6 +360,3 @@ func (a *Agent) env(d *reconcile.Desired) *driver.Env {
 	env.Tree, env.Set = d.Checkout.Tree, d.Set
 	return &env
 }
-
-// errStopped is returned by a worker once the queue shut down.
-var errStopped = errors.New("agent stopped")
