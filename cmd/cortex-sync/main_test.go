@@ -26,7 +26,54 @@ func TestMain(m *testing.M) {
 		"cortex-sync": func() {
 			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 		},
+		"pids": pidsMain,
 	})
+}
+
+// pidsMain prints the pid of each process of the script whose command
+// line (its arguments joined by spaces) matches a regular expression, and
+// exits 1 when none does: pgrep -f, without needing procps. A process is
+// the script's when a variable of its environment is $WORK or a path
+// under it, as those the script starts and those cortex-sync supervises
+// for it (CORTEX_SYNC_ROOT) have; so another run of the same script, in
+// parallel, is not counted.
+//
+//	pids PATTERN
+func pidsMain() {
+	work := os.Getenv("WORK")
+	if len(os.Args) != 2 || work == "" {
+		fmt.Fprintln(os.Stderr, "usage: pids PATTERN, in a script")
+		os.Exit(2)
+	}
+	re, err := regexp.Compile(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pids:", err)
+		os.Exit(2)
+	}
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	found := false
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if pid == os.Getpid() || err != nil || len(cmdline) == 0 { // gone, a kernel thread or a zombie
+			continue
+		}
+		if !re.MatchString(strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")) {
+			continue
+		}
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			_, v, _ := strings.Cut(kv, "=")
+			if v == work || strings.HasPrefix(v, work+"/") {
+				fmt.Println(pid)
+				found = true
+				break
+			}
+		}
+	}
+	if !found {
+		os.Exit(1)
+	}
 }
 
 // TestScripts runs the user stories in testdata/script: the real binary
@@ -49,6 +96,7 @@ func TestScripts(t *testing.T) {
 			"eventually": cmdEventually,
 			"procpid":    cmdProcPID,
 			"dead":       cmdDead,
+			"sigkill":    cmdSigkill,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -241,4 +289,33 @@ func stopProcesses(work string) {
 		}
 		return nil
 	})
+}
+
+// cmdSigkill kills processes and waits, up to 10s, until each has exited
+// (gone, or a zombie): kill(2) returns before its target is dead, so a
+// check made at once could still find it running. sigkill PID...
+func cmdSigkill(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: sigkill PID...")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, arg := range args {
+		pid, err := strconv.Atoi(arg)
+		if err != nil || pid <= 0 {
+			ts.Fatalf("sigkill: %q is not a pid", arg)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			ts.Fatalf("sigkill %d: %v", pid, err)
+		}
+		for {
+			stat, err := os.ReadFile("/proc/" + arg + "/stat")
+			if err != nil || strings.Contains(string(stat), ") Z ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("process %d still runs 10s after SIGKILL", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }
