@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,9 +31,13 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"cortex-sync": func() {
-			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+			stop()
+			os.Exit(code)
 		},
 		"pids": pidsMain,
+		"http": httpMain,
 	})
 }
 
@@ -74,6 +85,62 @@ func pidsMain() {
 	if !found {
 		os.Exit(1)
 	}
+}
+
+// httpMain is a small HTTP client for scripts: it prints the status code
+// on the first line, then the body; it fails only when nothing answers.
+//
+//	http METHOD URL [-d FILE] [-H 'Name: value']... [-github-secret FILE]
+//
+// -github-secret signs the body as GitHub does (X-Hub-Signature-256).
+func httpMain() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: http METHOD URL [-d FILE] [-H 'Name: value']... [-github-secret FILE]")
+		os.Exit(2)
+	}
+	var body []byte
+	headers := http.Header{}
+	secret := ""
+	for i := 3; i+1 < len(os.Args); i += 2 {
+		switch os.Args[i] {
+		case "-d":
+			b, err := os.ReadFile(os.Args[i+1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			body = b
+		case "-H":
+			k, v, _ := strings.Cut(os.Args[i+1], ":")
+			headers.Add(k, strings.TrimSpace(v))
+		case "-github-secret":
+			b, err := os.ReadFile(os.Args[i+1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			secret = strings.TrimSpace(string(b))
+		}
+	}
+	if secret != "" {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write(body)
+		headers.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	}
+	req, err := http.NewRequest(os.Args[1], os.Args[2], bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	req.Header = headers
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d\n%s", resp.StatusCode, out)
 }
 
 // TestScripts runs the user stories in testdata/script: the real binary

@@ -70,6 +70,9 @@ type globals struct {
 	lockTimeout time.Duration
 	config      string
 	log         *slog.Logger
+	// capture, when set, receives the run command's options instead of
+	// running it: a SIGHUP reload reads the command line again this way.
+	capture func(*runOptions)
 }
 
 // sourceFlags name where desired state comes from.
@@ -152,8 +155,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return exitFailure
 }
 
-func newRootCmd(io streams) *cobra.Command {
+func newRootCmd(io streams, setup ...func(*globals)) *cobra.Command {
 	g := &globals{}
+	for _, f := range setup {
+		f(g)
+	}
 	cmd := &cobra.Command{
 		Use:   "cortex-sync",
 		Short: "Keep this host converged to a Git repository of manifests",
@@ -190,6 +196,10 @@ applied, and takes the smallest action that closes the gap.`,
 		newDiffCmd(g, io),
 		newSyncCmd(g, io),
 		newStatusCmd(g, io),
+		newRunCmd(g, io),
+		newControlCmd(g, io, "reconcile", "Ask the running agent to fetch and reconcile now"),
+		newControlCmd(g, io, "suspend", "Ask the running agent to stop applying (it goes on observing and reporting)"),
+		newControlCmd(g, io, "resume", "Ask the running agent to apply again"),
 		newStateCmd(g, io),
 		newVersionCmd(io),
 	)
