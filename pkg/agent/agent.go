@@ -102,7 +102,7 @@ type Agent struct {
 	lock    *state.Lock
 	holders int
 	dirty   bool
-	stamp   stamp // state.json as last loaded or saved by the agent
+	stamp   fileStamp // state.json as last loaded or saved by the agent
 }
 
 // New makes an agent; Run starts it.
@@ -132,7 +132,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Lock()
 	a.sess = sess
 	a.mu.Unlock()
-	a.stamp = stampOf(sess.State)
+	a.stamp = snapshotStamp(sess.State)
 	defer a.close()
 
 	w, err := newWatcher(a)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
@@ -200,7 +199,7 @@ func (a *Agent) acquire(ctx context.Context) error {
 			return err
 		}
 		a.lock = l
-		if now := stampOf(st); now != a.stamp {
+		if now := snapshotStamp(st); now != a.stamp {
 			if err := a.reload(); err != nil {
 				a.lock.Unlock()
 				a.lock = nil
@@ -250,7 +249,7 @@ func (a *Agent) save() error {
 	if err := a.sess.State.Save(a.sess.Snapshot); err != nil {
 		return err
 	}
-	a.dirty, a.stamp = false, stampOf(a.sess.State)
+	a.dirty, a.stamp = false, snapshotStamp(a.sess.State)
 	return nil
 }
 
@@ -280,7 +279,7 @@ func (a *Agent) reload() error {
 	}
 	snap.Root = a.sess.Snapshot.Root
 	a.sess.Snapshot, a.sess.Env.Snapshot = snap, snap
-	a.stamp = stampOf(a.sess.State)
+	a.stamp = snapshotStamp(a.sess.State)
 	a.log.Info("snapshot written by another cortex-sync; re-planning", "serial", snap.Serial)
 	if d := a.desired; d != nil {
 		for _, r := range d.Set.Resources() {
@@ -293,22 +292,11 @@ func (a *Agent) reload() error {
 	return nil
 }
 
-// stamp tells whether state.json changed: who wrote it last is not
-// recorded, but a write always changes one of these.
-type stamp struct {
-	ino   uint64
-	size  int64
-	mtime time.Time
-}
-
-func stampOf(d state.Dir) stamp {
+// snapshotStamp is state.json's stamp: a write by anyone changes it.
+func snapshotStamp(d state.Dir) fileStamp {
 	fi, err := os.Stat(d.Sub("state.json"))
 	if err != nil {
-		return stamp{}
+		return fileStamp{}
 	}
-	s := stamp{size: fi.Size(), mtime: fi.ModTime()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino = st.Ino
-	}
-	return s
+	return stampOf(fi)
 }
