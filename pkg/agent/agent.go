@@ -96,6 +96,8 @@ type Agent struct {
 	started   bool      // the first reconcile is done
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
+	watch     *watcher
+	rewatch   bool // an apply made paths: the watches follow
 	history   []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows
@@ -140,6 +142,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer w.close()
+	a.mu.Lock()
+	a.watch = w
+	a.mu.Unlock()
 
 	var wg sync.WaitGroup
 	for range a.opts.Engine.Concurrency {

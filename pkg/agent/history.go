@@ -94,6 +94,13 @@ func (a *Agent) settle() {
 	a.wmu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if !busy && a.rewatch && a.desired != nil && a.watch != nil {
+		a.rewatch = false
+		w, set := a.watch, a.desired.Set
+		a.mu.Unlock()
+		w.sync(set)
+		a.mu.Lock()
+	}
 	e := a.episode
 	if busy || e == nil {
 		return

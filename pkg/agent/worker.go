@@ -117,6 +117,11 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		return err
 	}
 	a.note(1, 0)
+	if c.Action == diff.Create || c.Kind == "Directory" {
+		a.mu.Lock()
+		a.rewatch = true // new directories to watch
+		a.mu.Unlock()
+	}
 	log.Info("applied", "action", c.Action, "reason", c.Reason, "change", kind)
 	if drift {
 		a.opts.Metrics.DriftCorrected(c.Kind)
