@@ -61,26 +61,10 @@ func pidsMain() {
 		fmt.Fprintln(os.Stderr, "pids:", err)
 		os.Exit(2)
 	}
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
 	found := false
-	for _, dir := range dirs {
-		pid, _ := strconv.Atoi(filepath.Base(dir))
-		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if pid == os.Getpid() || err != nil || len(cmdline) == 0 { // gone, a kernel thread or a zombie
-			continue
-		}
-		if !re.MatchString(strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")) {
-			continue
-		}
-		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
-		for _, kv := range strings.Split(string(environ), "\x00") {
-			_, v, _ := strings.Cut(kv, "=")
-			if v == work || strings.HasPrefix(v, work+"/") {
-				fmt.Println(pid)
-				found = true
-				break
-			}
-		}
+	for _, pid := range scriptPIDs(work, re) {
+		fmt.Println(pid)
+		found = true
 	}
 	if !found {
 		os.Exit(1)
@@ -143,6 +127,32 @@ func httpMain() {
 	fmt.Printf("%d\n%s", resp.StatusCode, out)
 }
 
+// scriptPIDs lists the processes of the script whose work dir is work
+// (found in their environment) and whose command line matches re.
+func scriptPIDs(work string, re *regexp.Regexp) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if pid == os.Getpid() || err != nil || len(cmdline) == 0 { // gone, a kernel thread or a zombie
+			continue
+		}
+		if !re.MatchString(strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")) {
+			continue
+		}
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			_, v, _ := strings.Cut(kv, "=")
+			if v == work || strings.HasPrefix(v, work+"/") {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
+}
+
 // TestScripts runs the user stories in testdata/script: the real binary
 // against a real filesystem under $WORK.
 func TestScripts(t *testing.T) {
@@ -164,6 +174,7 @@ func TestScripts(t *testing.T) {
 			"procpid":    cmdProcPID,
 			"dead":       cmdDead,
 			"sigkill":    cmdSigkill,
+			"signal":     cmdSignal,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -383,6 +394,26 @@ func cmdSigkill(ts *testscript.TestScript, neg bool, args []string) {
 				ts.Fatalf("process %d still runs 10s after SIGKILL", pid)
 			}
 			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// cmdSignal sends a signal (HUP, TERM, INT) to the script's processes
+// whose command line matches a pattern; at least one must:
+//
+//	signal HUP 'cortex-sync run'
+func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
+	sigs := map[string]syscall.Signal{"HUP": syscall.SIGHUP, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT}
+	if neg || len(args) != 2 || sigs[args[0]] == 0 {
+		ts.Fatalf("usage: signal HUP|TERM|INT PATTERN")
+	}
+	pids := scriptPIDs(ts.Getenv("WORK"), regexp.MustCompile(args[1]))
+	if len(pids) == 0 {
+		ts.Fatalf("signal: no process of this script matches %q", args[1])
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sigs[args[0]]); err != nil {
+			ts.Fatalf("signal %d: %v", pid, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/client-go/util/workqueue"
@@ -97,7 +98,8 @@ type Agent struct {
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
 	watch     *watcher
-	rewatch   bool // an apply made paths: the watches follow
+	gauging   atomic.Bool // the resources gauges are being refreshed
+	rewatch   bool        // an apply made paths: the watches follow
 	history   []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows

@@ -115,6 +115,12 @@ func (a *Agent) settle() {
 	if len(a.history) > historyLen {
 		a.history = a.history[len(a.history)-historyLen:]
 	}
+	if a.gauging.CompareAndSwap(false, true) {
+		go func() { // the resources gauges follow every reconcile
+			defer a.gauging.Store(false)
+			a.Status(context.Background())
+		}()
+	}
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure
