@@ -98,7 +98,8 @@ type Agent struct {
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
 	watch     *watcher
-	gauging   atomic.Bool // the resources gauges are being refreshed
+	gauging   atomic.Bool    // the resources gauges are being refreshed
+	bg        sync.WaitGroup // such refreshes, waited for before closing
 	rewatch   bool        // an apply made paths: the watches follow
 	history   []Reconcile
 
@@ -160,6 +161,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	<-ctx.Done()
 	a.queue.ShutDownWithDrain()
 	wg.Wait()
+	a.bg.Wait()
 	return a.flush()
 }
 

@@ -116,10 +116,10 @@ func (a *Agent) settle() {
 		a.history = a.history[len(a.history)-historyLen:]
 	}
 	if a.gauging.CompareAndSwap(false, true) {
-		go func() { // the resources gauges follow every reconcile
+		a.bg.Go(func() { // the resources gauges follow every reconcile
 			defer a.gauging.Store(false)
 			a.Status(context.Background())
-		}()
+		})
 	}
 	result := ResultSuccess
 	if e.Errors > 0 {
