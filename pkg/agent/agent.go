@@ -100,14 +100,16 @@ type Agent struct {
 	watch     *watcher
 	gauging   atomic.Bool    // the resources gauges are being refreshed
 	bg        sync.WaitGroup // such refreshes, waited for before closing
-	rewatch   bool        // an apply made paths: the watches follow
+	rewatch   bool           // an apply made paths: the watches follow
 	history   []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows
 	lock    *state.Lock
 	holders int
 	dirty   bool
-	stamp   fileStamp // state.json as last loaded or saved by the agent
+	stamp   fileStamp   // state.json as last loaded or saved by the agent
+	saved   time.Time   // when the agent last saved it
+	linger  *time.Timer // lets go of a lock held through a burst
 }
 
 // New makes an agent; Run starts it.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // Reconcile is one reconcile of the agent: from a change being seen (a new
@@ -90,7 +91,7 @@ func (a *Agent) settle() {
 		return
 	}
 	a.wmu.Lock()
-	busy := a.holders > 0
+	busy := a.holders > 0 || a.lock != nil
 	a.wmu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -124,6 +125,17 @@ func (a *Agent) settle() {
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure
+	} else if a.desired != nil {
+		// Converged: the revision counts as applied, as a sync records it.
+		snap := a.sess.Snapshot
+		snap.Revision, snap.LastSyncTime = a.desired.Revision(), time.Now().UTC().Truncate(time.Millisecond)
+		snap.LastAttempt = &state.Attempt{Revision: snap.Revision, Time: snap.LastSyncTime}
+		a.bg.Go(func() {
+			a.markDirty()
+			if err := a.flush(); err != nil {
+				a.log.Error("save snapshot", "error", err)
+			}
+		})
 	}
 	m := a.opts.Metrics
 	m.ObserveReconcile(e.Trigger, result, e.Duration)

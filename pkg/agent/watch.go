@@ -14,6 +14,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -37,6 +38,7 @@ type watcher struct {
 
 	mu    sync.Mutex
 	dirs  map[string][]resource.ID // watched host directory → interested keys
+	paths map[string]resource.ID   // managed host path → its key
 	trees map[string]resource.ID   // host directory inside a mirror → its Directory
 	shims map[string]int           // process name → supervisor pid watched
 	full  bool                     // ran out of watches (said once)
@@ -53,7 +55,7 @@ func newWatcher(a *Agent) (*watcher, error) {
 		return nil, err
 	}
 	w := &watcher{a: a, fs: f, stop: stop, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
-		dirs: map[string][]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}}
+		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}}
 	if err := os.MkdirAll(w.procs, 0o700); err == nil {
 		w.fs.Add(w.procs)
 	}
@@ -71,6 +73,7 @@ func (w *watcher) host(p string) string { return filepath.Join(w.root, filepath.
 // sync watches what set manages, and nothing else.
 func (w *watcher) sync(set *resource.Set) {
 	want := map[string][]resource.ID{}
+	paths := map[string]resource.ID{}
 	trees := map[string]resource.ID{}
 	add := func(dir string, id resource.ID) {
 		// A directory that does not exist yet is watched through its
@@ -90,6 +93,7 @@ func (w *watcher) sync(set *resource.Set) {
 	for _, r := range set.Resources() {
 		for _, c := range r.Spec.Claims() {
 			p := w.host(c.Path)
+			paths[p] = r.ID()
 			add(filepath.Dir(p), r.ID())
 			if c.Tree {
 				filepath.WalkDir(p, func(sub string, d fs.DirEntry, err error) error {
@@ -106,15 +110,17 @@ func (w *watcher) sync(set *resource.Set) {
 	defer w.mu.Unlock()
 	for dir := range w.dirs {
 		if _, ok := want[dir]; !ok {
+			w.a.log.Debug("unwatch", "dir", dir)
 			w.fs.Remove(dir)
 		}
 	}
 	for dir := range want {
 		if _, ok := w.dirs[dir]; !ok {
+			w.a.log.Debug("watch", "dir", dir)
 			w.watch(dir)
 		}
 	}
-	w.dirs, w.trees = want, trees
+	w.dirs, w.paths, w.trees = want, paths, trees
 	w.watchShims()
 }
 
@@ -159,14 +165,30 @@ func (w *watcher) event(ev fsnotify.Event) {
 		}
 		return
 	}
+	if hostfs.IsTemp(filepath.Base(ev.Name)) {
+		return // cortex-sync's own write in progress
+	}
 	w.mu.Lock()
-	ids := append(w.dirs[dir], w.dirs[ev.Name]...)
-	if id, ok := w.trees[dir]; ok && ev.Has(fsnotify.Create) {
-		// A directory made inside a mirror is watched too.
-		if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() {
+	// A managed path itself, or an entry of a mirrored tree: only its key.
+	var ids []resource.ID
+	if id, ok := w.paths[ev.Name]; ok {
+		ids = append(ids, id)
+	}
+	if id, ok := w.trees[dir]; ok {
+		ids = append(ids, id)
+	}
+	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() && ev.Has(fsnotify.Create) {
+		if id, ok := w.trees[dir]; ok {
+			// A directory made inside a mirror is watched too.
 			w.trees[ev.Name] = id
 			w.dirs[ev.Name] = append(w.dirs[ev.Name], id)
 			w.watch(ev.Name)
+		} else {
+			// A parent of managed paths came to be: watch it instead
+			// of its ancestor, once things settle.
+			w.a.mu.Lock()
+			w.a.rewatch = true
+			w.a.mu.Unlock()
 		}
 	}
 	w.mu.Unlock()

@@ -53,6 +53,7 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		log.Error("cannot observe", "error", c.Err)
 		return nil
 	case !c.Pending():
+		log.Debug("in sync")
 		a.unhint(id)
 		return nil
 	}
@@ -195,7 +196,7 @@ func (a *Agent) waiting(ctx context.Context, d *reconcile.Desired, c *diff.Chang
 func (a *Agent) acquire(ctx context.Context) error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
-	if a.holders == 0 {
+	if a.lock == nil {
 		a.mu.Lock()
 		st := a.sess.State
 		a.mu.Unlock()
@@ -216,7 +217,10 @@ func (a *Agent) acquire(ctx context.Context) error {
 	return nil
 }
 
-// release lets go of a burst; the last one out saves and unlocks.
+// release lets go of a burst. While keys are queued the lock is kept and
+// the snapshot saved at most every saveEvery, so a burst of a thousand
+// files is not a thousand saves; once the queue is empty (or nothing came
+// for lingerFor) the snapshot is saved and the lock let go.
 func (a *Agent) release() {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
@@ -224,6 +228,41 @@ func (a *Agent) release() {
 	if a.holders > 0 {
 		return
 	}
+	if a.queue.Len() > 0 {
+		if time.Since(a.saved) > saveEvery {
+			if err := a.save(); err != nil {
+				a.log.Error("save snapshot", "error", err)
+			}
+		}
+		if a.linger == nil {
+			a.linger = time.AfterFunc(lingerFor, a.letGo)
+		} else {
+			a.linger.Reset(lingerFor)
+		}
+		return
+	}
+	a.unlock()
+}
+
+// Bounds on holding the state lock through a burst.
+const (
+	saveEvery = time.Second
+	lingerFor = 100 * time.Millisecond
+)
+
+// letGo unlocks a lingering lock no key took up again.
+func (a *Agent) letGo() {
+	a.wmu.Lock()
+	if a.holders == 0 && a.lock != nil {
+		a.unlock()
+	}
+	a.wmu.Unlock()
+	a.settle()
+}
+
+// unlock saves, lets go of the state lock, and closes retired revisions.
+// Called with wmu held and no holder left.
+func (a *Agent) unlock() {
 	if err := a.save(); err != nil {
 		a.log.Error("save snapshot", "error", err)
 	}
@@ -254,7 +293,7 @@ func (a *Agent) save() error {
 	if err := a.sess.State.Save(a.sess.Snapshot); err != nil {
 		return err
 	}
-	a.dirty, a.stamp = false, snapshotStamp(a.sess.State)
+	a.dirty, a.stamp, a.saved = false, snapshotStamp(a.sess.State), time.Now()
 	return nil
 }
 
@@ -262,6 +301,16 @@ func (a *Agent) save() error {
 func (a *Agent) flush() error {
 	a.wmu.Lock()
 	defer a.wmu.Unlock()
+	switch {
+	case a.holders > 0:
+		return nil // the burst saves when it ends
+	case a.lock != nil: // held on through a burst
+		if a.linger != nil {
+			a.linger.Stop()
+		}
+		a.unlock()
+		return nil
+	}
 	if !a.dirty {
 		return nil
 	}

@@ -306,8 +306,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		}
 	}
 	sum := ""
+	var wrote hostfs.Stat
 	if write {
-		if sum, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
+		if sum, wrote, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
 			return nil, err
 		}
 	} else if len(o.Attrs) > 0 {
@@ -322,6 +323,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 	st, err := d.Lstat(base)
 	if err != nil {
 		return nil, err
+	}
+	if write {
+		st = fingerprintAfter(wrote, st)
 	}
 	if sum == "" {
 		if o.Ours {
@@ -341,25 +345,39 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 
 // writeFile replaces name with the content, atomically and durably: temp
 // file, fsync, rename, fsync the directory.
-func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a hostfs.Attrs) (string, error) {
+func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a hostfs.Attrs) (string, hostfs.Stat, error) {
 	rc, err := open()
 	if err != nil {
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
 	defer rc.Close()
 	tmp, sum, err := d.WriteTemp(name, rc, a)
 	if err != nil {
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
-	if err := d.SyncFile(tmp); err != nil {
+	wrote, err := d.Lstat(tmp)
+	if err == nil {
+		err = d.SyncFile(tmp)
+	}
+	if err == nil {
+		err = d.Rename(tmp, name)
+	}
+	if err != nil {
 		d.Remove(tmp)
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
-	if err := d.Rename(tmp, name); err != nil {
-		d.Remove(tmp)
-		return "", err
+	return sum, wrote, d.Sync()
+}
+
+// fingerprintAfter is the fingerprint to record for a file just renamed
+// into place: its stat now, unless someone wrote it between the rename and
+// that stat; then a size no file has, so the next look reads its content
+// instead of trusting a stat of something cortex-sync did not write.
+func fingerprintAfter(wrote, now hostfs.Stat) hostfs.Stat {
+	if now.Ino != wrote.Ino || now.Size != wrote.Size || now.Mtime != wrote.Mtime {
+		now.Size = -1
 	}
-	return sum, d.Sync()
+	return now
 }
 
 // removeEntry deletes p, keeping a backup first when asked. A directory is

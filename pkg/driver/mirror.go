@@ -425,8 +425,9 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
 type written struct {
 	op  *treeOp
 	dir *hostfs.Dir
-	tmp string
-	sum string
+	tmp   string
+	sum   string
+	wrote hostfs.Stat // the temp file's stat before its rename
 }
 
 // applyTree carries out a tree's ops: deletions deepest first, directories
@@ -634,6 +635,10 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 				return err
 			}
 		}
+		if s.wrote, err = s.dir.Lstat(s.tmp); err != nil {
+			cleanup()
+			return err
+		}
 		if err := s.dir.Rename(s.tmp, name); err != nil {
 			cleanup()
 			return err
@@ -649,6 +654,7 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		if err != nil {
 			return err
 		}
+		st = fingerprintAfter(s.wrote, st)
 		id, err := contentIDOf(s.op.entry, s.sum)
 		if err != nil {
 			return err
