@@ -12,9 +12,10 @@
 //   - [NewWebhook]: an [net/http.Handler] for GitHub, GitLab and generic
 //     HMAC-signed push webhooks that calls a trigger for pushes to the
 //     followed ref, at most once per [WebhookOptions.MinInterval].
-//   - [NewMetrics]: every cortexsync_ metric on a registry passed in, with
-//     [Metrics.Workqueue] as the work queue's metrics provider.
+//   - [NewMetrics]: every cortexsync_ metric on a registry passed in (see
+//     [NewRegistry]), with [Metrics.Workqueue] as the client-go work queue's
+//     metrics provider.
 //   - [NewFightDetector]: tells which resources something else on the host
 //     keeps changing back, and how long to hold off correcting them.
-//   - [NewSchedule]: the poll interval with ±10% jitter.
+//   - [NewSchedule] and [Jitter]: the poll interval with ±10% jitter.
 package agent

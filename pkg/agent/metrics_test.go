@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"bytes"
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +270,26 @@ func TestWorkqueueAdapter(t *testing.T) {
 	}
 	if workCount != 3 || latencyCount != 3 {
 		t.Errorf("work duration count %d, queue duration count %d; want 3 and 3", workCount, latencyCount)
+	}
+}
+
+// TestMetricsPromtool checks the real /metrics output with `promtool check
+// metrics` where promtool is installed (Debian: apt-get install prometheus).
+func TestMetricsPromtool(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed")
+	}
+	reg := NewRegistry()
+	exercise(NewMetrics(reg))
+	_, base := startServer(t, ServerOptions{Registry: reg})
+	code, body, _ := do(t, "GET", base+"/metrics", "")
+	if code != 200 {
+		t.Fatalf("/metrics: %d", code)
+	}
+	cmd := exec.Command(promtool, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) != 0 {
+		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
 }

@@ -233,7 +233,7 @@ func TestWebhookRefPatterns(t *testing.T) {
 }
 
 func TestWebhookCoalesces(t *testing.T) {
-	const interval = 300 * time.Millisecond
+	const interval = time.Second // wide enough for a loaded machine
 	_, got, srv := newTestWebhook(t, WebhookOptions{MinInterval: interval})
 	body := []byte(`{"ref":"refs/heads/main"}`)
 	h := map[string]string{"X-Signature": sign(testSecret, body)}
@@ -249,7 +249,7 @@ func TestWebhookCoalesces(t *testing.T) {
 	}
 	// The coalesced pushes make one trigger at the end of the interval.
 	waitFor(t, 5*time.Second, func() bool { return len(got.get()) == 2 })
-	time.Sleep(2 * interval)
+	time.Sleep(interval + 100*time.Millisecond)
 	if n := len(got.get()); n != 2 {
 		t.Errorf("%d triggers, want 2", n)
 	}
@@ -259,13 +259,24 @@ func TestWebhookCoalesces(t *testing.T) {
 }
 
 func TestWebhookCloseDropsPending(t *testing.T) {
-	w, got, srv := newTestWebhook(t, WebhookOptions{MinInterval: 100 * time.Millisecond})
+	w, got, srv := newTestWebhook(t, WebhookOptions{MinInterval: time.Hour})
 	body := []byte(`{"ref":"refs/heads/main"}`)
 	h := map[string]string{"X-Signature": sign(testSecret, body)}
 	post(t, srv.URL, h, body)
-	post(t, srv.URL, h, body)
+	if _, a := post(t, srv.URL, h, body); a["status"] != "coalesced" {
+		t.Fatalf("second push: %v, want coalesced", a)
+	}
 	w.Close()
-	time.Sleep(300 * time.Millisecond)
+	w.mu.Lock()
+	pending := w.timer != nil
+	w.mu.Unlock()
+	if pending {
+		t.Error("a trigger is still pending after Close")
+	}
+	w.flush() // as a timer that fired just before Close would
+	if _, a := post(t, srv.URL, h, body); a["status"] != "coalesced" {
+		t.Errorf("push after Close: %v, want coalesced", a)
+	}
 	if n := len(got.get()); n != 1 {
 		t.Errorf("%d triggers after Close, want 1", n)
 	}
