@@ -423,8 +423,8 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
 
 // written is a file staged in a temporary name, waiting for its rename.
 type written struct {
-	op  *treeOp
-	dir *hostfs.Dir
+	op    *treeOp
+	dir   *hostfs.Dir
 	tmp   string
 	sum   string
 	wrote hostfs.Stat // the temp file's stat before its rename
