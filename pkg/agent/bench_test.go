@@ -113,6 +113,14 @@ func TestIdleCost(t *testing.T) {
 	for i := range 10 {
 		fmt.Fprintf(&m, "---\napiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: p%d}\nspec: {command: [sleep, \"100000\"]}\n", i)
 	}
+	if tree := os.Getenv("CORTEX_SYNC_IDLE_MIRROR"); tree != "" {
+		// A mirrored tree as well (e.g. $(go env GOROOT)/src), watched.
+		if err := os.CopyFS(filepath.Join(repo, "tree"), os.DirFS(tree)); err != nil {
+			t.Fatal(err)
+		}
+		m.WriteString("---\napiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: tree}\nspec: {path: /srv/tree, source: tree}\n")
+		os.WriteFile(filepath.Join(repo, ".cortexignore"), []byte("tree/\n"), 0o644)
+	}
 	writeFile(t, filepath.Join(repo, "all.yaml"), m.String())
 	stateDir := t.TempDir()
 	startAgent(t, repo, root, stateDir)

@@ -110,13 +110,11 @@ func (w *watcher) sync(set *resource.Set) {
 	defer w.mu.Unlock()
 	for dir := range w.dirs {
 		if _, ok := want[dir]; !ok {
-			w.a.log.Debug("unwatch", "dir", dir)
 			w.fs.Remove(dir)
 		}
 	}
 	for dir := range want {
 		if _, ok := w.dirs[dir]; !ok {
-			w.a.log.Debug("watch", "dir", dir)
 			w.watch(dir)
 		}
 	}
