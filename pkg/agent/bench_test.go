@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,7 +35,6 @@ func startAgent(tb testing.TB, repo, root, stateDir string) *agent.Agent {
 		Source:   &source.Dir{Dir: repo, Path: "."},
 		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true,
 		FightThreshold: 1 << 30, // a benchmark edits on purpose, again and again
-		Log:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
