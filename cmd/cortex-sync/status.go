@@ -12,9 +12,6 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// timeNow is the clock; one place to read it.
-func timeNow() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
-
 type statusOptions struct {
 	src    sourceFlags
 	output string

@@ -220,14 +220,6 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	return e, nil
 }
 
-// files counts files in words: "1 file", "3 files".
-func files(n int) string {
-	if n == 1 {
-		return "1 file"
-	}
-	return fmt.Sprintf("%d files", n)
-}
-
 // digest names a mirrored tree by its entries and their content IDs.
 func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	spec := r.Spec.(*DirectorySpec)
