@@ -3,7 +3,12 @@ package agent_test
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -159,4 +165,80 @@ func stopAll(t *testing.T, repo, root, stateDir string) {
 	if _, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{Prune: true, AllowEmpty: true}); err != nil {
 		t.Error(err)
 	}
+}
+
+// BenchmarkWebhookToConverged: a one-file commit pushed to a git daemon on
+// loopback, then a signed webhook to a running agent (polling every hour):
+// it reports the time from the webhook to the file holding the new content.
+func BenchmarkWebhookToConverged(b *testing.B) {
+	repo := gittest.NewRepo(b)
+	repo.Commit("first", map[string]*string{
+		"f.yaml": gittest.S("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f}\nspec: {path: /etc/f.conf, source: f.conf}\n"),
+		"f.conf": gittest.S("0\n"),
+	})
+	url, stop := repo.Daemon(b)
+	b.Cleanup(stop)
+	secret := filepath.Join(b.TempDir(), "secret")
+	writeFile(b, secret, "s3cret")
+	root := b.TempDir()
+	stateDir := b.TempDir()
+	src := &source.Git{URL: url, Branch: "main", Path: ".", CacheDir: filepath.Join(stateDir, "cache"), Timeout: 10 * time.Second}
+	a := agent.New(agent.Options{
+		Engine:   reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
+		Source:   src,
+		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true,
+	})
+	hook, err := agent.NewWebhook(agent.WebhookOptions{SecretFile: secret, Ref: "refs/heads/main", MinInterval: time.Millisecond,
+		Trigger: func(agent.Push) { a.Reconcile(agent.TriggerWebhook) }})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(hook)
+	b.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	b.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if ok, _ := a.Ready(); ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatal("agent not ready")
+		}
+	}
+	body := []byte(`{"ref": "refs/heads/main"}`)
+	mac := hmac.New(sha256.New, []byte("s3cret"))
+	mac.Write(body)
+	sig := "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	target := filepath.Join(root, "etc/f.conf")
+	var took []time.Duration
+	for i := 1; b.Loop(); i++ {
+		b.StopTimer()
+		want := fmt.Sprintf("%d\n", i)
+		repo.Commit(want, map[string]*string{"f.conf": gittest.S(want)})
+		b.StartTimer()
+		start := time.Now()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))
+		req.Header.Set("X-GitHub-Event", "push")
+		req.Header.Set("X-Hub-Signature-256", sig)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+		for {
+			if got, _ := os.ReadFile(target); string(got) == want {
+				break
+			}
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("commit %d not applied 10s after its webhook", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "median-ms")
+	b.ReportMetric(float64(took[len(took)-1].Microseconds())/1000, "max-ms")
 }
