@@ -129,7 +129,9 @@ func (a *Agent) settle() {
 		// Converged: the revision counts as applied, as a sync records it.
 		snap := a.sess.Snapshot
 		snap.Revision, snap.LastSyncTime = a.desired.Revision(), time.Now().UTC().Truncate(time.Millisecond)
-		snap.LastAttempt = &state.Attempt{Revision: snap.Revision, Time: snap.LastSyncTime}
+		if snap.LastAttempt == nil || len(snap.LastAttempt.Failed) == 0 {
+			snap.LastAttempt = &state.Attempt{Revision: snap.Revision, Time: snap.LastSyncTime}
+		}
 		a.bg.Go(func() {
 			a.markDirty()
 			if err := a.flush(); err != nil {

@@ -100,6 +100,7 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	entry, err := driver.Host{Env: env}.Apply(ctx, c)
 	a.mu.Lock()
 	res := apply.Record(a.sess.Snapshot, d.Set, c, entry, err)
+	noteAttempt(a.sess.Snapshot, d.Revision(), res)
 	a.mu.Unlock()
 	a.markDirty()
 
@@ -138,6 +139,22 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		a.opts.Metrics.ProcessRestarted(reason)
 	}
 	return nil
+}
+
+// noteAttempt keeps the snapshot's last attempt current with one outcome:
+// a failure is listed (shown by status even for a resource never applied),
+// a success takes it off.
+func noteAttempt(snap *state.Snapshot, revision string, res *apply.Result) {
+	a := snap.LastAttempt
+	if a == nil || a.Revision != revision {
+		a = &state.Attempt{Revision: revision}
+		snap.LastAttempt = a
+	}
+	a.Time = time.Now().UTC().Truncate(time.Millisecond)
+	a.Failed = slices.DeleteFunc(a.Failed, func(f state.Failure) bool { return f.ID == string(res.ID) })
+	if res.Outcome == apply.Failed {
+		a.Failed = append(a.Failed, state.Failure{ID: string(res.ID), Kind: res.Kind, Path: res.Path, Action: string(res.Action), Error: res.Error})
+	}
 }
 
 // observe reads the current desired state and record of id and looks at
