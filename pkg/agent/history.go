@@ -128,8 +128,9 @@ func (a *Agent) settle() {
 	} else if a.desired != nil {
 		// Converged: the revision counts as applied, as a sync records it.
 		snap := a.sess.Snapshot
-		snap.Revision, snap.LastSyncTime = a.desired.Revision(), time.Now().UTC().Truncate(time.Millisecond)
+		snap.LastSyncTime = time.Now().UTC().Truncate(time.Millisecond)
 		if snap.LastAttempt == nil || len(snap.LastAttempt.Failed) == 0 {
+			snap.Revision = a.desired.Revision()
 			snap.LastAttempt = &state.Attempt{Revision: snap.Revision, Time: snap.LastSyncTime}
 		}
 		a.bg.Go(func() {
