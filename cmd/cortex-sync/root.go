@@ -180,6 +180,7 @@ applied, and takes the smallest action that closes the gap.`,
 	cmd.SetOut(io.Out)
 	cmd.SetErr(io.Err)
 	cmd.SetIn(io.In)
+	addVersionFlag(cmd)
 	f := cmd.PersistentFlags()
 	f.StringVar(&g.root, "root", "/", "re-root every host path cortex-sync reads or writes under this directory")
 	f.StringArrayVar(&g.allowed, "allowed-path", nil, "only write below this path (inside --root); repeatable")
