@@ -294,7 +294,7 @@ func (g *globals) open(ctx context.Context, src *sourceFlags, needSource bool) (
 		}
 	}
 	var err error
-	if e.root, err = hostfs.Open(g.root, g.allowed); err != nil {
+	if e.root, err = openRoot(g.root, g.allowed); err != nil {
 		return nil, err
 	}
 	if e.snap, err = e.state.Load(); err != nil {
