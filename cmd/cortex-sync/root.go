@@ -166,6 +166,14 @@ directory trees, symlinks, supervised processes and one-shot commands
 converged to what the manifests in a Git repository (or a directory) say: it
 observes the host, compares it with the desired state and with what it last
 applied, and takes the smallest action that closes the gap.`,
+		Example: `  # Plan, apply, check: a local directory of manifests, synced into a sandbox
+  cortex-sync validate ./repo
+  cortex-sync diff --dir ./repo --root /tmp/sandbox
+  cortex-sync sync --dir ./repo --root /tmp/sandbox --prune
+  cortex-sync status --root /tmp/sandbox
+
+  # Follow a Git branch, one folder per host, settings from the Agent file
+  cortex-sync sync --config /etc/cortex-sync/agent.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
