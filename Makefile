@@ -4,7 +4,8 @@ BIN         := bin/cortex-sync
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 DEMO        := /tmp/cortex-sync-demo
 # Programs the tests start besides Go itself, and the Debian package of each.
-TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git sshd:openssh-server python3:python3 pgrep:procps unshare:util-linux
+# (The pid-1 script also uses unshare, from util-linux, and skips without it.)
+TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
 .PHONY: all build test race check-tools lint bench demo clean
 

@@ -3,9 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"unicode"
 
@@ -15,12 +13,6 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
-
-// agentOnly are Agent fields only the daemon reads; other commands accept
-// and ignore them, so one file serves every command.
-var agentOnly = map[string]bool{
-	"interval": true, "selfHeal": true, "driftInterval": true, "listen": true, "webhookSecretFile": true,
-}
 
 // flagName is a field's flag: the kebab case, singular for lists
 // (allowedPaths ↔ --allowed-path).
@@ -93,7 +85,7 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		name := flagName(k.Value)
 		f := cmd.Flag(name)
 		switch {
-		case f == nil && (agentOnly[k.Value] || known[name]):
+		case f == nil && known[name]:
 			continue // meant for another command
 		case f == nil || name == "config":
 			return where(k, field, "unknown field%s", resource.DidYouMean(k.Value, configFields(known)))
@@ -117,10 +109,10 @@ func applyConfig(cmd *cobra.Command, file string) error {
 	return nil
 }
 
-// configFields names every field an Agent config may hold: the flags'
-// fields and the daemon's own.
+// configFields names every field an Agent config may hold: the fields of
+// every command's flags (the agent's among them), so one file serves all.
 func configFields(flags map[string]bool) []string {
-	fields := slices.Collect(maps.Keys(agentOnly))
+	var fields []string
 	for f := range flags {
 		if f != "config" && f != "help" {
 			fields = append(fields, fieldName(f))

@@ -11,16 +11,15 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// agentField is one field of the Agent file: a flag's field, or one only
-// the daemon reads.
+// agentField is one field of the Agent file: a flag's field.
 type agentField struct {
 	Name, Flag, Type, Default, Usage string
 	Commands                         []string // the commands that read it
 }
 
 // agentFields lists every field the Agent file may hold, grouped as
-// docs/config.md shows them: every command's, the source's, each
-// command's own, and the daemon's.
+// docs/config.md shows them: every command's, the source's, and each
+// command's own.
 func agentFields() (groups []string, byGroup map[string][]agentField) {
 	root := docRoot()
 	src := map[string]bool{}
@@ -61,12 +60,6 @@ func agentFields() (groups []string, byGroup map[string][]agentField) {
 		group, _, _ := strings.Cut(key, "\x00")
 		byGroup[group] = append(byGroup[group], *seen[key])
 	}
-	flags := allFlags(root)
-	for _, name := range slices.Sorted(maps.Keys(agentOnly)) {
-		if !flags[flagName(name)] {
-			byGroup["run"] = append(byGroup["run"], agentField{Name: name, Flag: flagName(name), Commands: []string{"run"}})
-		}
-	}
 	groups = []string{"Every command", "Source"}
 	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
 		if !slices.Contains(groups, g) {
@@ -89,18 +82,24 @@ var fieldExamples = map[string]string{
 	"knownHostsFile": "/etc/cortex-sync/known_hosts", "caFile": "/etc/cortex-sync/ca.pem",
 	"verifyKeyring": "/etc/cortex-sync/keyring.asc", "allowedPaths": "[/etc/app, /srv]",
 	"logLevel": "info", "logFormat": "json", "output": "json", "against": "/tmp/host.json",
+	"listen": "127.0.0.1:9797", "address": "127.0.0.1:9797", "tokenFile": "/etc/cortex-sync/token",
+	"webhookSecretFile": "/etc/cortex-sync/webhook-secret",
 }
 
 func (a agentField) example() string {
 	v := fieldExamples[a.Name]
 	switch {
 	case v != "":
+	case a.Type == "bool" && a.Default == "true":
+		v = "false"
 	case a.Type == "bool":
 		v = "true"
 	case a.Type == "duration" && a.Default != "0s":
 		v = a.Default
 	case a.Type == "duration":
 		v = "30s"
+	case a.Type == "int" && a.Default != "0":
+		v = a.Default
 	case a.Type == "int":
 		v = "4"
 	default:
@@ -150,17 +149,11 @@ JSON Schema of the file is [schema/agent.json](schema/agent.json).
 			b.WriteString("\n## Every command\n\n")
 		case "Source":
 			fmt.Fprintf(&b, "\n## Source\n\nWhere desired state comes from: `dir`, or `repo` with one of `branch`, `tag`,\n`semver` or `commit`. Read by %s.\n\n", commandList(fields[0].Commands))
-		case "run":
-			b.WriteString("\n## The agent (`cortex-sync run`)\n\nRead only by the agent, which is not in this build yet; every other command\naccepts and ignores them.\n\n")
 		default:
 			fmt.Fprintf(&b, "\n## `%s`\n\nRead only by `cortex-sync %s`; other commands ignore them.\n\n", g, g)
 		}
 		b.WriteString("| field | type | default | flag | example | meaning |\n|---|---|---|---|---|---|\n")
 		for _, f := range fields {
-			if f.Type == "" {
-				fmt.Fprintf(&b, "| `%s` | | | | | read by `cortex-sync run` |\n", f.Name)
-				continue
-			}
 			def := "—"
 			if f.Default != "" && f.Default != "[]" {
 				def = "`" + f.Default + "`"

@@ -12,9 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -84,24 +83,24 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 			return err
 		}
 	}
-	e, err := g.open(cmd.Context(), &o.src, true)
+	ctx := cmd.Context()
+	s, done, err := g.session(ctx, &o.src, true, false)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	e.env.Verify, e.env.Simulate = o.verify, o.against != ""
+	defer done()
+	s.Env.Verify, s.Env.Simulate = o.verify, o.against != ""
 	if o.against != "" {
 		// The sandbox's own source is the pull request; its snapshot
 		// recorded the base, which is not a change of source.
-		e.snap.Source = e.ref
+		s.Snapshot.Source = s.Desired.Ref
 	}
-	plan := diff.Make(cmd.Context(), driver.Host{Env: e.env}, e.set, e.snap, g.concurrency)
+	plan := s.Plan(ctx)
 	// Warn of the refusal sync --prune would meet, before anyone runs it.
-	check := apply.Options{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}
-	if err := apply.Check(plan, e.set, e.snap, e.ref, check); err != nil {
+	check := reconcile.SyncOptions{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}
+	if err := s.Check(plan, check); err != nil {
 		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
 	}
-	plan.Source, plan.Revision = e.ref, e.checkout.Revision
 	if o.output != "json" {
 		for _, w := range plan.Warnings {
 			fmt.Fprintln(io.Err, "warning: "+w)
@@ -163,21 +162,18 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 	}
 	base := o.src
 	base.branch, base.tag, base.semver, base.commit, base.path = name, "", "", sha, snap.Source.Path
-	e, err := sg.open(ctx, &base, true)
+	s, done, err := sg.session(ctx, &base, true, true)
 	if err != nil {
 		// The revision may name a tag rather than a branch.
 		base.branch, base.tag, base.commit = "", name, ""
 		var terr error
-		if e, terr = sg.open(ctx, &base, true); terr != nil {
+		if s, done, terr = sg.session(ctx, &base, true, true); terr != nil {
 			return nil, fmt.Errorf("read the snapshot's revision %s: %w", snap.Revision, err)
 		}
 	}
-	defer e.Close()
-	e.env.Simulate = true
-	host := driver.Host{Env: e.env}
-	plan := diff.Make(ctx, host, e.set, e.snap, g.concurrency)
-	e.snap.Source, e.snap.Revision = e.ref, e.checkout.Revision
-	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, apply.Options{Concurrency: g.concurrency, Save: e.state.Save, Log: g.log, WaitTimeout: time.Minute})
+	defer done()
+	s.Env.Simulate = true
+	rep, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{WaitTimeout: time.Minute})
 	if err != nil {
 		return nil, err
 	}

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,9 +31,126 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"cortex-sync": func() {
-			os.Exit(run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+			stop()
+			os.Exit(code)
 		},
+		"pids": pidsMain,
+		"http": httpMain,
 	})
+}
+
+// pidsMain prints the pid of each process of the script whose command
+// line (its arguments joined by spaces) matches a regular expression, and
+// exits 1 when none does: pgrep -f, without needing procps. A process is
+// the script's when a variable of its environment is $WORK or a path
+// under it, as those the script starts and those cortex-sync supervises
+// for it (CORTEX_SYNC_ROOT) have; so another run of the same script, in
+// parallel, is not counted.
+//
+//	pids PATTERN
+func pidsMain() {
+	work := os.Getenv("WORK")
+	if len(os.Args) != 2 || work == "" {
+		fmt.Fprintln(os.Stderr, "usage: pids PATTERN, in a script")
+		os.Exit(2)
+	}
+	re, err := regexp.Compile(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "pids:", err)
+		os.Exit(2)
+	}
+	found := false
+	for _, pid := range scriptPIDs(work, re) {
+		fmt.Println(pid)
+		found = true
+	}
+	if !found {
+		os.Exit(1)
+	}
+}
+
+// httpMain is a small HTTP client for scripts: it prints the status code
+// on the first line, then the body; it fails only when nothing answers.
+//
+//	http METHOD URL [-d FILE] [-H 'Name: value']... [-github-secret FILE]
+//
+// -github-secret signs the body as GitHub does (X-Hub-Signature-256).
+func httpMain() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: http METHOD URL [-d FILE] [-H 'Name: value']... [-github-secret FILE]")
+		os.Exit(2)
+	}
+	var body []byte
+	headers := http.Header{}
+	secret := ""
+	for i := 3; i+1 < len(os.Args); i += 2 {
+		switch os.Args[i] {
+		case "-d":
+			b, err := os.ReadFile(os.Args[i+1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			body = b
+		case "-H":
+			k, v, _ := strings.Cut(os.Args[i+1], ":")
+			headers.Add(k, strings.TrimSpace(v))
+		case "-github-secret":
+			b, err := os.ReadFile(os.Args[i+1])
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+			secret = strings.TrimSpace(string(b))
+		}
+	}
+	if secret != "" {
+		mac := hmac.New(sha256.New, []byte(secret))
+		mac.Write(body)
+		headers.Set("X-Hub-Signature-256", "sha256="+hex.EncodeToString(mac.Sum(nil)))
+	}
+	req, err := http.NewRequest(os.Args[1], os.Args[2], bytes.NewReader(body))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	req.Header = headers
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d\n%s", resp.StatusCode, out)
+}
+
+// scriptPIDs lists the processes of the script whose work dir is work
+// (found in their environment) and whose command line matches re.
+func scriptPIDs(work string, re *regexp.Regexp) []int {
+	var out []int
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	for _, dir := range dirs {
+		pid, _ := strconv.Atoi(filepath.Base(dir))
+		cmdline, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if pid == os.Getpid() || err != nil || len(cmdline) == 0 { // gone, a kernel thread or a zombie
+			continue
+		}
+		if !re.MatchString(strings.ReplaceAll(strings.TrimRight(string(cmdline), "\x00"), "\x00", " ")) {
+			continue
+		}
+		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		for _, kv := range strings.Split(string(environ), "\x00") {
+			_, v, _ := strings.Cut(kv, "=")
+			if v == work || strings.HasPrefix(v, work+"/") {
+				out = append(out, pid)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // TestScripts runs the user stories in testdata/script: the real binary
@@ -49,6 +173,8 @@ func TestScripts(t *testing.T) {
 			"eventually": cmdEventually,
 			"procpid":    cmdProcPID,
 			"dead":       cmdDead,
+			"sigkill":    cmdSigkill,
+			"signal":     cmdSignal,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -241,4 +367,53 @@ func stopProcesses(work string) {
 		}
 		return nil
 	})
+}
+
+// cmdSigkill kills processes and waits, up to 10s, until each has exited
+// (gone, or a zombie): kill(2) returns before its target is dead, so a
+// check made at once could still find it running. sigkill PID...
+func cmdSigkill(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: sigkill PID...")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, arg := range args {
+		pid, err := strconv.Atoi(arg)
+		if err != nil || pid <= 0 {
+			ts.Fatalf("sigkill: %q is not a pid", arg)
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			ts.Fatalf("sigkill %d: %v", pid, err)
+		}
+		for {
+			stat, err := os.ReadFile("/proc/" + arg + "/stat")
+			if err != nil || strings.Contains(string(stat), ") Z ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				ts.Fatalf("process %d still runs 10s after SIGKILL", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
+
+// cmdSignal sends a signal (HUP, TERM, INT) to the script's processes
+// whose command line matches a pattern; at least one must:
+//
+//	signal HUP 'cortex-sync run'
+func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
+	sigs := map[string]syscall.Signal{"HUP": syscall.SIGHUP, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT}
+	if neg || len(args) != 2 || sigs[args[0]] == 0 {
+		ts.Fatalf("usage: signal HUP|TERM|INT PATTERN")
+	}
+	pids := scriptPIDs(ts.Getenv("WORK"), regexp.MustCompile(args[1]))
+	if len(pids) == 0 {
+		ts.Fatalf("signal: no process of this script matches %q", args[1])
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sigs[args[0]]); err != nil {
+			ts.Fatalf("signal %d: %v", pid, err)
+		}
+	}
 }

@@ -7,17 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
@@ -74,6 +70,9 @@ type globals struct {
 	lockTimeout time.Duration
 	config      string
 	log         *slog.Logger
+	// capture, when set, receives the run command's options instead of
+	// running it: a SIGHUP reload reads the command line again this way.
+	capture func(*runOptions)
 }
 
 // sourceFlags name where desired state comes from.
@@ -156,8 +155,11 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return exitFailure
 }
 
-func newRootCmd(io streams) *cobra.Command {
+func newRootCmd(io streams, setup ...func(*globals)) *cobra.Command {
 	g := &globals{}
+	for _, f := range setup {
+		f(g)
+	}
 	cmd := &cobra.Command{
 		Use:   "cortex-sync",
 		Short: "Keep this host converged to a Git repository of manifests",
@@ -172,8 +174,8 @@ applied, and takes the smallest action that closes the gap.`,
   cortex-sync sync --dir ./repo --root /tmp/sandbox --prune
   cortex-sync status --root /tmp/sandbox
 
-  # Follow a Git branch, one folder per host, settings from the Agent file
-  cortex-sync sync --config /etc/cortex-sync/agent.yaml`,
+  # The agent: poll a Git branch, heal drift, serve metrics and status
+  cortex-sync run --config /etc/cortex-sync/agent.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -203,6 +205,10 @@ applied, and takes the smallest action that closes the gap.`,
 		newDiffCmd(g, io),
 		newSyncCmd(g, io),
 		newStatusCmd(g, io),
+		newRunCmd(g, io),
+		newControlCmd(g, io, "reconcile", "Ask the running agent to fetch and reconcile now"),
+		newControlCmd(g, io, "suspend", "Ask the running agent to stop applying (it goes on observing and reporting)"),
+		newControlCmd(g, io, "resume", "Ask the running agent to apply again"),
 		newStateCmd(g, io),
 		newVersionCmd(io),
 	)
@@ -232,95 +238,45 @@ func (g *globals) setup(io streams) error {
 	return nil
 }
 
-// engine is everything a command needs to plan, apply or observe.
-type engine struct {
-	root     *hostfs.Root
-	state    state.Dir
-	snap     *state.Snapshot
-	ref      state.Source
-	checkout *source.Checkout
-	set      *resource.Set
-	env      *driver.Env
+// config is the engine's configuration from the global flags.
+func (g *globals) engine() reconcile.Config {
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log}
 }
 
-func (e *engine) Close() error {
-	var errs []error
-	if e.checkout != nil {
-		errs = append(errs, e.checkout.Close())
+// load fetches and validates the source's current revision.
+func (g *globals) load(ctx context.Context, src *sourceFlags) (*reconcile.Desired, error) {
+	s, err := src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
+	if err != nil {
+		return nil, err
 	}
-	if e.root != nil {
-		errs = append(errs, e.root.Close())
+	return reconcile.Load(ctx, s, g.allowed, g.log)
+}
+
+// session opens the host and the snapshot, with the desired state when a
+// source is given (or needed); write takes the state lock first. done
+// releases everything.
+func (g *globals) session(ctx context.Context, src *sourceFlags, needSource, write bool) (*reconcile.Session, func(), error) {
+	if err := checkRoot(g.root); err != nil {
+		return nil, nil, err
 	}
-	return errors.Join(errs...)
-}
-
-// manifestError marks an invalid desired state: nothing may be applied.
-type manifestError struct{ err error }
-
-func (m *manifestError) Error() string {
-	var p resource.Problems
-	if errors.As(m.err, &p) {
-		n := fmt.Sprintf("%d problems", len(p))
-		if len(p) == 1 {
-			n = "1 problem"
-		}
-		return fmt.Sprintf("%s in the manifests; nothing was applied:\n%s", n, indent(p.Error()))
-	}
-	return m.err.Error()
-}
-
-func (m *manifestError) Unwrap() error { return m.err }
-
-func indent(s string) string {
-	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
-}
-
-// open fetches and validates the desired state (when src is given), opens
-// the root and loads the snapshot.
-func (g *globals) open(ctx context.Context, src *sourceFlags, needSource bool) (*engine, error) {
-	e := &engine{state: state.Dir{Path: g.stateDir}}
-	ok := false
-	defer func() {
-		if !ok {
-			e.Close()
-		}
-	}()
+	var desired *reconcile.Desired
 	if needSource || src.given() {
-		s, err := src.source(e.state.Sub("cache"), g.log)
-		if err != nil {
-			return nil, err
-		}
-		e.ref = s.Ref()
-		if e.checkout, err = s.Fetch(ctx); err != nil {
-			return nil, err
-		}
-		for _, n := range e.checkout.Notes {
-			g.log.Warn("source", "note", n)
-		}
-		if e.set, err = (resource.Options{AllowedPaths: g.allowed}).Load(e.checkout.Tree, e.checkout.Path, driver.Kinds()); err != nil {
-			return nil, &manifestError{err}
+		var err error
+		if desired, err = g.load(ctx, src); err != nil {
+			return nil, nil, err
 		}
 	}
-	var err error
-	if e.root, err = openRoot(g.root, g.allowed); err != nil {
-		return nil, err
+	s, err := reconcile.Open(ctx, g.engine(), desired, write)
+	if err != nil {
+		if desired != nil {
+			desired.Close()
+		}
+		return nil, nil, err
 	}
-	if e.snap, err = e.state.Load(); err != nil {
-		return nil, err
-	}
-	absRoot, _ := filepath.Abs(g.root)
-	if e.snap.Root != "" && e.snap.Root != absRoot && len(e.snap.Inventory) > 0 {
-		return nil, fmt.Errorf("state dir %s records resources applied under --root %s, not %s; use another --state-dir for this root", g.stateDir, e.snap.Root, absRoot)
-	}
-	e.snap.Root = absRoot
-	e.env = &driver.Env{
-		Root: e.root, Set: e.set, State: e.state, Snapshot: e.snap,
-		Backups:     &driver.Backups{Dir: e.state.Sub("backups")},
-		Concurrency: g.concurrency, Log: g.log,
-	}
-	if e.checkout != nil {
-		e.env.Tree = e.checkout.Tree
-	}
-	ok = true
-	return e, nil
+	return s, func() {
+		s.Close()
+		if desired != nil {
+			desired.Close()
+		}
+	}, nil
 }

@@ -207,8 +207,6 @@ func agentSchema() *jsonschema.Schema {
 			}
 			var s *jsonschema.Schema
 			switch f.Type {
-			case "":
-				s = &jsonschema.Schema{Description: "Read by cortex-sync run."}
 			case "bool":
 				s = &jsonschema.Schema{Type: "boolean", Default: f.Default == "true"}
 			case "int":

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,16 +8,9 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/spf13/cobra"
-
-	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/health"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
-
-// timeNow is the clock; one place to read it.
-func timeNow() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
 
 type statusOptions struct {
 	src    sourceFlags
@@ -65,45 +57,18 @@ nothing was ever synced here, 2 when status could not be determined.`,
 	return cmd
 }
 
-// statusDoc is status -o json and /api/v1/status.
-type statusDoc struct {
-	StateDir string       `json:"stateDir"`
-	Source   state.Source `json:"source"`
-	// Revision is the last revision applied in full.
-	Revision     string     `json:"revision"`
-	LastSyncTime *time.Time `json:"lastSyncTime"`
-	// LastAttempt is the last sync that ran, with what did not apply.
-	LastAttempt *state.Attempt   `json:"lastAttempt,omitempty"`
-	Sync        health.Sync      `json:"sync"`
-	Health      health.Status    `json:"health"`
-	Resources   []resourceStatus `json:"resources"`
-}
-
-type resourceStatus struct {
-	ID     string        `json:"id"`
-	Kind   string        `json:"kind"`
-	Path   string        `json:"path,omitempty"`
-	Sync   health.Sync   `json:"sync"`
-	Health health.Status `json:"health"`
-	Reason string        `json:"reason,omitempty"`
-	// LastApplied is the outcome of the last sync that touched it.
-	LastApplied *state.Result `json:"lastApplied,omitempty"`
-	// A process's pid, restarts, last exit and log; a command's last run.
-	*diff.Runtime
-}
-
 func statusRun(cmd *cobra.Command, g *globals, o *statusOptions, io streams) error {
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
 	ctx := cmd.Context()
-	e, err := g.open(ctx, &o.src, false)
+	s, done, err := g.session(ctx, &o.src, false, false)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	e.env.Verify = o.verify
-	doc := observeStatus(ctx, e, g.concurrency)
+	defer done()
+	s.Env.Verify = o.verify
+	doc := s.Status(ctx)
 	if o.output == "json" {
 		enc := json.NewEncoder(io.Out)
 		enc.SetIndent("", "  ")
@@ -113,115 +78,13 @@ func statusRun(cmd *cobra.Command, g *globals, o *statusOptions, io streams) err
 	} else if err := statusText(io, doc); err != nil {
 		return err
 	}
-	if doc.converged() {
+	if doc.Converged() {
 		return nil
 	}
 	return &exitError{code: exitFailure}
 }
 
-// observeStatus judges every resource the way diff does: against the
-// source when one is given, else against what was last applied (recalled
-// from the snapshot).
-func observeStatus(ctx context.Context, e *engine, concurrency int) statusDoc {
-	doc := statusDoc{StateDir: e.state.Path, Source: e.snap.Source, Revision: e.snap.Revision, LastAttempt: e.snap.LastAttempt, Resources: []resourceStatus{}}
-	if !e.snap.LastSyncTime.IsZero() {
-		doc.LastSyncTime = &e.snap.LastSyncTime
-	}
-	host := driver.Host{Env: e.env}
-	set := e.set
-	snap := e.snap
-	var unknown []*diff.Change
-	if set == nil {
-		set, snap, unknown = host.RecallAll(e.snap)
-		e.env.Set = set
-	}
-	plan := diff.Make(ctx, host, set, snap, concurrency)
-	seen := map[string]bool{}
-	for _, c := range append(plan.Changes, unknown...) {
-		r := fromChange(c)
-		if f := e.snap.LastAttempt.FailureOf(r.ID); f != nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
-			r.Health = health.Worst(r.Health, health.Degraded)
-			r.Reason = strings.TrimPrefix(r.Reason+"; last sync failed: "+f.Error, "; ")
-		}
-		seen[r.ID] = true
-		doc.Resources = append(doc.Resources, r)
-	}
-	// Failed before it was ever applied, and not in the source given (or
-	// no source): still shown, with its error.
-	if a := e.snap.LastAttempt; a != nil {
-		for _, f := range a.Failed {
-			if !seen[f.ID] {
-				doc.Resources = append(doc.Resources, resourceStatus{ID: f.ID, Kind: f.Kind, Path: f.Path, Sync: health.OutOfSync, Health: health.Missing, Reason: "never applied; last sync failed: " + f.Error})
-			}
-		}
-	}
-	doc.Sync, doc.Health = health.Synced, health.Healthy
-	var all []health.Status
-	for i := range doc.Resources {
-		r := &doc.Resources[i]
-		if r.LastApplied != nil && r.LastApplied.Error != "" && r.Health == health.Healthy {
-			r.Health, r.Reason = health.Degraded, "last apply failed: "+r.LastApplied.Error
-		}
-		if r.Sync == health.OutOfSync {
-			doc.Sync = health.OutOfSync
-		}
-		all = append(all, r.Health)
-	}
-	doc.Health = health.Worst(all...)
-	if doc.LastSyncTime == nil && len(doc.Resources) == 0 {
-		doc.Sync, doc.Health = health.OutOfSync, health.Unknown
-	}
-	return doc
-}
-
-// converged is what status's exit code says: synced, and nothing missing,
-// degraded or unknown.
-func (d statusDoc) converged() bool {
-	return d.Sync == health.Synced && (d.Health == health.Healthy || d.Health == health.Progressing || d.Health == health.Suspended)
-}
-
-// fromChange turns a planned change into a resource's status.
-func fromChange(c *diff.Change) resourceStatus {
-	r := resourceStatus{ID: string(c.ID), Kind: c.Kind, Path: c.Path, Sync: c.Status(), Health: c.Health, Runtime: c.Runtime}
-	if c.Record != nil {
-		r.LastApplied = c.Record.Result
-	}
-	switch {
-	case c.Error != "":
-		r.Health, r.Reason = health.Unknown, c.Error
-	case c.Suspended:
-		r.Health = health.Suspended
-		if c.Action != diff.NoOp {
-			r.Reason = "reconcile disabled; " + c.Reason.Phrase()
-		}
-	case c.Action != diff.NoOp:
-		r.Reason = c.Reason.Phrase()
-		if what := changed(c); c.Action == diff.Update && what != "" {
-			r.Reason += " (" + what + ")"
-		}
-		if c.Drifted > 0 {
-			r.Reason = fmt.Sprintf("%s (%d files drifted)", r.Reason, c.Drifted)
-		}
-	}
-	if c.Detail != "" {
-		r.Reason = strings.TrimPrefix(r.Reason+": "+c.Detail, ": ")
-	}
-	return r
-}
-
-// changed names what an update changes: content, attributes, a type.
-func changed(c *diff.Change) string {
-	var what []string
-	if c.Content != nil {
-		what = append(what, "content")
-	}
-	for _, a := range c.Attrs {
-		what = append(what, a.Field)
-	}
-	return strings.Join(what, ", ")
-}
-
-func statusText(io streams, doc statusDoc) error {
+func statusText(io streams, doc *reconcile.Status) error {
 	var b strings.Builder
 	if doc.LastSyncTime == nil && len(doc.Resources) == 0 {
 		fmt.Fprintf(&b, "Never synced here: the state dir %s holds no snapshot.\nRun cortex-sync sync with --dir or --repo (and the same --state-dir).\n", doc.StateDir)

@@ -6,12 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/spf13/cobra"
-
-	"github.com/cortex-sync/cortex-sync/pkg/apply"
-	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 type syncOptions struct {
@@ -72,37 +68,14 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	if o.dryRun {
 		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify, allowEmpty: o.allowEmpty, allowSourceChange: o.allowSourceChange}, io)
 	}
-	lock, err := state.Dir{Path: g.stateDir}.Lock(ctx, g.lockTimeout)
+	s, done, err := g.session(ctx, &o.src, true, true)
 	if err != nil {
 		return err
 	}
-	defer lock.Unlock()
-	e, err := g.open(ctx, &o.src, true)
-	if err != nil {
-		return err
-	}
-	defer e.Close()
-	e.env.Verify = o.verify
-	host := driver.Host{Env: e.env}
-	plan := diff.Make(ctx, host, e.set, e.snap, g.concurrency)
-	opts := apply.Options{
-		Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
-		Concurrency: g.concurrency, Save: e.state.Save, Log: g.log, WaitTimeout: o.waitTimeout,
-	}
-	if err := apply.Check(plan, e.set, e.snap, e.ref, opts); err != nil {
-		return err
-	}
-	e.snap.Source = e.ref
-	rep, err := apply.Run(ctx, host, e.set, plan, e.snap, opts)
-	if err == nil {
-		// The revision counts as applied only when all of it was.
-		now := timeNow()
-		e.snap.LastAttempt, e.snap.LastSyncTime = rep.Attempt(e.checkout.Revision, now), now
-		if !rep.Failed() {
-			e.snap.Revision = e.checkout.Revision
-		}
-		err = e.state.Save(e.snap)
-	}
+	defer done()
+	s.Env.Verify = o.verify
+	opts := reconcile.SyncOptions{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout}
+	rep, err := s.Sync(ctx, s.Plan(ctx), opts)
 	if rep != nil {
 		if o.output == "json" {
 			rep.JSON(io.Out)
@@ -117,7 +90,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 	}
 	if o.wait {
-		if bad := apply.WaitHealthy(ctx, host, e.snap, o.waitTimeout); len(bad) > 0 {
+		if bad := s.WaitHealthy(ctx, o.waitTimeout); len(bad) > 0 {
 			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -76,7 +77,7 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	defer co.Close()
 	set, err := resource.Options{AllowedPaths: g.allowed}.Load(co.Tree, co.Path, driver.Kinds())
 	if err != nil {
-		return &manifestError{err}
+		return &reconcile.ManifestError{Err: err}
 	}
 	at := s.Ref().URL
 	if co.Revision != "" {

@@ -1,6 +1,7 @@
 // Package gittest runs real Git servers on 127.0.0.1 for tests: git daemon
 // (git://), git http-backend behind net/http/cgi (HTTP, with basic auth), and
-// OpenSSH's sshd (SSH, key auth, a throwaway host key).
+// an SSH server in the test process itself that runs git-upload-pack (SSH,
+// key auth, a throwaway host key).
 package gittest
 
 import (
@@ -8,6 +9,7 @@ import (
 	"crypto/rand"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -16,11 +18,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	gliderssh "github.com/gliderlabs/ssh"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -201,86 +205,171 @@ func (r *Repo) serveHTTP(t testing.TB, user, password string, tls bool) *HTTP {
 	return h
 }
 
-// SSH is an sshd serving the repository to one key.
+// SSH is an SSH server, in this process, serving the repository to one key.
 type SSH struct {
 	URL        string
 	KeyFile    string // the client's private key
 	KnownHosts string // a known_hosts file naming the server's key
 	// WrongKnownHosts names another key for the same host.
 	WrongKnownHosts string
+	// WrongKeyFile is a private key the server refuses.
+	WrongKeyFile string
 }
 
-func writeKey(t testing.TB, path string) ssh.PublicKey {
+// newKey makes an ed25519 key; its private half goes to file unless that
+// is empty.
+func newKey(t testing.TB, file string) ssh.Signer {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
+	}
+	signer, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if file == "" {
+		return signer
 	}
 	block, err := ssh.MarshalPrivateKey(priv, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
+	if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	sp, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return sp
+	return signer
 }
 
-// SSHD starts OpenSSH's sshd on a free port; the test is skipped when sshd
-// is not installed (make test checks for it first).
+// SSHD serves the repository over SSH on a free port of 127.0.0.1 until
+// the test ends: a throwaway ed25519 host key, public-key auth for the
+// client's key alone, and exec requests for git-upload-pack on this
+// repository, which run the real git-upload-pack.
 func (r *Repo) SSHD(t testing.TB) *SSH {
 	t.Helper()
-	sshd, err := exec.LookPath("sshd")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/sshd", "/sbin/sshd"} {
-			if _, err := os.Stat(p); err == nil {
-				sshd = p
+	dir := t.TempDir()
+	s := &SSH{
+		KeyFile:         filepath.Join(dir, "client_key"),
+		KnownHosts:      filepath.Join(dir, "known_hosts"),
+		WrongKnownHosts: filepath.Join(dir, "wrong_known_hosts"),
+		WrongKeyFile:    filepath.Join(dir, "wrong_key"),
+	}
+	hostKey := newKey(t, "")
+	clientKey := newKey(t, s.KeyFile)
+	newKey(t, s.WrongKeyFile)
+	execPath := r.Git("--exec-path")
+
+	var (
+		mu       sync.Mutex // guards closed
+		closed   bool
+		sessions sync.WaitGroup
+	)
+	srv := &gliderssh.Server{
+		// The only auth method offered: no password, no keyboard-interactive.
+		PublicKeyHandler: func(_ gliderssh.Context, key gliderssh.PublicKey) bool {
+			return gliderssh.KeysEqual(key, clientKey.PublicKey())
+		},
+		// No shell, subsystem or pty: a command, or nothing.
+		SessionRequestCallback: func(_ gliderssh.Session, kind string) bool { return kind == "exec" },
+		Handler: func(sess gliderssh.Session) {
+			mu.Lock()
+			if closed {
+				mu.Unlock()
+				sess.Exit(255)
+				return
 			}
+			sessions.Add(1)
+			mu.Unlock()
+			defer sessions.Done()
+			sess.Exit(r.serveGit(sess, execPath))
+		},
+	}
+	srv.AddHostKey(hostKey)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		// Closing the connections cancels their sessions' contexts, which
+		// kills the commands still running.
+		srv.Close()
+		l.Close() // should Serve not have taken it yet
+		<-served
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		sessions.Wait()
+	})
+
+	addr := l.Addr().(*net.TCPAddr)
+	host := fmt.Sprintf("[127.0.0.1]:%d", addr.Port)
+	otherKey := newKey(t, "")
+	for file, key := range map[string]ssh.PublicKey{s.KnownHosts: hostKey.PublicKey(), s.WrongKnownHosts: otherKey.PublicKey()} {
+		if err := os.WriteFile(file, []byte(host+" "+string(ssh.MarshalAuthorizedKey(key))), 0o600); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if sshd == "" {
-		t.Skip("sshd not found: install openssh-server to run the SSH tests")
+	s.URL = fmt.Sprintf("ssh://git@127.0.0.1:%d%s", addr.Port, r.Dir)
+	return s
+}
+
+// serveGit runs the git-upload-pack that an exec request names, wired to
+// the session, and returns its exit status. It runs nothing else, and on
+// nothing but this repository.
+func (r *Repo) serveGit(sess gliderssh.Session, execPath string) int {
+	argv := sess.Command()
+	if len(argv) != 2 || argv[0] != "git-upload-pack" {
+		fmt.Fprintf(sess.Stderr(), "gittest: only git-upload-pack runs here, not %q\n", sess.RawCommand())
+		return 127
 	}
-	os.MkdirAll("/run/sshd", 0o755) // privilege separation directory
-	dir := t.TempDir()
-	hostPub := writeKey(t, filepath.Join(dir, "host_key"))
-	clientPub := writeKey(t, filepath.Join(dir, "client_key"))
-	otherPub := writeKey(t, filepath.Join(dir, "other_key"))
-	os.WriteFile(filepath.Join(dir, "authorized_keys"), ssh.MarshalAuthorizedKey(clientPub), 0o600)
-	port := freePort(t)
-	host := fmt.Sprintf("[127.0.0.1]:%d", port)
-	known := filepath.Join(dir, "known_hosts")
-	os.WriteFile(known, []byte(host+" "+string(ssh.MarshalAuthorizedKey(hostPub))), 0o600)
-	wrong := filepath.Join(dir, "wrong_known_hosts")
-	os.WriteFile(wrong, []byte(host+" "+string(ssh.MarshalAuthorizedKey(otherPub))), 0o600)
-	cfg := filepath.Join(dir, "sshd_config")
-	os.WriteFile(cfg, []byte(fmt.Sprintf(`Port %d
-ListenAddress 127.0.0.1
-HostKey %s/host_key
-AuthorizedKeysFile %s/authorized_keys
-PidFile %s/sshd.pid
-StrictModes no
-UsePAM no
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-LogLevel ERROR
-`, port, dir, dir, dir)), 0o600)
-	start(t, sshd, "-D", "-e", "-f", cfg)
-	waitPort(t, port)
-	user := os.Getenv("USER")
-	if user == "" {
-		user = "root"
+	if !r.holds(argv[1]) {
+		fmt.Fprintf(sess.Stderr(), "gittest: %q is not the repository %s\n", argv[1], r.Dir)
+		return 128
 	}
-	if out, err := exec.Command("id", "-un").Output(); err == nil {
-		user = strings.TrimSpace(string(out))
+	cmd := exec.CommandContext(sess.Context(), filepath.Join(execPath, argv[0]), argv[1])
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+r.Base)
+	cmd.Stdout, cmd.Stderr = sess, sess.Stderr()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		fmt.Fprintln(sess.Stderr(), err)
+		return 1
 	}
-	return &SSH{
-		URL:     fmt.Sprintf("ssh://%s@127.0.0.1:%d%s", user, port, r.Dir),
-		KeyFile: filepath.Join(dir, "client_key"), KnownHosts: known, WrongKnownHosts: wrong,
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(sess.Stderr(), err)
+		return 127
 	}
+	// Not waited for: the client may never close its end. It ends once
+	// Wait closes the pipe or the session closes.
+	go func() {
+		io.Copy(stdin, sess)
+		stdin.Close()
+	}()
+	cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code >= 0 {
+		return code
+	}
+	return 255 // killed by a signal
+}
+
+// holds reports whether path is absolute and, symlinks resolved, the
+// repository or inside it.
+func (r *Repo) holds(path string) bool {
+	if !filepath.IsAbs(path) {
+		return false
+	}
+	dir, err := filepath.EvalSymlinks(r.Dir)
+	if err != nil {
+		return false
+	}
+	path, err = filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }

@@ -115,44 +115,9 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	var mu sync.Mutex // guards snap, rep and failed
 	failed := map[resource.ID]bool{}
 	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
-		res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files), Backups: c.Backups()}
-		now := time.Now().UTC()
-		switch {
-		case entry == nil:
-		case c.Desired != nil:
-			recordDeps(entry, set.Deps(c.ID))
-		case c.Record != nil && entry != c.Record:
-			recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
-		}
-		switch {
-		case err != nil:
-			res.Outcome, res.Error = Failed, err.Error()
+		res := Record(snap, set, c, entry, err)
+		if err != nil {
 			failed[c.ID] = true
-			result := &state.Result{Action: string(c.Action), Error: err.Error(), Time: now}
-			if entry != nil {
-				entry.Result = result
-				snap.Put(entry)
-			} else if c.Record != nil {
-				c.Record.Result = result
-			}
-		case entry == nil:
-			res.Outcome = Applied
-			if c.Action == diff.NoOp {
-				res.Outcome = Unchanged
-			}
-			snap.Drop(string(c.ID))
-		default:
-			res.Outcome = Applied
-			if c.Action == diff.NoOp {
-				res.Outcome = Unchanged
-				if c.Record != nil && c.Record.Result != nil && c.Record.Result.Error == "" {
-					entry.Result = c.Record.Result
-				}
-			}
-			if entry.Result == nil {
-				entry.Result = &state.Result{Action: string(c.Action), Time: now}
-			}
-			snap.Put(entry)
 		}
 		rep.Results = append(rep.Results, res)
 		return res
@@ -173,8 +138,8 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: blocker})
 				mu.Unlock()
 				continue
-			case c.Error != "":
-				record(c, nil, errors.New(c.Error))
+			case c.Err != nil:
+				record(c, nil, c.Err)
 				mu.Unlock()
 				continue
 			case c.Suspended:
@@ -221,8 +186,8 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	for _, c := range order {
 		blocker := pruneBlocker(users[c.ID], failed)
 		switch {
-		case c.Error != "":
-			record(c, nil, errors.New(c.Error))
+		case c.Err != nil:
+			record(c, nil, c.Err)
 		case c.Action == diff.Forget:
 			snap.Drop(string(c.ID))
 			rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Forgotten})
@@ -246,6 +211,53 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		}
 	}
 	return rep, nil
+}
+
+// Record keeps the outcome of one change in the snapshot: the new record,
+// its dependencies as applied, and the result; a failure keeps the old
+// record (nothing is orphaned) with the error. It returns the outcome.
+func Record(snap *state.Snapshot, set *resource.Set, c *diff.Change, entry *state.Entry, err error) *Result {
+	res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files), Backups: c.Backups()}
+	now := time.Now().UTC()
+	switch {
+	case entry == nil:
+	case c.Desired != nil:
+		recordDeps(entry, set.Deps(c.ID))
+	case c.Record != nil && entry != c.Record:
+		recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
+	}
+	switch {
+	case err != nil:
+		res.Outcome, res.Error = Failed, err.Error()
+		result := &state.Result{Action: string(c.Action), Error: err.Error(), Time: now}
+		if entry != nil {
+			entry.Result = result
+			snap.Put(entry)
+		} else if c.Record != nil {
+			kept := *c.Record // a new entry: the old may still be read
+			kept.Result = result
+			snap.Put(&kept)
+		}
+	case entry == nil:
+		res.Outcome = Applied
+		if c.Action == diff.NoOp {
+			res.Outcome = Unchanged
+		}
+		snap.Drop(string(c.ID))
+	default:
+		res.Outcome = Applied
+		if c.Action == diff.NoOp {
+			res.Outcome = Unchanged
+			if c.Record != nil && c.Record.Result != nil && c.Record.Result.Error == "" {
+				entry.Result = c.Record.Result
+			}
+		}
+		if entry.Result == nil {
+			entry.Result = &state.Result{Action: string(c.Action), Time: now}
+		}
+		snap.Put(entry)
+	}
+	return res
 }
 
 // waitDeps waits for the dependencies of id that turn healthy after their

@@ -137,7 +137,7 @@ func TestThreeWay(t *testing.T) {
 			}
 			plan, _ := h.run(true, apply.Options{})
 			c := find(plan, "File/a")
-			if c == nil || c.Error != "" {
+			if c == nil || c.Err != nil {
 				t.Fatalf("File/a: %+v", c)
 			}
 			if c.Action != tt.action || c.Reason != tt.reason || c.Prune != tt.prune {

@@ -26,7 +26,7 @@ func TestCheckSourceChange(t *testing.T) {
 	kept := []*diff.Change{
 		{ID: "File/same", Action: diff.NoOp},
 		{ID: "File/gone-already", Action: diff.Forget, Reason: diff.RemovedFromGit},
-		{ID: "File/unplannable", Action: diff.Delete, Reason: diff.RemovedFromGit, Prune: true, Error: "cannot look"},
+		{ID: "File/unplannable", Action: diff.Delete, Reason: diff.RemovedFromGit, Prune: true, Err: errors.New("cannot look")},
 		{ID: "File/absent", Action: diff.Delete, Reason: diff.DeclaredAbsent},
 	}
 	tests := []struct {

@@ -132,7 +132,7 @@ func treeReason(files []FileChange) Reason {
 
 // Status is a change's sync status: what status reports for it.
 func (c *Change) Status() health.Sync {
-	if c.Error != "" || c.Action != NoOp {
+	if c.Err != nil || c.Action != NoOp {
 		return health.OutOfSync
 	}
 	return health.Synced

@@ -27,34 +27,13 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 	var jobs []func() *Change
 	for _, r := range set.Resources() {
 		rec := snap.Find(string(r.ID()))
-		jobs = append(jobs, func() *Change {
-			c := observe(ctx, o, r, rec, r.ID(), r.Kind)
-			c.Suspended = r.Suspended()
-			return c
-		})
+		jobs = append(jobs, func() *Change { return One(ctx, o, r, rec) })
 	}
 	for _, rec := range snap.Inventory {
 		if set.Get(resource.ID(rec.ID)) != nil {
 			continue
 		}
-		jobs = append(jobs, func() *Change {
-			if rec.NoPrune {
-				return &Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: Forget, Reason: RemovedFromGit, Record: rec}
-			}
-			c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
-			c.Reason = RemovedFromGit
-			switch {
-			case c.Error != "":
-			case c.Action == NoOp:
-				c.Action = Forget // already gone from the host: only the record goes
-			case !rec.Created && len(c.Files) == 0:
-				// Prune deletes only what cortex-sync created: what was
-				// there before it took it over stays, as it is now.
-				c.Action, c.Detail = Forget, "it was on the host before cortex-sync took it over; left in place"
-			}
-			c.Prune = c.Action == Delete
-			return c
-		})
+		jobs = append(jobs, func() *Change { return One(ctx, o, nil, rec) })
 	}
 	p.Changes = make([]*Change, len(jobs))
 	var g errgroup.Group
@@ -69,12 +48,38 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 	return p
 }
 
+// One observes one resource, desired (nil when it left Git) and recorded
+// (nil when never applied), and decides what to do about it.
+func One(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry) *Change {
+	if desired != nil {
+		c := observe(ctx, o, desired, rec, desired.ID(), desired.Kind)
+		c.Suspended = desired.Suspended()
+		return c
+	}
+	if rec.NoPrune {
+		return &Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: Forget, Reason: RemovedFromGit, Record: rec}
+	}
+	c := observe(ctx, o, nil, rec, resource.ID(rec.ID), rec.Kind)
+	c.Reason = RemovedFromGit
+	switch {
+	case c.Err != nil:
+	case c.Action == NoOp:
+		c.Action = Forget // already gone from the host: only the record goes
+	case !rec.Created && len(c.Files) == 0:
+		// Prune deletes only what cortex-sync created: what was there
+		// before it took it over stays, as it is now.
+		c.Action, c.Detail = Forget, "it was on the host before cortex-sync took it over; left in place"
+	}
+	c.Prune = c.Action == Delete
+	return c
+}
+
 // observe asks the driver and decides, turning an error into a change that
 // carries it.
 func observe(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry, id resource.ID, kind string) *Change {
 	c, err := o.Observe(ctx, desired, rec)
 	if err != nil {
-		c = &Change{ID: id, Kind: kind, Action: NoOp, Health: health.Unknown, Error: err.Error()}
+		c = &Change{ID: id, Kind: kind, Action: NoOp, Health: health.Unknown, Err: err}
 		if rec != nil {
 			c.Path = rec.Path
 		}

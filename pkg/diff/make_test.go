@@ -66,7 +66,11 @@ func TestMakeIsBoundedAndOrdered(t *testing.T) {
 	p := diff.Make(context.Background(), o, set, snap, 3)
 	var got []string
 	for _, c := range p.Changes {
-		got = append(got, string(c.ID)+" "+string(c.Action)+" "+c.Error)
+		msg := ""
+		if c.Err != nil {
+			msg = c.Err.Error()
+		}
+		got = append(got, string(c.ID)+" "+string(c.Action)+" "+msg)
 	}
 	want := "File/a create |File/bad no-op cannot look|File/c create |File/d create |File/e create |File/f create |File/gone delete |File/old delete "
 	if strings.Join(got, "|") != want || o.peak != 3 {

@@ -105,8 +105,8 @@ type Change struct {
 	// Suspended marks a resource annotated cortex-sync/reconcile: disabled:
 	// Action is what would be done, and nothing is.
 	Suspended bool
-	// Error is why the resource could not be planned.
-	Error string
+	// Err is why the resource could not be planned.
+	Err error
 	// Health is what the observation found, and Detail says more about the
 	// live state ("killed by SIGKILL, 3 restarts"); both display only.
 	Health health.Status
@@ -170,6 +170,14 @@ type FileChange struct {
 	Backup bool `json:"backup,omitempty"`
 }
 
+// errText is an error's message, "" for none: for the JSON rendering.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
 // backupNote says that a file is backed up first, for the renderings.
 func (f FileChange) backupNote() string {
 	if f.Backup {
@@ -192,7 +200,7 @@ func (c *Change) Backups() int {
 // Pending reports whether the change would do anything: what sync acts on
 // and what diff --exit-code counts.
 func (c *Change) Pending() bool {
-	return c.Error == "" && !c.Suspended && c.Action != NoOp
+	return c.Err == nil && !c.Suspended && c.Action != NoOp
 }
 
 // IsDrift reports whether the change corrects the host rather than follows Git.
@@ -218,7 +226,7 @@ func (p *Plan) Summary() Summary {
 	var s Summary
 	for _, c := range p.Changes {
 		switch {
-		case c.Error != "":
+		case c.Err != nil:
 			s.Errors++
 			continue
 		case !c.Pending():
@@ -258,7 +266,7 @@ func (p *Plan) HasChanges() bool {
 func (p *Plan) Errors() []*Change {
 	var out []*Change
 	for _, c := range p.Changes {
-		if c.Error != "" {
+		if c.Err != nil {
 			out = append(out, c)
 		}
 	}

@@ -49,7 +49,7 @@ const (
 
 func symbol(c *Change) (string, string) {
 	switch {
-	case c.Error != "":
+	case c.Err != nil:
 		return "!", red
 	case c.Suspended:
 		return "#", ""
@@ -78,8 +78,8 @@ func headline(c *Change) string {
 		b.WriteString("  " + c.Path)
 	}
 	switch {
-	case c.Error != "":
-		b.WriteString("  error: " + c.Error)
+	case c.Err != nil:
+		b.WriteString("  error: " + c.Err.Error())
 	case c.Suspended:
 		fmt.Fprintf(&b, "  (suspended; would %s: %s)", c.Action, c.Reason.Phrase())
 	case c.Action == Forget && c.Record != nil && c.Record.NoPrune:
@@ -91,7 +91,7 @@ func headline(c *Change) string {
 	default:
 		b.WriteString("  (" + c.Reason.Phrase() + ")")
 	}
-	if c.Detail != "" && c.Error == "" {
+	if c.Detail != "" && c.Err == nil {
 		b.WriteString(": " + c.Detail)
 	}
 	return b.String()
@@ -125,7 +125,7 @@ func Text(w io.Writer, p *Plan, o TextOptions) error {
 	var b strings.Builder
 	shown := 0
 	for _, c := range p.Changes {
-		if c.Error == "" && c.Action == NoOp {
+		if c.Err == nil && c.Action == NoOp {
 			continue
 		}
 		shown++
@@ -188,13 +188,13 @@ func Markdown(w io.Writer, p *Plan) error {
 	b.WriteString("| | Resource | Path | Why |\n|---|---|---|---|\n")
 	var details strings.Builder
 	for _, c := range p.Changes {
-		if c.Error == "" && c.Action == NoOp {
+		if c.Err == nil && c.Action == NoOp {
 			continue
 		}
 		action, why := string(c.Action), c.Reason.Phrase()
 		switch {
-		case c.Error != "":
-			action, why = "error", c.Error
+		case c.Err != nil:
+			action, why = "error", c.Err.Error()
 		case c.Suspended:
 			action = "suspended"
 		case c.Prune:
@@ -265,7 +265,7 @@ func JSON(w io.Writer, p *Plan) error {
 	for _, c := range p.Changes {
 		out.Changes = append(out.Changes, jsonChange{
 			ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason,
-			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: c.Error, Detail: c.Detail,
+			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: errText(c.Err), Detail: c.Detail,
 			Attrs: c.Attrs, Content: c.Content, Files: c.Files,
 		})
 	}

@@ -2,6 +2,7 @@ package diff
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func samplePlan() *Plan {
 			{ID: "File/legacy", Kind: "File", Path: "/etc/legacy", Action: Delete, Reason: RemovedFromGit, Prune: true},
 			{ID: "File/kept", Kind: "File", Path: "/etc/kept", Action: Forget, Reason: RemovedFromGit, Record: &state.Entry{NoPrune: true}},
 			{ID: "File/paused", Kind: "File", Path: "/etc/paused", Action: Update, Reason: Drifted, Suspended: true},
-			{ID: "File/denied", Kind: "File", Path: "/etc/shadow", Error: "write /etc/shadow: outside the allowed paths"},
+			{ID: "File/denied", Kind: "File", Path: "/etc/shadow", Err: errors.New("write /etc/shadow: outside the allowed paths")},
 		},
 	}
 }

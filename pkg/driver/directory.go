@@ -23,11 +23,11 @@ import (
 // mirror of a repository directory (the knowledge-base case).
 type DirectorySpec struct {
 	resource.Base `yaml:",inline"`
-	Path          string         `yaml:"path" json:"path"`
-	Mode          *resource.Mode `yaml:"mode" json:"mode,omitempty"`
-	Owner         string         `yaml:"owner" json:"owner,omitempty"`
-	Group         string         `yaml:"group" json:"group,omitempty"`
-	Ensure        string         `yaml:"ensure" json:"ensure,omitempty"`
+	Path          string          `yaml:"path" json:"path"`
+	Mode          *resource.Mode  `yaml:"mode" json:"mode,omitempty"`
+	Owner         string          `yaml:"owner" json:"owner,omitempty"`
+	Group         string          `yaml:"group" json:"group,omitempty"`
+	Ensure        resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
 	// Source is a repository directory to mirror, file by file.
 	Source string `yaml:"source" json:"source,omitempty"`
 	// Purge deletes entries inside that nothing manages.
@@ -39,10 +39,8 @@ type DirectorySpec struct {
 // Validate checks the Directory's fields.
 func (s *DirectorySpec) Validate(v *resource.Validation) {
 	v.AbsPath("spec.path", s.Path)
-	if s.Ensure != "" {
-		v.OneOf("spec.ensure", s.Ensure, "present", "absent")
-	}
-	if s.Source != "" && s.Ensure != "absent" {
+	s.Ensure.Validate(v, "spec.ensure")
+	if s.Source != "" && !s.Ensure.Absent() {
 		s.sourcePath = v.SourcePath("spec.source", s.Source, true)
 	}
 }
@@ -111,7 +109,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		}
 		defer top.Close()
 	}
-	if spec == nil || spec.Ensure == "absent" {
+	if spec == nil || spec.Ensure.Absent() {
 		o.Declared = spec != nil
 		w.index = old
 		if top != nil && !o.Declared {
@@ -159,7 +157,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		return nil, deleteTree(env, c, w)
 	}
 	spec := c.Desired.Spec.(*DirectorySpec)
-	if spec.Ensure == "absent" {
+	if spec.Ensure.Absent() {
 		return nil, nil // absent already: nothing to record
 	}
 	d, base, err := env.Root.Parent(spec.Path, true)
@@ -220,14 +218,6 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		e.Extra, _ = json.Marshal(dirExtra{Files: len(w.index.Entries)})
 	}
 	return e, nil
-}
-
-// files counts files in words: "1 file", "3 files".
-func files(n int) string {
-	if n == 1 {
-		return "1 file"
-	}
-	return fmt.Sprintf("%d files", n)
 }
 
 // digest names a mirrored tree by its entries and their content IDs.

@@ -184,19 +184,22 @@ func (h Host) Recall(rec *state.Entry) (*resource.Resource, error) {
 func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, []*diff.Change) {
 	var list []*resource.Resource
 	var unknown []*diff.Change
-	view := *snap
-	view.Inventory = nil
+	var inv []*state.Entry
 	for _, rec := range snap.Inventory {
 		r, err := h.Recall(rec)
 		if err != nil {
-			unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Error: err.Error(), Record: rec})
+			unknown = append(unknown, &diff.Change{ID: resource.ID(rec.ID), Kind: rec.Kind, Path: rec.Path, Action: diff.NoOp, Health: health.Unknown, Err: err, Record: rec})
 			continue
 		}
 		list = append(list, r)
-		view.Inventory = append(view.Inventory, rec)
+		inv = append(inv, rec)
 	}
-	return resource.Recalled(list), &view, unknown
+	return resource.Recalled(list), snap.WithInventory(inv), unknown
 }
+
+// Digest names everything a resource's desired state holds (its spec and
+// content): what changed between two revisions.
+func (h Host) Digest(r *resource.Resource) (string, error) { return desiredDigest(h.Env, r) }
 
 // recallable is a spec with fields derived at validation that a recalled
 // spec must derive again.

@@ -19,14 +19,14 @@ import (
 // FileSpec is a File's desired state.
 type FileSpec struct {
 	resource.Base `yaml:",inline"`
-	Path          string         `yaml:"path" json:"path"`
-	Content       *string        `yaml:"content" json:"-"` // named by ContentID, never stored
-	Source        string         `yaml:"source" json:"source,omitempty"`
-	Mode          *resource.Mode `yaml:"mode" json:"mode,omitempty"`
-	Owner         string         `yaml:"owner" json:"owner,omitempty"`
-	Group         string         `yaml:"group" json:"group,omitempty"`
-	Sensitive     bool           `yaml:"sensitive" json:"sensitive,omitempty"`
-	Ensure        string         `yaml:"ensure" json:"ensure,omitempty"`
+	Path          string          `yaml:"path" json:"path"`
+	Content       *string         `yaml:"content" json:"-"` // named by ContentID, never stored
+	Source        string          `yaml:"source" json:"source,omitempty"`
+	Mode          *resource.Mode  `yaml:"mode" json:"mode,omitempty"`
+	Owner         string          `yaml:"owner" json:"owner,omitempty"`
+	Group         string          `yaml:"group" json:"group,omitempty"`
+	Sensitive     bool            `yaml:"sensitive" json:"sensitive,omitempty"`
+	Ensure        resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
 	// Replace false creates the file when absent and never overwrites it.
 	Replace *bool `yaml:"replace" json:"replace,omitempty"`
 
@@ -36,10 +36,8 @@ type FileSpec struct {
 // Validate checks the File's fields.
 func (s *FileSpec) Validate(v *resource.Validation) {
 	v.AbsPath("spec.path", s.Path)
-	if s.Ensure != "" {
-		v.OneOf("spec.ensure", s.Ensure, "present", "absent")
-	}
-	if s.Ensure == "absent" {
+	s.Ensure.Validate(v, "spec.ensure")
+	if s.Ensure.Absent() {
 		return
 	}
 	switch {
@@ -57,7 +55,7 @@ func (s *FileSpec) Claims() []resource.Claim {
 	return []resource.Claim{{Field: "spec.path", Path: s.Path}}
 }
 
-func (s *FileSpec) absent() bool { return s.Ensure == "absent" }
+func (s *FileSpec) absent() bool { return s.Ensure.Absent() }
 
 // desired names the wanted content and opens it. Recalled from the
 // record, the content is what cortex-sync last wrote, and open is nil: it
@@ -308,8 +306,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		}
 	}
 	sum := ""
+	var wrote hostfs.Stat
 	if write {
-		if sum, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
+		if sum, wrote, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
 			return nil, err
 		}
 	} else if len(o.Attrs) > 0 {
@@ -324,6 +323,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 	st, err := d.Lstat(base)
 	if err != nil {
 		return nil, err
+	}
+	if write {
+		st = fingerprintAfter(wrote, st)
 	}
 	if sum == "" {
 		if o.Ours {
@@ -343,25 +345,39 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 
 // writeFile replaces name with the content, atomically and durably: temp
 // file, fsync, rename, fsync the directory.
-func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a hostfs.Attrs) (string, error) {
+func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a hostfs.Attrs) (string, hostfs.Stat, error) {
 	rc, err := open()
 	if err != nil {
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
 	defer rc.Close()
 	tmp, sum, err := d.WriteTemp(name, rc, a)
 	if err != nil {
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
-	if err := d.SyncFile(tmp); err != nil {
+	wrote, err := d.Lstat(tmp)
+	if err == nil {
+		err = d.SyncFile(tmp)
+	}
+	if err == nil {
+		err = d.Rename(tmp, name)
+	}
+	if err != nil {
 		d.Remove(tmp)
-		return "", err
+		return "", hostfs.Stat{}, err
 	}
-	if err := d.Rename(tmp, name); err != nil {
-		d.Remove(tmp)
-		return "", err
+	return sum, wrote, d.Sync()
+}
+
+// fingerprintAfter is the fingerprint to record for a file just renamed
+// into place: its stat now, unless someone wrote it between the rename and
+// that stat; then a size no file has, so the next look reads its content
+// instead of trusting a stat of something cortex-sync did not write.
+func fingerprintAfter(wrote, now hostfs.Stat) hostfs.Stat {
+	if now.Ino != wrote.Ino || now.Size != wrote.Size || now.Mtime != wrote.Mtime {
+		now.Size = -1
 	}
-	return sum, d.Sync()
+	return now
 }
 
 // removeEntry deletes p, keeping a backup first when asked. A directory is

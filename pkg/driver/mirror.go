@@ -144,10 +144,10 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 			}
 		case e.Mode&fs.ModeSymlink != 0:
 			o.Matches = le.target == e.Target
-			o.Ours = prev != nil && prev.SHA256 == le.target
-			o.GitChanged = prev == nil || prev.SHA256 != e.Target
+			o.Ours = prev != nil && prev.Target == le.target
+			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
-				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat, SHA256: le.target}
+				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat, Target: le.target}
 			}
 		default:
 			files = append(files, i)
@@ -241,7 +241,7 @@ func recalledTree(old *state.Index) []source.Entry {
 		out[i] = source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
 			ContentID: func() (string, error) { return prev.ContentID, nil }}
 		if prev.Mode&fs.ModeSymlink != 0 {
-			out[i].Target = prev.SHA256
+			out[i].Target = prev.Target
 		}
 	}
 	return out
@@ -376,7 +376,7 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 		case le.Mode.Type() != prev.Mode.Type():
 			op.backup = true
 		case le.Mode&fs.ModeSymlink != 0:
-			op.backup = le.target != prev.SHA256
+			op.backup = le.target != prev.Target
 		default:
 			hash := func() (string, error) {
 				d, name := top, rel
@@ -423,10 +423,11 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
 
 // written is a file staged in a temporary name, waiting for its rename.
 type written struct {
-	op  *treeOp
-	dir *hostfs.Dir
-	tmp string
-	sum string
+	op    *treeOp
+	dir   *hostfs.Dir
+	tmp   string
+	sum   string
+	wrote hostfs.Stat // the temp file's stat before its rename
 }
 
 // applyTree carries out a tree's ops: deletions deepest first, directories
@@ -542,7 +543,7 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			if err != nil {
 				return err
 			}
-			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, SHA256: op.target}
+			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, Target: op.target}
 			touched[path.Dir(op.rel)] = true
 		default:
 			stage = append(stage, op)
@@ -634,6 +635,10 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 				return err
 			}
 		}
+		if s.wrote, err = s.dir.Lstat(s.tmp); err != nil {
+			cleanup()
+			return err
+		}
 		if err := s.dir.Rename(s.tmp, name); err != nil {
 			cleanup()
 			return err
@@ -649,6 +654,7 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		if err != nil {
 			return err
 		}
+		st = fingerprintAfter(s.wrote, st)
 		id, err := contentIDOf(s.op.entry, s.sum)
 		if err != nil {
 			return err

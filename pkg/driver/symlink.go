@@ -12,18 +12,16 @@ import (
 // SymlinkSpec is a Symlink's desired state.
 type SymlinkSpec struct {
 	resource.Base `yaml:",inline"`
-	Path          string `yaml:"path" json:"path"`
-	Target        string `yaml:"target" json:"target"`
-	Ensure        string `yaml:"ensure" json:"ensure,omitempty"`
+	Path          string          `yaml:"path" json:"path"`
+	Target        string          `yaml:"target" json:"target"`
+	Ensure        resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
 }
 
 // Validate checks the Symlink's fields.
 func (s *SymlinkSpec) Validate(v *resource.Validation) {
 	v.AbsPath("spec.path", s.Path)
-	if s.Ensure != "" {
-		v.OneOf("spec.ensure", s.Ensure, "present", "absent")
-	}
-	if s.Ensure != "absent" && s.Target == "" {
+	s.Ensure.Validate(v, "spec.ensure")
+	if !s.Ensure.Absent() && s.Target == "" {
 		v.Errorf("spec.target", "is required")
 	}
 }
@@ -69,7 +67,7 @@ func (symlinkDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	}
 	// A link is ours while it still points where cortex-sync pointed it.
 	o.Ours = rec != nil && live != nil && o.WrongType == "" && target == recordedTarget(rec)
-	if spec == nil || spec.Ensure == "absent" {
+	if spec == nil || spec.Ensure.Absent() {
 		o.Declared = spec != nil
 		return c, nil
 	}
@@ -102,7 +100,7 @@ func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		return nil, removeEntry(env, c.Path, !o.Ours, false)
 	}
 	spec := c.Desired.Spec.(*SymlinkSpec)
-	if spec.Ensure == "absent" {
+	if spec.Ensure.Absent() {
 		return nil, nil // absent already: nothing to record
 	}
 	d, base, err := env.Root.Parent(spec.Path, true)

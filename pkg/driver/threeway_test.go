@@ -59,7 +59,7 @@ func (h *host) engine(recall bool) (driver.Host, *resource.Set, *state.Snapshot,
 	if recall {
 		set, view, unknown := hst.RecallAll(snap)
 		if len(unknown) > 0 {
-			h.t.Fatalf("could not recall %s: %s", unknown[0].ID, unknown[0].Error)
+			h.t.Fatalf("could not recall %s: %s", unknown[0].ID, unknown[0].Err)
 		}
 		env.Set = set
 		return hst, set, view, func() { root.Close() }
@@ -197,8 +197,8 @@ spec: {command: [sh, -c, "true"]}
 				if c == nil {
 					t.Fatalf("recall=%v: %s not in the plan", recall, tt.id)
 				}
-				if c.Error != "" || c.Action != tt.action || c.Reason != tt.reason {
-					t.Errorf("recall=%v: planned %s (%s) %s, want %s (%s)", recall, c.Action, c.Reason, c.Error, tt.action, tt.reason)
+				if c.Err != nil || c.Action != tt.action || c.Reason != tt.reason {
+					t.Errorf("recall=%v: planned %s (%s) %s, want %s (%s)", recall, c.Action, c.Reason, c.Err, tt.action, tt.reason)
 				}
 			}
 			// Sync converges it, and then both judge it in sync.
@@ -207,8 +207,8 @@ spec: {command: [sh, -c, "true"]}
 			}
 			time.Sleep(10 * time.Millisecond)
 			for _, recall := range []bool{false, true} {
-				if c := find(h.plan(recall), tt.id); c.Pending() || c.Error != "" {
-					t.Errorf("recall=%v: after sync, still %s (%s) %s", recall, c.Action, c.Reason, c.Error)
+				if c := find(h.plan(recall), tt.id); c.Pending() || c.Err != nil {
+					t.Errorf("recall=%v: after sync, still %s (%s) %s", recall, c.Action, c.Reason, c.Err)
 				}
 			}
 		})

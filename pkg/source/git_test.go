@@ -45,9 +45,11 @@ func newGit(t *testing.T, url string) *source.Git {
 func TestTransports(t *testing.T) {
 	repo := gittest.NewRepo(t)
 	first := repo.Commit("one", map[string]*string{"hosts/web1/motd": gittest.S("one\n")})
-	transports := map[string]func() *source.Git{
-		"git": func() *source.Git { u, _ := repo.Daemon(t); return newGit(t, u) },
-		"http": func() *source.Git {
+	// Each server belongs to its subtest: whatever it does to t (skip,
+	// fail, clean up) stays there.
+	transports := map[string]func(t *testing.T) *source.Git{
+		"git": func(t *testing.T) *source.Git { u, _ := repo.Daemon(t); return newGit(t, u) },
+		"http": func(t *testing.T) *source.Git {
 			h := repo.HTTP(t, "alice", "s3cret")
 			g := newGit(t, h.URL)
 			pw := filepath.Join(t.TempDir(), "pw")
@@ -55,17 +57,17 @@ func TestTransports(t *testing.T) {
 			g.Auth = source.Auth{Username: "alice", PasswordFile: pw}
 			return g
 		},
-		"ssh": func() *source.Git {
+		"ssh": func(t *testing.T) *source.Git {
 			s := repo.SSHD(t)
 			g := newGit(t, s.URL)
 			g.Auth = source.Auth{SSHKeyFile: s.KeyFile, KnownHostsFile: s.KnownHosts}
 			return g
 		},
-		"file": func() *source.Git { return newGit(t, "file://"+repo.Dir) },
+		"file": func(t *testing.T) *source.Git { return newGit(t, "file://"+repo.Dir) },
 	}
 	for name, mk := range transports {
 		t.Run(name, func(t *testing.T) {
-			g := mk()
+			g := mk(t)
 			rev, got := fetchFile(t, g, "hosts/web1/motd")
 			if rev != "main@sha1:"+first || got != "one\n" {
 				t.Fatalf("got %s %q, want main@sha1:%s %q", rev, got, first, "one\n")
@@ -223,6 +225,11 @@ func TestAuthFailures(t *testing.T) {
 		if _, err := g.Fetch(context.Background()); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
 		}
+	}
+	g = newGit(t, s.URL)
+	g.Auth = source.Auth{SSHKeyFile: s.WrongKeyFile, KnownHostsFile: s.KnownHosts}
+	if _, err := g.Fetch(context.Background()); err == nil || !strings.Contains(err.Error(), "the server refused the key") {
+		t.Errorf("refused key: %v, want %q", err, "the server refused the key")
 	}
 	g = newGit(t, s.URL)
 	g.Auth = source.Auth{SSHKeyFile: s.KeyFile, InsecureSkipHostKeyCheck: true}

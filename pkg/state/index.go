@@ -27,7 +27,8 @@ type Index struct {
 // IndexEntry is one file's fingerprint.
 type IndexEntry struct {
 	hostfs.Stat
-	SHA256    string // of the content written, hex; a symlink's target for links
+	SHA256    string // of the content written, hex
+	Target    string // a symlink's target (kept where a file keeps its SHA256)
 	ContentID string // the source's name for the desired content
 }
 
@@ -112,7 +113,11 @@ func decodeIndex(data []byte) (*Index, error) {
 		e.Size = d.varint("size")
 		e.Mtime = d.varint("mtime")
 		e.Ctime = d.varint("ctime")
-		e.SHA256 = d.str("sha256")
+		if e.Mode&fs.ModeSymlink != 0 {
+			e.Target = d.str("target")
+		} else {
+			e.SHA256 = d.str("sha256")
+		}
 		e.ContentID = d.str("content ID")
 		if d.err != nil {
 			return nil, d.err
@@ -244,7 +249,11 @@ func (x *Index) encode() []byte {
 		sv(e.Size)
 		sv(e.Mtime)
 		sv(e.Ctime)
-		str(e.SHA256)
+		if e.Mode&fs.ModeSymlink != 0 {
+			str(e.Target)
+		} else {
+			str(e.SHA256)
+		}
 		str(e.ContentID)
 	}
 	return b.Bytes()

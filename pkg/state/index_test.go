@@ -19,7 +19,7 @@ func sampleIndex() *Index {
 	x := NewIndex()
 	x.Entries["a/b.md"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"}
 	x.Entries["c"] = &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}}
-	x.Entries["link"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, SHA256: "../target"}
+	x.Entries["link"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"}
 	x.Entries[strings.Repeat("d/", 200)+"e"] = &IndexEntry{SHA256: strings.Repeat("ab", 32)}
 	return x
 }

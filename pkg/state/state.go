@@ -16,6 +16,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -48,13 +49,16 @@ type Snapshot struct {
 	// Inventory is every resource cortex-sync applied and has not pruned.
 	Inventory []*Entry `json:"inventory"`
 
-	ref int64 // state.json's mtime: fingerprints as new are racily clean
+	// ref is state.json's mtime: fingerprints as new are racily clean. It
+	// is atomic because the agent saves while drivers judge.
+	ref atomic.Int64
 }
 
 // Racy reports whether a fingerprint may hide a change made in the same
 // timestamp tick as it was taken (git's racy-clean rule).
 func (s *Snapshot) Racy(fp hostfs.Stat) bool {
-	return s.ref == 0 || fp.Mtime >= s.ref || fp.Ctime >= s.ref
+	ref := s.ref.Load()
+	return ref == 0 || fp.Mtime >= ref || fp.Ctime >= ref
 }
 
 // Source says where desired state came from.
@@ -105,6 +109,15 @@ type Result struct {
 	Action string    `json:"action"`
 	Error  string    `json:"error,omitempty"`
 	Time   time.Time `json:"time"`
+}
+
+// WithInventory is a copy of the snapshot that holds only inv: a part of
+// the inventory judged on its own.
+func (s *Snapshot) WithInventory(inv []*Entry) *Snapshot {
+	c := &Snapshot{Version: s.Version, Lineage: s.Lineage, Serial: s.Serial, Root: s.Root, Source: s.Source,
+		Revision: s.Revision, LastAttempt: s.LastAttempt, LastSyncTime: s.LastSyncTime, Inventory: inv}
+	c.ref.Store(s.ref.Load())
+	return c
 }
 
 // Find returns the entry with the given ID.
@@ -179,7 +192,7 @@ func (d Dir) Load() (*Snapshot, error) {
 		return nil, fmt.Errorf("%s: %w; upgrade cortex-sync", d.file(), err)
 	}
 	if fi, err := os.Stat(d.file()); err == nil {
-		s.ref = fi.ModTime().UnixNano()
+		s.ref.Store(fi.ModTime().UnixNano())
 	}
 	return s, nil
 }
@@ -199,7 +212,7 @@ func (d Dir) Save(s *Snapshot) error {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
 	if fi, err := os.Stat(d.file()); err == nil {
-		s.ref = fi.ModTime().UnixNano()
+		s.ref.Store(fi.ModTime().UnixNano())
 	}
 	return nil
 }

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+type runOptions struct {
+	src               sourceFlags
+	interval          time.Duration
+	driftInterval     time.Duration
+	selfHeal          bool
+	prune             bool
+	allowEmpty        bool
+	allowSourceChange bool
+	suspend           bool
+	fightThreshold    int
+	waitTimeout       time.Duration
+	listen            string
+	tokenFile         string
+	webhookSecretFile string
+}
+
+func newRunCmd(g *globals, io streams) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run the agent: poll, reconcile, heal, and serve metrics and status",
+		Long: `run is the agent: it fetches the source every --interval and applies a new
+revision; it watches the directories that hold managed paths and the
+supervised processes, and heals drift as soon as it is seen (selfHeal), with
+a full drift scan every --drift-interval as the safety net. Reconciliation
+is keyed by resource on a rate-limited work queue: a failed apply is retried
+with backoff, a resource waits for what it depends on, and one that keeps
+being undone on the host is reported as fighting.
+
+It serves /metrics, /healthz, /readyz, /api/v1/status, POST
+/api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
+SIGHUP reloads --config (a bad file keeps the old one); SIGTERM and SIGINT
+finish what is in flight, save the snapshot and exit 0, leaving supervised
+processes running.`,
+		Example: `  cortex-sync run --config /etc/cortex-sync/agent.yaml
+  cortex-sync run --repo https://git.example.com/infra.git --branch main --path hosts/web1 --prune`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if g.capture != nil {
+				g.capture(o) // a reload reads options, and runs nothing
+				return nil
+			}
+			return runAgent(cmd.Context(), g, o)
+		},
+	}
+	o.src.add(cmd)
+	f := cmd.Flags()
+	f.DurationVar(&o.interval, "interval", time.Minute, "how often to fetch the source (±10% jitter)")
+	f.DurationVar(&o.driftInterval, "drift-interval", 5*time.Minute, "how often to scan everything for drift, beside the watches")
+	f.BoolVar(&o.selfHeal, "self-heal", true, "correct drift as soon as it is seen; false: only report it")
+	f.BoolVar(&o.prune, "prune", false, "delete what cortex-sync created that left Git")
+	f.BoolVar(&o.allowEmpty, "allow-empty", false, "prune even when the desired set is empty")
+	f.BoolVar(&o.allowSourceChange, "allow-source-change", false, "prune even when the source differs from the snapshot's")
+	f.BoolVar(&o.suspend, "suspend", false, "start suspended: observe and report, change nothing")
+	f.IntVar(&o.fightThreshold, "fight-threshold", agent.DefaultFightThreshold, "corrections of one resource in 10 minutes that make it fighting")
+	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long a dependent waits for a dependency to turn healthy")
+	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "address of the HTTP server (metrics, health, status, control, webhooks)")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the control endpoints require (needed beyond loopback)")
+	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhooks' shared secret (serves POST /hooks/git)")
+	return cmd
+}
+
+// runAgent runs the agent until ctx ends. SIGHUP reloads the config: a
+// config that loads replaces the running one (supervised processes keep
+// running across); one that does not is logged, and the old one goes on.
+func runAgent(ctx context.Context, g *globals, o *runOptions) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		gen, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- runOnce(gen, g, o) }()
+		for reloaded := false; !reloaded; {
+			select {
+			case err := <-done:
+				cancel()
+				return err
+			case <-hup:
+				ng, no, err := reloadOptions()
+				if err != nil {
+					g.log.Error("config reload failed; keeping the running config", "error", err)
+					continue
+				}
+				cancel()
+				if err := <-done; err != nil {
+					return err
+				}
+				g, o, reloaded = ng, no, true
+				g.log.Info("config reloaded")
+			}
+		}
+	}
+}
+
+// reloadOptions parses this command line again, re-reading --config.
+func reloadOptions() (*globals, *runOptions, error) {
+	var got *runOptions
+	var gg *globals
+	var errs bytes.Buffer
+	root := newRootCmd(streams{In: strings.NewReader(""), Out: io.Discard, Err: &errs}, func(g *globals) {
+		g.capture = func(o *runOptions) { got, gg = o, g }
+	})
+	root.SetArgs(os.Args[1:])
+	if err := root.Execute(); err != nil {
+		return nil, nil, err
+	}
+	if got == nil {
+		return nil, nil, errors.New("the command line does not run the agent")
+	}
+	return gg, got, nil
+}
+
+// runOnce runs one configuration of the agent and its HTTP server.
+func runOnce(ctx context.Context, g *globals, o *runOptions) error {
+	src, err := o.src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
+	if err != nil {
+		return err
+	}
+	reg := agent.NewRegistry()
+	metrics := agent.NewMetrics(reg)
+	a := agent.New(agent.Options{
+		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
+		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
+		Suspend: o.suspend, FightThreshold: o.fightThreshold, WaitTimeout: o.waitTimeout,
+		Metrics: metrics, Log: g.log,
+	})
+	opts := agent.ServerOptions{
+		Addr: o.listen, Registry: reg, TokenFile: o.tokenFile, Logger: g.log,
+		Ready: func(context.Context) error {
+			if ok, why := a.Ready(); !ok {
+				return errors.New(why)
+			}
+			return nil
+		},
+		Status:    func(ctx context.Context) (any, error) { return a.Status(ctx), nil },
+		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },
+		Suspend:   func(context.Context) error { a.Suspend(); return nil },
+		Resume:    func(context.Context) error { a.Resume(); return nil },
+	}
+	if o.webhookSecretFile != "" {
+		if opts.Webhook, err = agent.NewWebhook(agent.WebhookOptions{
+			SecretFile: o.webhookSecretFile, Ref: o.src.followedRef(), Logger: g.log,
+			Trigger: func(agent.Push) { a.Reconcile(agent.TriggerWebhook) },
+		}); err != nil {
+			return fmt.Errorf("webhookSecretFile (--webhook-secret-file): %w", err)
+		}
+	}
+	srv, err := agent.NewServer(opts)
+	if err != nil {
+		return err
+	}
+	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
+	var eg errgroup.Group
+	eg.Go(func() error { return srv.Serve(ctx) })
+	eg.Go(func() error { return a.Run(ctx) })
+	return eg.Wait()
+}
+
+// followedRef is the ref a push webhook must name to trigger a fetch.
+func (s *sourceFlags) followedRef() string {
+	switch {
+	case s.repo == "":
+		return ""
+	case s.tag != "":
+		return "refs/tags/" + s.tag
+	case s.semver != "":
+		return "refs/tags/*"
+	case s.branch != "":
+		return "refs/heads/" + s.branch
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+package agent
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// fakeClock is a settable clock for tests.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time       { return c.t }
+func (c *fakeClock) Step(d time.Duration) { c.t = c.t.Add(d) }
+func newFakeClock() *fakeClock            { return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func TestFightDetector(t *testing.T) {
+	const id = "File/app-config"
+	type step struct {
+		wait time.Duration // clock moves by this first
+		do   string        // "record", "status" or "forget"
+		want Fight         // NotBefore is given as an offset from the start in notBefore
+		nb   time.Duration
+	}
+	tests := []struct {
+		name  string
+		opts  FightOptions
+		steps []step
+	}{
+		{
+			name: "threshold corrections are not a fight",
+			steps: []step{
+				{0, "record", Fight{Corrections: 1}, 0},
+				{time.Minute, "record", Fight{Corrections: 2}, 0},
+				{time.Minute, "record", Fight{Corrections: 3}, 0},
+				{time.Minute, "record", Fight{Corrections: 4}, 0},
+				{time.Minute, "record", Fight{Corrections: 5}, 0},
+			},
+		},
+		{
+			name: "one past the threshold fights with the base backoff, then doubles up to the cap",
+			opts: FightOptions{Threshold: 2, Window: time.Hour, BaseBackoff: time.Minute, MaxBackoff: 5 * time.Minute},
+			steps: []step{
+				{0, "record", Fight{Corrections: 1}, 0},
+				{time.Second, "record", Fight{Corrections: 2}, 0},
+				{time.Second, "record", Fight{Corrections: 3, Fighting: true, Backoff: time.Minute}, 2*time.Second + time.Minute},
+				{time.Second, "record", Fight{Corrections: 4, Fighting: true, Backoff: 2 * time.Minute}, 3*time.Second + 2*time.Minute},
+				{time.Second, "record", Fight{Corrections: 5, Fighting: true, Backoff: 4 * time.Minute}, 4*time.Second + 4*time.Minute},
+				{time.Second, "record", Fight{Corrections: 6, Fighting: true, Backoff: 5 * time.Minute}, 5*time.Second + 5*time.Minute},
+				{time.Second, "record", Fight{Corrections: 7, Fighting: true, Backoff: 5 * time.Minute}, 6*time.Second + 5*time.Minute},
+				{time.Second, "status", Fight{Corrections: 7, Fighting: true, Backoff: 5 * time.Minute}, 6*time.Second + 5*time.Minute},
+			},
+		},
+		{
+			name: "old corrections leave the window",
+			opts: FightOptions{Threshold: 2, Window: 10 * time.Minute},
+			steps: []step{
+				{0, "record", Fight{Corrections: 1}, 0},
+				{time.Minute, "record", Fight{Corrections: 2}, 0},
+				{time.Minute, "record", Fight{Corrections: 3, Fighting: true, Backoff: DefaultFightBaseBackoff}, 2*time.Minute + DefaultFightBaseBackoff},
+				// t=10m: the first (t=0) is exactly a window old: gone.
+				{8 * time.Minute, "status", Fight{Corrections: 2}, 0},
+				{time.Minute, "status", Fight{Corrections: 1}, 0},
+				{10 * time.Minute, "status", Fight{}, 0},
+			},
+		},
+		{
+			name: "forget starts over",
+			opts: FightOptions{Threshold: 1},
+			steps: []step{
+				{0, "record", Fight{Corrections: 1}, 0},
+				{0, "record", Fight{Corrections: 2, Fighting: true, Backoff: DefaultFightBaseBackoff}, DefaultFightBaseBackoff},
+				{0, "forget", Fight{}, 0},
+				{0, "record", Fight{Corrections: 1}, 0},
+			},
+		},
+		{
+			name: "a huge count does not overflow the backoff",
+			opts: FightOptions{Threshold: 1, BaseBackoff: time.Hour, MaxBackoff: time.Hour},
+			steps: func() []step {
+				var s []step
+				for i := 1; i <= 200; i++ {
+					n := min(i, 1+64)
+					f := Fight{Corrections: n}
+					nb := time.Duration(0)
+					if i > 1 {
+						f.Fighting, f.Backoff, nb = true, time.Hour, time.Hour
+					}
+					s = append(s, step{0, "record", f, nb})
+				}
+				return s
+			}(),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clk := newFakeClock()
+			start := clk.Now()
+			tt.opts.Now = clk.Now
+			d := NewFightDetector(tt.opts)
+			var elapsed time.Duration
+			for i, s := range tt.steps {
+				clk.Step(s.wait)
+				elapsed += s.wait
+				var got Fight
+				switch s.do {
+				case "record":
+					got = d.Record(id)
+				case "status":
+					got = d.Status(id)
+				case "forget":
+					d.Forget(id)
+					got = d.Status(id)
+				}
+				want := s.want
+				if want.Fighting {
+					want.NotBefore = start.Add(s.nb)
+				}
+				if got != want {
+					t.Fatalf("step %d (%s at +%v): got %+v, want %+v", i, s.do, elapsed, got, want)
+				}
+			}
+		})
+	}
+}
+
+func TestFightDetectorFightingListAndSweep(t *testing.T) {
+	clk := newFakeClock()
+	d := NewFightDetector(FightOptions{Threshold: 1, Window: time.Minute, Now: clk.Now})
+	for _, id := range []string{"File/b", "File/a", "File/a", "File/b", "Process/c"} {
+		d.Record(id)
+	}
+	if got, want := d.Fighting(), []string{"File/a", "File/b"}; !slices.Equal(got, want) {
+		t.Errorf("Fighting() = %v, want %v", got, want)
+	}
+	clk.Step(2 * time.Minute)
+	d.Record("File/z") // sweeps everything older than the window
+	d.mu.Lock()
+	n := len(d.events)
+	d.mu.Unlock()
+	if n != 1 {
+		t.Errorf("after a window, %d IDs remembered, want 1", n)
+	}
+	if got := d.Fighting(); len(got) != 0 {
+		t.Errorf("Fighting() = %v after the window, want none", got)
+	}
+}

@@ -1,0 +1,307 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// DefaultAddr is where the agent listens unless told otherwise: loopback,
+// so nothing is exposed by default.
+const DefaultAddr = "127.0.0.1:9797"
+
+// DefaultShutdownTimeout bounds a graceful shutdown of the server.
+const DefaultShutdownTimeout = 5 * time.Second
+
+// ServerOptions configure a Server. A nil callback leaves its endpoint
+// answering 501, save Ready (nil: always ready).
+type ServerOptions struct {
+	Addr string // host:port; default DefaultAddr
+	// Registry is served on /metrics; nil serves no /metrics.
+	Registry *prometheus.Registry
+	// Ready says whether the agent is ready (nil error) or why not; see
+	// Readiness. /readyz answers 503 with the reason.
+	Ready func(ctx context.Context) error
+	// Status is the status document served as JSON on GET /api/v1/status.
+	Status func(ctx context.Context) (any, error)
+	// Reconcile asks for a reconcile now (POST /api/v1/reconcile, 202). It
+	// must not wait for the reconcile: enqueue and return.
+	Reconcile func(ctx context.Context) error
+	// Suspend and Resume stop and restart reconciling
+	// (POST /api/v1/suspend, /api/v1/resume).
+	Suspend func(ctx context.Context) error
+	Resume  func(ctx context.Context) error
+	// TokenFile holds the bearer token the control endpoints (reconcile,
+	// suspend, resume) require; read again whenever it changes. Required
+	// to listen beyond loopback.
+	TokenFile string
+	// Webhook serves POST /hooks/git; nil serves no hook.
+	Webhook *Webhook
+	Logger  *slog.Logger
+	// ShutdownTimeout bounds the graceful shutdown; default
+	// DefaultShutdownTimeout. Connections still open then are closed.
+	ShutdownTimeout time.Duration
+}
+
+// Server is the agent's HTTP server. NewServer binds its address, so that a
+// busy port or a refused configuration fails at startup; Serve then serves
+// until its context ends.
+type Server struct {
+	ln      net.Listener
+	srv     *http.Server
+	opts    ServerOptions
+	token   *secretFile
+	log     *slog.Logger
+	timeout time.Duration
+
+	closeOnce sync.Once
+}
+
+// NewServer checks opts and listens on opts.Addr. Listening beyond loopback
+// is refused without a TokenFile: anyone who can reach the port could
+// otherwise trigger, suspend or resume reconciles. (A Webhook cannot exist
+// without its secret, so the hook is never served unsigned.)
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Addr == "" {
+		opts.Addr = DefaultAddr
+	}
+	s := &Server{opts: opts, log: opts.Logger, timeout: cmpOr(opts.ShutdownTimeout, DefaultShutdownTimeout)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	loopback, err := isLoopback(opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen %q: %w", opts.Addr, err)
+	}
+	if opts.TokenFile != "" {
+		if s.token, err = newSecretFile(opts.TokenFile); err != nil {
+			return nil, fmt.Errorf("tokenFile (--token-file): %w", err)
+		}
+	} else if !loopback {
+		return nil, fmt.Errorf("listen %s reaches beyond loopback: set tokenFile (--token-file) so that reconcile, suspend and resume need a bearer token, or listen on %s", opts.Addr, DefaultAddr)
+	}
+	s.srv = &http.Server{
+		Handler:           s.routes(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+	if s.ln, err = net.Listen("tcp", opts.Addr); err != nil {
+		return nil, fmt.Errorf("listen (--listen): %w", err)
+	}
+	return s, nil
+}
+
+// isLoopback says whether addr only listens on loopback. An empty host,
+// an unspecified address and any name but localhost count as beyond it.
+func isLoopback(addr string) (bool, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false, err
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true, nil
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback(), nil
+}
+
+// Addr is the address the server listens on (the real port when the
+// option asked for port 0).
+func (s *Server) Addr() net.Addr { return s.ln.Addr() }
+
+// Handler is the server's routes, for use under another server.
+func (s *Server) Handler() http.Handler { return s.srv.Handler }
+
+// Serve serves until ctx ends, then shuts down gracefully: in-flight
+// requests get up to ShutdownTimeout, after which open connections are
+// closed. It also stops the webhook's pending trigger. It returns nil after
+// a shutdown and the error when serving fails.
+func (s *Server) Serve(ctx context.Context) error {
+	// Requests keep ctx's values but not its end: shutdown drains them.
+	s.srv.BaseContext = func(net.Listener) context.Context { return context.WithoutCancel(ctx) }
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.ln) }()
+	s.log.Info("http listening", "addr", s.ln.Addr().String())
+	defer func() {
+		if s.opts.Webhook != nil {
+			s.opts.Webhook.Close()
+		}
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.timeout)
+	defer cancel()
+	if err := s.srv.Shutdown(sctx); err != nil {
+		s.log.Warn("http shutdown incomplete, closing connections", "timeout", s.timeout, "error", err)
+		s.srv.Close()
+	}
+	<-errc // http.ErrServerClosed
+	return nil
+}
+
+// Close releases the listener of a server that is not served.
+func (s *Server) Close() error {
+	var err error
+	s.closeOnce.Do(func() { err = s.srv.Close(); s.ln.Close() })
+	return err
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	if s.opts.Registry != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
+			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			Registry:      s.opts.Registry, // counts its own errors
+			Timeout:       30 * time.Second,
+			ErrorHandling: promhttp.ContinueOnError,
+		}))
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeText(w, http.StatusOK, "ok") })
+	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /api/v1/status", s.status)
+	mux.Handle("POST /api/v1/reconcile", s.control("reconcile", s.opts.Reconcile, http.StatusAccepted, map[string]any{"status": "accepted"}))
+	mux.Handle("POST /api/v1/suspend", s.control("suspend", s.opts.Suspend, http.StatusOK, map[string]any{"suspended": true}))
+	mux.Handle("POST /api/v1/resume", s.control("resume", s.opts.Resume, http.StatusOK, map[string]any{"suspended": false}))
+	if s.opts.Webhook != nil {
+		mux.Handle("/hooks/git", s.opts.Webhook) // answers 405 itself
+	}
+	return mux
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Ready != nil {
+		if err := s.opts.Ready(r.Context()); err != nil {
+			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+	}
+	writeText(w, http.StatusOK, "ok")
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Status == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no status here"})
+		return
+	}
+	doc, err := s.opts.Status(r.Context())
+	if err != nil {
+		s.log.Error("status failed", "error", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		s.log.Error("status encoding failed", "error", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "encoding the status failed"})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(buf.Bytes())
+}
+
+// control is a POST endpoint that calls fn behind the bearer token.
+func (s *Server) control(name string, fn func(context.Context) error, code int, answer map[string]any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(w, r) {
+			return
+		}
+		if fn == nil {
+			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": name + " is not available here"})
+			return
+		}
+		if err := fn(r.Context()); err != nil {
+			s.log.Warn("control request failed", "action", name, "error", err)
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			return
+		}
+		s.log.Info("control request", "action", name, "remote", r.RemoteAddr)
+		writeJSON(w, code, answer)
+	})
+}
+
+// authorized checks the bearer token when a TokenFile is set, answering
+// the request itself when it fails.
+func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if s.token == nil {
+		return true
+	}
+	want, err := s.token.get()
+	if err != nil {
+		s.log.Error("token file unreadable", "error", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "token unavailable"})
+		return false
+	}
+	scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") && equalSecret([]byte(strings.TrimSpace(got)), want) {
+		return true
+	}
+	s.log.Warn("control request unauthorized", "path", r.URL.Path, "remote", r.RemoteAddr)
+	w.Header().Set("WWW-Authenticate", `Bearer realm="cortex-sync"`)
+	writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a valid bearer token is required"})
+	return false
+}
+
+func writeText(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(code)
+	fmt.Fprintln(w, msg)
+}
+
+// Readiness is a ready-made ServerOptions.Ready: ready once the first
+// reconcile is done and while the source is not failing.
+type Readiness struct {
+	mu         sync.Mutex
+	reconciled bool
+	sourceErr  error
+}
+
+// SetReconciled notes that the first reconcile is done.
+func (r *Readiness) SetReconciled() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reconciled = true
+}
+
+// SetSourceError notes the outcome of the last fetch; nil clears it.
+func (r *Readiness) SetSourceError(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sourceErr = err
+}
+
+// Check is nil when ready, else why not.
+func (r *Readiness) Check(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.sourceErr != nil:
+		return fmt.Errorf("source failing: %w", r.sourceErr)
+	case !r.reconciled:
+		return errNotReconciled
+	}
+	return nil
+}
+
+var errNotReconciled = errors.New("first reconcile not done")

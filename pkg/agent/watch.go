@@ -1,0 +1,239 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
+)
+
+// settleDelay lets a burst of events (an editor's write, rename and chmod)
+// arrive before the key is looked at; the queue folds repeats into one.
+const settleDelay = 20 * time.Millisecond
+
+// watcher turns host events into queued keys: inotify watches on the
+// directories that hold managed paths (directories, not files: editors
+// replace files by rename), every directory of a mirrored tree, and the
+// supervisors' status files, plus a pidfd on each supervisor.
+type watcher struct {
+	a    *Agent
+	fs   *fsnotify.Watcher
+	root string
+	// procs is where supervisors write their status.
+	procs string
+
+	stop int // an eventfd that ends every pidfd wait at close
+
+	mu    sync.Mutex
+	dirs  map[string][]resource.ID // watched host directory → interested keys
+	paths map[string]resource.ID   // managed host path → its key
+	trees map[string]resource.ID   // host directory inside a mirror → its Directory
+	shims map[string]int           // process name → supervisor pid watched
+	full  bool                     // ran out of watches (said once)
+}
+
+func newWatcher(a *Agent) (*watcher, error) {
+	f, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	w := &watcher{a: a, fs: f, stop: stop, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
+		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}}
+	if err := os.MkdirAll(w.procs, 0o700); err == nil {
+		w.fs.Add(w.procs)
+	}
+	return w, nil
+}
+
+func (w *watcher) close() {
+	w.fs.Close()
+	unix.Write(w.stop, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // every await returns; the fd stays open for them
+}
+
+// host is an in-root path on the host.
+func (w *watcher) host(p string) string { return filepath.Join(w.root, filepath.FromSlash(p)) }
+
+// sync watches what set manages, and nothing else.
+func (w *watcher) sync(set *resource.Set) {
+	want := map[string][]resource.ID{}
+	paths := map[string]resource.ID{}
+	trees := map[string]resource.ID{}
+	add := func(dir string, id resource.ID) {
+		// A directory that does not exist yet is watched through its
+		// nearest ancestor that does, so its creation is seen.
+		for {
+			if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+				break
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir || !strings.HasPrefix(parent, w.root) {
+				return
+			}
+			dir = parent
+		}
+		want[dir] = append(want[dir], id)
+	}
+	for _, r := range set.Resources() {
+		for _, c := range r.Spec.Claims() {
+			p := w.host(c.Path)
+			paths[p] = r.ID()
+			add(filepath.Dir(p), r.ID())
+			if c.Tree {
+				filepath.WalkDir(p, func(sub string, d fs.DirEntry, err error) error {
+					if err == nil && d.IsDir() {
+						add(sub, r.ID())
+						trees[sub] = r.ID()
+					}
+					return nil
+				})
+			}
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for dir := range w.dirs {
+		if _, ok := want[dir]; !ok {
+			w.fs.Remove(dir)
+		}
+	}
+	for dir := range want {
+		if _, ok := w.dirs[dir]; !ok {
+			w.watch(dir)
+		}
+	}
+	w.dirs, w.paths, w.trees = want, paths, trees
+	w.watchShims()
+}
+
+// watch adds one inotify watch; when the kernel has none left, the drift
+// scan covers the rest, and that is said once. Called with mu held.
+func (w *watcher) watch(dir string) {
+	err := w.fs.Add(dir)
+	if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EMFILE)) && !w.full {
+		w.full = true
+		w.a.log.Warn("out of inotify watches; the periodic drift scan covers the rest (raise fs.inotify.max_user_watches)", "dir", dir)
+	}
+}
+
+// run turns events into keys until ctx ends.
+func (w *watcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case err, ok := <-w.fs.Errors:
+			if !ok {
+				return
+			}
+			w.a.log.Warn("watch", "error", err)
+		case ev, ok := <-w.fs.Events:
+			if !ok {
+				return
+			}
+			w.event(ev)
+		}
+	}
+}
+
+func (w *watcher) event(ev fsnotify.Event) {
+	dir := filepath.Dir(ev.Name)
+	if dir == w.procs {
+		if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok {
+			w.a.hint(resource.NewID("Process", name), TriggerProcessExit, settleDelay)
+			w.mu.Lock()
+			w.watchShims()
+			w.mu.Unlock()
+		}
+		return
+	}
+	if hostfs.IsTemp(filepath.Base(ev.Name)) {
+		return // cortex-sync's own write in progress
+	}
+	w.mu.Lock()
+	// A managed path itself, or an entry of a mirrored tree: only its key.
+	var ids []resource.ID
+	if id, ok := w.paths[ev.Name]; ok {
+		ids = append(ids, id)
+	}
+	if id, ok := w.trees[dir]; ok {
+		ids = append(ids, id)
+	}
+	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() && ev.Has(fsnotify.Create) {
+		if id, ok := w.trees[dir]; ok {
+			// A directory made inside a mirror is watched too.
+			w.trees[ev.Name] = id
+			w.dirs[ev.Name] = append(w.dirs[ev.Name], id)
+			w.watch(ev.Name)
+		} else {
+			// A parent of managed paths came to be: watch it instead
+			// of its ancestor, once things settle.
+			w.a.mu.Lock()
+			w.a.rewatch = true
+			w.a.mu.Unlock()
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range ids {
+		w.a.hint(id, TriggerDrift, settleDelay)
+	}
+}
+
+// watchShims opens a pidfd on every supervisor not watched yet: its death
+// is seen at once, even though it can no longer write its status. Called
+// with mu held.
+func (w *watcher) watchShims() {
+	entries, _ := os.ReadDir(w.procs)
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		st, err := supervise.ReadStatus(path.Join(w.procs, e.Name()))
+		if err != nil || st == nil || st.Shim.PID == 0 || w.shims[name] == st.Shim.PID || !st.Shim.Alive() {
+			continue
+		}
+		fd, err := unix.PidfdOpen(st.Shim.PID, 0)
+		if err != nil {
+			continue
+		}
+		w.shims[name] = st.Shim.PID
+		go w.await(name, st.Shim.PID, fd)
+	}
+}
+
+// await waits for a supervisor to end and queues its process.
+func (w *watcher) await(name string, pid, fd int) {
+	defer unix.Close(fd)
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(w.stop), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
+			break
+		}
+	}
+	if fds[1].Revents != 0 {
+		return // the agent stops
+	}
+	w.mu.Lock()
+	if w.shims[name] == pid {
+		delete(w.shims, name)
+	}
+	w.mu.Unlock()
+	w.a.hint(resource.NewID("Process", name), TriggerProcessExit, 0)
+}

@@ -1,0 +1,373 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/apply"
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/health"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// waitAgain is how soon a key waiting on a dependency is looked at again.
+const waitAgain = 250 * time.Millisecond
+
+// work takes one key off the queue and reconciles it; false once the queue
+// shut down.
+func (a *Agent) work(ctx context.Context) bool {
+	id, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(id)
+	switch err := a.reconcile(ctx, id); {
+	case err != nil:
+		a.queue.AddRateLimited(id) // transient: again, later and later
+	default:
+		a.queue.Forget(id)
+	}
+	a.settle()
+	return true
+}
+
+// reconcile converges one resource: it re-reads the desired and the live
+// state (a queued key is only a hint), decides, and acts. It returns an
+// error only for what may pass by itself (an apply that failed); what
+// cannot (an invalid spec) is reported and waits for the desired state to
+// change.
+func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
+	c, d := a.observe(ctx, id)
+	if d == nil || c == nil {
+		return nil
+	}
+	log := a.log.With("resource", id, "revision", d.Revision())
+	switch {
+	case c.Err != nil:
+		a.note(0, 1)
+		log.Error("cannot observe", "error", c.Err)
+		return nil
+	case !c.Pending():
+		log.Debug("in sync")
+		a.unhint(id)
+		return nil
+	}
+	a.seen(id, d.Revision())
+	drift := c.IsDrift()
+	if drift {
+		a.opts.Metrics.DriftDetected(c.Kind)
+	}
+	a.mu.Lock()
+	suspended, hold := a.suspended, a.pruneHold
+	a.mu.Unlock()
+	switch {
+	case suspended:
+		return nil // observed and reported, never changed
+	case drift && !a.opts.SelfHeal:
+		log.Info("drift detected, not healing (selfHeal: false)", "action", c.Action, "reason", c.Reason)
+		return nil
+	case c.Prune && (!a.opts.Prune || hold != ""):
+		return nil
+	}
+	if wait := a.waiting(ctx, d, c); wait != "" {
+		log.Debug("waiting", "for", wait)
+		a.queue.AddAfter(id, waitAgain)
+		return nil
+	}
+	if drift {
+		if f := a.fight.Status(string(id)); f.Fighting && time.Now().Before(f.NotBefore) {
+			a.queue.AddAfter(id, time.Until(f.NotBefore))
+			return nil
+		}
+	}
+
+	if err := a.acquire(ctx); err != nil {
+		log.Warn("state lock", "error", err)
+		return err
+	}
+	defer a.release()
+	if c, d = a.observe(ctx, id); c == nil || !c.Pending() || c.Err != nil {
+		return nil // changed while the lock was taken
+	}
+	a.mu.Lock()
+	env := a.env(d)
+	a.mu.Unlock()
+	entry, err := driver.Host{Env: env}.Apply(ctx, c)
+	a.mu.Lock()
+	res := apply.Record(a.sess.Snapshot, d.Set, c, entry, err)
+	noteAttempt(a.sess.Snapshot, d.Revision(), res)
+	a.mu.Unlock()
+	a.markDirty()
+
+	result := ResultSuccess
+	if err != nil {
+		result = ResultFailure
+	}
+	a.opts.Metrics.ObserveApply(c.Kind, string(c.Action), result)
+	kind := "intentional"
+	if drift {
+		kind = "corrective"
+	}
+	if err != nil {
+		a.note(1, 1)
+		log.Error("apply failed", "action", c.Action, "reason", c.Reason, "change", kind, "error", res.Error)
+		return err
+	}
+	a.note(1, 0)
+	if c.Action == diff.Create || c.Kind == "Directory" {
+		a.mu.Lock()
+		a.rewatch = true // new directories to watch
+		a.mu.Unlock()
+	}
+	log.Info("applied", "action", c.Action, "reason", c.Reason, "change", kind)
+	if drift {
+		a.opts.Metrics.DriftCorrected(c.Kind)
+		if f := a.fight.Record(string(id)); f.Fighting {
+			log.Warn("fighting: something keeps undoing this resource", "corrections", f.Corrections, "backoff", f.Backoff)
+		}
+	}
+	if c.Kind == "Process" && c.Action == diff.Restart {
+		reason := RestartSpecChange
+		if c.Reason == diff.Crashed {
+			reason = RestartCrash
+		}
+		a.opts.Metrics.ProcessRestarted(reason)
+	}
+	return nil
+}
+
+// noteAttempt keeps the snapshot's last attempt current with one outcome:
+// a failure is listed (shown by status even for a resource never applied),
+// a success takes it off.
+func noteAttempt(snap *state.Snapshot, revision string, res *apply.Result) {
+	a := snap.LastAttempt
+	if a == nil || a.Revision != revision {
+		a = &state.Attempt{Revision: revision}
+		snap.LastAttempt = a
+	}
+	a.Time = time.Now().UTC().Truncate(time.Millisecond)
+	a.Failed = slices.DeleteFunc(a.Failed, func(f state.Failure) bool { return f.ID == string(res.ID) })
+	if res.Outcome == apply.Failed {
+		a.Failed = append(a.Failed, state.Failure{ID: string(res.ID), Kind: res.Kind, Path: res.Path, Action: string(res.Action), Error: res.Error})
+	}
+}
+
+// observe reads the current desired state and record of id and looks at
+// the host.
+func (a *Agent) observe(ctx context.Context, id resource.ID) (*diff.Change, *reconcile.Desired) {
+	a.mu.Lock()
+	d := a.desired
+	if d == nil {
+		a.mu.Unlock()
+		return nil, nil
+	}
+	env := a.env(d)
+	rec := a.sess.Snapshot.Find(string(id))
+	a.mu.Unlock()
+	r := d.Set.Get(id)
+	if r == nil && rec == nil {
+		return nil, nil // gone from both: nothing to do
+	}
+	return diff.One(ctx, driver.Host{Env: env}, r, rec), d
+}
+
+// waiting names what id must wait for before it is applied: a dependency
+// not applied or not healthy yet; for a prune, a dependent still there.
+func (a *Agent) waiting(ctx context.Context, d *reconcile.Desired, c *diff.Change) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	snap := a.sess.Snapshot
+	if c.Desired == nil {
+		for _, e := range snap.Inventory {
+			if slices.Contains(e.DependsOn, string(c.ID)) && d.Set.Get(resource.ID(e.ID)) == nil && !e.NoPrune {
+				return e.ID + " (it depends on this, and goes first)"
+			}
+		}
+		return ""
+	}
+	host := driver.Host{Env: a.env(d)}
+	for _, dep := range d.Set.Deps(c.ID) {
+		rec := snap.Find(string(dep))
+		switch {
+		case rec == nil:
+			return string(dep) + " (not applied yet)"
+		case rec.Result != nil && rec.Result.Error != "":
+			return string(dep) + " (its last apply failed)"
+		}
+		if r, ok := host.Ready(ctx, rec); ok && r.Health != health.Healthy {
+			return string(dep) + " (" + string(r.Health) + ")"
+		}
+	}
+	return ""
+}
+
+// acquire takes the state lock for a burst of applies: the first key in
+// takes it, the last one out saves and lets go, so a manual sync waits
+// for a burst and never writes in the middle of one. A snapshot another
+// writer saved since is read again, and everything is re-planned.
+func (a *Agent) acquire(ctx context.Context) error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.lock == nil {
+		a.mu.Lock()
+		st := a.sess.State
+		a.mu.Unlock()
+		l, err := st.Lock(ctx, a.opts.Engine.LockTimeout)
+		if err != nil {
+			return err
+		}
+		a.lock = l
+		if now := snapshotStamp(st); now != a.stamp {
+			if err := a.reload(); err != nil {
+				a.lock.Unlock()
+				a.lock = nil
+				return err
+			}
+		}
+	}
+	a.holders++
+	return nil
+}
+
+// release lets go of a burst. While keys are queued the lock is kept and
+// the snapshot saved at most every saveEvery, so a burst of a thousand
+// files is not a thousand saves; once the queue is empty (or nothing came
+// for lingerFor) the snapshot is saved and the lock let go.
+func (a *Agent) release() {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.holders--
+	if a.holders > 0 {
+		return
+	}
+	if a.queue.Len() > 0 {
+		if time.Since(a.saved) > saveEvery {
+			if err := a.save(); err != nil {
+				a.log.Error("save snapshot", "error", err)
+			}
+		}
+		if a.linger == nil {
+			a.linger = time.AfterFunc(lingerFor, a.letGo)
+		} else {
+			a.linger.Reset(lingerFor)
+		}
+		return
+	}
+	a.unlock()
+}
+
+// Bounds on holding the state lock through a burst.
+const (
+	saveEvery = time.Second
+	lingerFor = 100 * time.Millisecond
+)
+
+// letGo unlocks a lingering lock no key took up again.
+func (a *Agent) letGo() {
+	a.wmu.Lock()
+	if a.holders == 0 && a.lock != nil {
+		a.unlock()
+	}
+	a.wmu.Unlock()
+	a.settle()
+}
+
+// unlock saves, lets go of the state lock, and closes retired revisions.
+// Called with wmu held and no holder left.
+func (a *Agent) unlock() {
+	if err := a.save(); err != nil {
+		a.log.Error("save snapshot", "error", err)
+	}
+	a.lock.Unlock()
+	a.lock = nil
+	a.mu.Lock()
+	for _, d := range a.retired {
+		d.Close()
+	}
+	a.retired = nil
+	a.mu.Unlock()
+}
+
+func (a *Agent) markDirty() {
+	a.wmu.Lock()
+	a.dirty = true
+	a.wmu.Unlock()
+}
+
+// save writes the snapshot if it changed. Called with wmu held and the
+// state lock taken.
+func (a *Agent) save() error {
+	if !a.dirty {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.sess.State.Save(a.sess.Snapshot); err != nil {
+		return err
+	}
+	a.dirty, a.stamp, a.saved = false, snapshotStamp(a.sess.State), time.Now()
+	return nil
+}
+
+// flush saves what is unsaved, taking the lock if need be: at shutdown.
+func (a *Agent) flush() error {
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	switch {
+	case a.holders > 0:
+		return nil // the burst saves when it ends
+	case a.lock != nil: // held on through a burst
+		if a.linger != nil {
+			a.linger.Stop()
+		}
+		a.unlock()
+		return nil
+	}
+	if !a.dirty {
+		return nil
+	}
+	l, err := a.sess.State.Lock(context.Background(), a.opts.Engine.LockTimeout)
+	if err != nil {
+		return err
+	}
+	defer l.Unlock()
+	return a.save()
+}
+
+// reload reads a snapshot another writer (a manual sync) saved, and queues
+// every key to re-plan against it. Called with wmu held and the lock taken.
+func (a *Agent) reload() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	snap, err := a.sess.State.Load()
+	if err != nil {
+		return err
+	}
+	snap.Root = a.sess.Snapshot.Root
+	a.sess.Snapshot, a.sess.Env.Snapshot = snap, snap
+	a.stamp = snapshotStamp(a.sess.State)
+	a.log.Info("snapshot written by another cortex-sync; re-planning", "serial", snap.Serial)
+	if d := a.desired; d != nil {
+		for _, r := range d.Set.Resources() {
+			a.queue.Add(r.ID())
+		}
+	}
+	for _, e := range snap.Inventory {
+		a.queue.Add(resource.ID(e.ID))
+	}
+	return nil
+}
+
+// snapshotStamp is state.json's stamp: a write by anyone changes it.
+func snapshotStamp(d state.Dir) fileStamp {
+	fi, err := os.Stat(d.Sub("state.json"))
+	if err != nil {
+		return fileStamp{}
+	}
+	return stampOf(fi)
+}

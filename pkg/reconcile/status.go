@@ -1,0 +1,144 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/health"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Status is the status document: status -o json and /api/v1/status.
+type Status struct {
+	StateDir string       `json:"stateDir"`
+	Source   state.Source `json:"source"`
+	// Revision is the last revision applied in full.
+	Revision     string     `json:"revision"`
+	LastSyncTime *time.Time `json:"lastSyncTime"`
+	// LastAttempt is the last sync that ran, with what did not apply.
+	LastAttempt *state.Attempt   `json:"lastAttempt,omitempty"`
+	Sync        health.Sync      `json:"sync"`
+	Health      health.Status    `json:"health"`
+	Resources   []ResourceStatus `json:"resources"`
+}
+
+type ResourceStatus struct {
+	ID     string        `json:"id"`
+	Kind   string        `json:"kind"`
+	Path   string        `json:"path,omitempty"`
+	Sync   health.Sync   `json:"sync"`
+	Health health.Status `json:"health"`
+	Reason string        `json:"reason,omitempty"`
+	// LastApplied is the outcome of the last sync that touched it.
+	LastApplied *state.Result `json:"lastApplied,omitempty"`
+	// A process's pid, restarts, last exit and log; a command's last run.
+	*diff.Runtime
+}
+
+// Status judges every resource the way diff does: against the
+// source when one is given, else against what was last applied (recalled
+// from the snapshot).
+func (s *Session) Status(ctx context.Context) *Status {
+	doc := &Status{StateDir: s.State.Path, Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, Resources: []ResourceStatus{}}
+	if !s.Snapshot.LastSyncTime.IsZero() {
+		doc.LastSyncTime = &s.Snapshot.LastSyncTime
+	}
+	host := s.Host()
+	snap := s.Snapshot
+	var set *resource.Set
+	var unknown []*diff.Change
+	if s.Desired != nil {
+		set = s.Desired.Set
+	} else {
+		set, snap, unknown = host.RecallAll(s.Snapshot)
+		s.Env.Set = set
+	}
+	plan := diff.Make(ctx, host, set, snap, s.Config.Concurrency)
+	seen := map[string]bool{}
+	for _, c := range append(plan.Changes, unknown...) {
+		r := fromChange(c)
+		if f := s.Snapshot.LastAttempt.FailureOf(r.ID); f != nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
+			r.Health = health.Worst(r.Health, health.Degraded)
+			r.Reason = strings.TrimPrefix(r.Reason+"; last sync failed: "+f.Error, "; ")
+		}
+		seen[r.ID] = true
+		doc.Resources = append(doc.Resources, r)
+	}
+	// Failed before it was ever applied, and not in the source given (or
+	// no source): still shown, with its error.
+	if a := s.Snapshot.LastAttempt; a != nil {
+		for _, f := range a.Failed {
+			if !seen[f.ID] {
+				doc.Resources = append(doc.Resources, ResourceStatus{ID: f.ID, Kind: f.Kind, Path: f.Path, Sync: health.OutOfSync, Health: health.Missing, Reason: "never applied; last sync failed: " + f.Error})
+			}
+		}
+	}
+	doc.Sync, doc.Health = health.Synced, health.Healthy
+	var all []health.Status
+	for i := range doc.Resources {
+		r := &doc.Resources[i]
+		if r.LastApplied != nil && r.LastApplied.Error != "" && r.Health == health.Healthy {
+			r.Health, r.Reason = health.Degraded, "last apply failed: "+r.LastApplied.Error
+		}
+		if r.Sync == health.OutOfSync {
+			doc.Sync = health.OutOfSync
+		}
+		all = append(all, r.Health)
+	}
+	doc.Health = health.Worst(all...)
+	if doc.LastSyncTime == nil && len(doc.Resources) == 0 {
+		doc.Sync, doc.Health = health.OutOfSync, health.Unknown
+	}
+	return doc
+}
+
+// Converged is what status's exit code says: synced, and nothing missing,
+// degraded or unknown.
+func (d *Status) Converged() bool {
+	return d.Sync == health.Synced && (d.Health == health.Healthy || d.Health == health.Progressing || d.Health == health.Suspended)
+}
+
+// fromChange turns a planned change into a resource's status.
+func fromChange(c *diff.Change) ResourceStatus {
+	r := ResourceStatus{ID: string(c.ID), Kind: c.Kind, Path: c.Path, Sync: c.Status(), Health: c.Health, Runtime: c.Runtime}
+	if c.Record != nil {
+		r.LastApplied = c.Record.Result
+	}
+	switch {
+	case c.Err != nil:
+		r.Health, r.Reason = health.Unknown, c.Err.Error()
+	case c.Suspended:
+		r.Health = health.Suspended
+		if c.Action != diff.NoOp {
+			r.Reason = "reconcile disabled; " + c.Reason.Phrase()
+		}
+	case c.Action != diff.NoOp:
+		r.Reason = c.Reason.Phrase()
+		if what := changed(c); c.Action == diff.Update && what != "" {
+			r.Reason += " (" + what + ")"
+		}
+		if c.Drifted > 0 {
+			r.Reason = fmt.Sprintf("%s (%d files drifted)", r.Reason, c.Drifted)
+		}
+	}
+	if c.Detail != "" {
+		r.Reason = strings.TrimPrefix(r.Reason+": "+c.Detail, ": ")
+	}
+	return r
+}
+
+// changed names what an update changes: content, attributes, a type.
+func changed(c *diff.Change) string {
+	var what []string
+	if c.Content != nil {
+		what = append(what, "content")
+	}
+	for _, a := range c.Attrs {
+		what = append(what, a.Field)
+	}
+	return strings.Join(what, ", ")
+}
