@@ -48,3 +48,19 @@ demo: build
 
 clean:
 	rm -rf bin $(DEMO)
+
+# Release and reference docs (new targets; see docs/install.md).
+GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.15.1
+
+.PHONY: release-check docs
+
+# Build a snapshot release of HEAD (goreleaser check, then release
+# --snapshot --clean: binaries, archives, checksums, SBOMs, .deb and .rpm)
+# into dist/, and check the .deb's layout. Not part of make test.
+release-check:
+	GORELEASER="$(GO) run $(GORELEASER)" sh packaging/release-check.sh
+
+# Regenerate docs/cli, docs/man, docs/config.md and docs/schema from the
+# commands, flags and Go types; a test fails while they are stale.
+docs:
+	$(GO) test ./cmd/cortex-sync -run '^TestGeneratedDocs$$' -update

@@ -40,6 +40,17 @@ removed from Git.
 
 With --exit-code it exits 0 when the host is in sync, 1 when there are
 changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
+		Example: `  # What would sync do here, and why?
+  cortex-sync diff --dir ./repo
+
+  # A drift check for CI or cron: 0 in sync, 1 changes, 2 trouble
+  cortex-sync diff --repo https://git.example.com/infra.git --branch main --path hosts/web1 --exit-code
+
+  # A pull-request comment, planned against what a host runs
+  cortex-sync diff --repo "$REPO_URL" --branch "$PR_BRANCH" --against host.json -o markdown
+
+  # Hash every file instead of trusting unchanged stats
+  cortex-sync diff --dir ./repo --verify -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := diffRun(cmd, g, o, io)
@@ -114,7 +125,7 @@ func render(io streams, plan *diff.Plan, output string) error {
 	case "markdown":
 		return diff.Markdown(io.Out, plan)
 	}
-	return diff.Text(io.Out, plan, diff.TextOptions{Color: isTerminal(io.Out)})
+	return diff.Text(io.Out, plan, diff.TextOptions{Color: colorOK(io.Out)})
 }
 
 func checkOutput(got string, allowed ...string) error {

@@ -168,6 +168,14 @@ directory trees, symlinks, supervised processes and one-shot commands
 converged to what the manifests in a Git repository (or a directory) say: it
 observes the host, compares it with the desired state and with what it last
 applied, and takes the smallest action that closes the gap.`,
+		Example: `  # Plan, apply, check: a local directory of manifests, synced into a sandbox
+  cortex-sync validate ./repo
+  cortex-sync diff --dir ./repo --root /tmp/sandbox
+  cortex-sync sync --dir ./repo --root /tmp/sandbox --prune
+  cortex-sync status --root /tmp/sandbox
+
+  # The agent: poll a Git branch, heal drift, serve metrics and status
+  cortex-sync run --config /etc/cortex-sync/agent.yaml`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -182,6 +190,7 @@ applied, and takes the smallest action that closes the gap.`,
 	cmd.SetOut(io.Out)
 	cmd.SetErr(io.Err)
 	cmd.SetIn(io.In)
+	addVersionFlag(cmd)
 	f := cmd.PersistentFlags()
 	f.StringVar(&g.root, "root", "/", "re-root every host path cortex-sync reads or writes under this directory")
 	f.StringArrayVar(&g.allowed, "allowed-path", nil, "only write below this path (inside --root); repeatable")
@@ -247,6 +256,9 @@ func (g *globals) load(ctx context.Context, src *sourceFlags) (*reconcile.Desire
 // source is given (or needed); write takes the state lock first. done
 // releases everything.
 func (g *globals) session(ctx context.Context, src *sourceFlags, needSource, write bool) (*reconcile.Session, func(), error) {
+	if err := checkRoot(g.root); err != nil {
+		return nil, nil, err
+	}
 	var desired *reconcile.Desired
 	if needSource || src.given() {
 		var err error

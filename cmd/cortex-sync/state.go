@@ -12,6 +12,8 @@ func newStateCmd(g *globals, io streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
 		Short: "Read the snapshot of what cortex-sync applied",
+		Example: `  # Save what this host runs, for a pull-request preview in CI
+  cortex-sync state export > host.json`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "export",
@@ -22,6 +24,8 @@ plans a pull request against what the host runs, without touching the host:
 
   cortex-sync state export > host.json                      # on the host
   cortex-sync diff --repo URL --branch pr-branch --against host.json   # in CI`,
+		Example: `  cortex-sync state export > host.json
+  cortex-sync state export --state-dir /var/lib/cortex-sync | jq .revision`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			snap, err := state.Dir{Path: g.stateDir}.Load()

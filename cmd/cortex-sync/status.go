@@ -33,6 +33,14 @@ source (--dir, --repo), it compares with that instead.
 Exit codes: 0 when everything is Synced and Healthy (or Progressing or
 Suspended), 1 when something is OutOfSync, Missing, Degraded or Unknown or
 nothing was ever synced here, 2 when status could not be determined.`,
+		Example: `  # What was applied, and does the host still match it?
+  cortex-sync status
+
+  # The same as one JSON document, for programs
+  cortex-sync status -o json
+
+  # Compare with a source instead of the last applied state
+  cortex-sync status --dir ./repo`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := statusRun(cmd, g, o, io)

@@ -31,6 +31,17 @@ func newSyncCmd(g *globals, io streams) *cobra.Command {
 then applies the changes in dependency order. Without --prune nothing that
 left Git is deleted; deletions declared in Git (ensure: absent, purge, a
 file gone from a mirrored directory) always apply.`,
+		Example: `  # Apply, and delete what left Git
+  cortex-sync sync --dir ./repo --prune
+
+  # Apply a Git branch, then wait until every process is healthy
+  cortex-sync sync --repo https://git.example.com/infra.git --branch main --path hosts/web1 --wait
+
+  # Print the plan and change nothing
+  cortex-sync sync --dir ./repo --prune --dry-run
+
+  # Stop and remove everything cortex-sync manages here: sync an empty set
+  mkdir -p /tmp/empty && cortex-sync sync --dir /tmp/empty --prune --allow-empty --allow-source-change`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return syncRun(cmd, g, o, io)

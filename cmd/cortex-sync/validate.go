@@ -26,6 +26,14 @@ strictly: unknown fields, wrong types, bad paths and modes, duplicate IDs,
 overlapping paths, paths outside --allowed-path, missing dependencies and
 cycles. Every problem is listed with its file, line, document, resource and
 field.`,
+		Example: `  # Check the manifests in the current directory
+  cortex-sync validate
+
+  # Check a checkout, refusing paths outside /etc/app and /srv
+  cortex-sync validate ./repo --allowed-path /etc/app --allowed-path /srv
+
+  # Check a branch of a remote repository
+  cortex-sync validate --repo https://git.example.com/infra.git --branch main --path hosts/web1`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {

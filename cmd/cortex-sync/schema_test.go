@@ -1,0 +1,302 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/invopop/jsonschema"
+	orderedmap "github.com/pb33f/ordered-map/v2"
+
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// schemaBase is where docs/schema is published; a manifest names a schema
+// there in its `# yaml-language-server: $schema=` line.
+const schemaBase = "https://raw.githubusercontent.com/cortex-sync/cortex-sync/main/docs/schema/"
+
+const draft = "https://json-schema.org/draft/2020-12/schema"
+
+// Pattern of a Go duration string (time.ParseDuration, never negative).
+const durationPattern = `^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$|^0$`
+
+// specRequired and specEnums say what the Go types cannot: the fields the
+// loader insists on and the closed sets of values it accepts (see each
+// kind's Validate in pkg/driver). The examples test keeps them honest.
+var specRequired = map[string][]string{
+	"File": {"path"}, "Directory": {"path"}, "Symlink": {"path"},
+	"Process": {"command"}, "Command": {"command"},
+}
+
+var specEnums = map[string][]any{
+	"ensure":        {"present", "absent"},
+	"restartPolicy": {"Always", "OnFailure", "Never"},
+}
+
+// schemaFor maps the custom scalar types to what they accept in YAML.
+func schemaFor(t reflect.Type) *jsonschema.Schema {
+	switch t {
+	case reflect.TypeFor[resource.Mode]():
+		return &jsonschema.Schema{
+			Description: `Octal file mode: "0640", 0640, 640 or 0o640 all mean rw-r-----. Quote it to be safe.`,
+			AnyOf: []*jsonschema.Schema{
+				{Type: "string", Pattern: `^(0[oO])?[0-7]{3,5}$`},
+				{Type: "integer", Minimum: "0"},
+			},
+		}
+	case reflect.TypeFor[resource.Duration]():
+		return &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: `A Go duration: "500ms", "30s", "5m".`}
+	case reflect.TypeFor[resource.ID]():
+		kinds := strings.Join(slices.Sorted(maps.Keys(driver.Kinds())), "|")
+		return &jsonschema.Schema{Type: "string", Pattern: `^(` + kinds + `)/[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`, Description: "A resource ID: Kind/name."}
+	}
+	return nil
+}
+
+func reflector() (*jsonschema.Reflector, error) {
+	r := &jsonschema.Reflector{
+		FieldNameTag:               "yaml", // manifests are YAML: camelCase as the yaml tags say
+		RequiredFromJSONSchemaTags: true,   // nothing is required because of a missing omitempty
+		DoNotReference:             true,
+		Anonymous:                  true,
+		Mapper:                     schemaFor,
+	}
+	return r, nil
+}
+
+// specDocs describe spec fields for editors, by "Kind.field" or "field"
+// (dotted below a field: "readinessProbe.http.url"). The Go comments are
+// written for maintainers, so they are not used. A field without a
+// description fails generation: a new field must say what it is.
+var specDocs = map[string]string{
+	"dependsOn":         "Resources (Kind/name) applied, and healthy, before this one.",
+	"path":              "Absolute host path, resolved under --root.",
+	"File.content":      "The file's content, inline. Give content or source.",
+	"File.source":       "A repository file, relative to this manifest's directory. Give content or source.",
+	"Directory.source":  "A repository directory to mirror, file by file, relative to this manifest's directory.",
+	"mode":              "Octal mode; unmanaged when absent.",
+	"owner":             "User name or id; managed only when cortex-sync runs as root.",
+	"group":             "Group name or id; managed only when cortex-sync runs as root.",
+	"sensitive":         "true: the content is never shown in diffs or logs.",
+	"ensure":            "present (default) or absent.",
+	"replace":           "false: create the file when absent, never overwrite its content.",
+	"purge":             "true: delete entries inside that nothing manages.",
+	"target":            "What the link points at, written as given.",
+	"command":           "The program and its arguments, as a list; run on the real host with CORTEX_SYNC_ROOT set.",
+	"env":               "Environment variables.",
+	"workingDir":        "Absolute working directory.",
+	"user":              "User to run as (when cortex-sync runs as root).",
+	"restartPolicy":     "Always (default), OnFailure or Never.",
+	"stopSignal":        "Signal that asks it to stop; default SIGTERM.",
+	"stopTimeout":       "How long to wait after stopSignal before SIGKILL; default 10s.",
+	"livenessProbe":     "Restart the process when this probe keeps failing.",
+	"readinessProbe":    "Healthy once this probe passes; dependents wait for it.",
+	"restartOn":         "Resources (Kind/name) whose change restarts the process.",
+	"Command.timeout":   "Bound on one run; default 5m.",
+	"creates":           "A path (under --root): when it exists, the command need not run.",
+	"unless":            "A guard command: when it exits 0, the command need not run.",
+	"onlyIf":            "A guard command: when it exits non-zero, the command need not run.",
+	"refreshOn":         "Resources (Kind/name) whose change makes the command run again.",
+	"exec":              "Passes when the command exits 0.",
+	"exec.command":      "The program and its arguments, as a list.",
+	"http":              "Passes on a status of 200-399, or exactly expectStatus.",
+	"http.url":          "The URL to GET.",
+	"http.expectStatus": "The one status that passes.",
+	"tcp":               "Passes when a connection opens.",
+	"tcp.address":       "host:port to connect to.",
+	"initialDelay":      "Wait this long after start before the first probe.",
+	"period":            "Time between probes; default 10s.",
+	"timeout":           "Bound on one probe; default 1s.",
+	"failureThreshold":  "Failures in a row that count as failing; default 3.",
+	"successThreshold":  "Successes in a row that count as passing; default 1.",
+}
+
+// describe fills every property's description from specDocs, and reports
+// the fields it has none for.
+func describeSpec(kind, prefix string, s *jsonschema.Schema, missing *[]string) {
+	if s.Properties == nil {
+		return
+	}
+	for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		field := prefix + pair.Key
+		d := specDocs[kind+"."+field]
+		for f := field; d == ""; {
+			if d = specDocs[f]; d != "" {
+				break
+			}
+			_, rest, ok := strings.Cut(f, ".")
+			if !ok {
+				break
+			}
+			f = rest
+		}
+		if d == "" {
+			*missing = append(*missing, kind+" spec."+field)
+		}
+		v := pair.Value
+		if v.Description == "" || prefix == "" {
+			v.Description = d
+		}
+		describeSpec(kind, field+".", v, missing)
+		if v.Items != nil {
+			describeSpec(kind, field+".", v.Items, missing)
+		}
+	}
+}
+
+// kindSchema is the whole manifest document of one kind.
+func kindSchema(r *jsonschema.Reflector, kind string, spec resource.Spec) (*jsonschema.Schema, error) {
+	s := r.Reflect(spec)
+	s.Version = ""
+	var missing []string
+	describeSpec(kind, "", s, &missing)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no description for %s: add them to specDocs in cmd/cortex-sync/schema_test.go", strings.Join(missing, ", "))
+	}
+	s.Required = specRequired[kind]
+	for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		if e := specEnums[pair.Key]; e != nil {
+			pair.Value.Enum = e
+		}
+	}
+	if kind == "File" {
+		s.Not = &jsonschema.Schema{Required: []string{"content", "source"}, Description: "content or source, not both"}
+	}
+	md := r.Reflect(&resource.Metadata{})
+	md.Version = ""
+	md.Required = []string{"name"}
+	if name, ok := md.Properties.Get("name"); ok {
+		name.Pattern = `^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+		name.MaxLength = ptr(uint64(253))
+		name.Description = "Lowercase RFC 1123 name; Kind/name is the resource's ID."
+	}
+	if ann, ok := md.Properties.Get("annotations"); ok {
+		ann.Properties = jsonschema.NewProperties()
+		ann.Properties.Set(resource.AnnotationPrune, &jsonschema.Schema{Enum: []any{"disabled", "enabled"}, Description: "disabled: keep on the host when removed from Git"})
+		ann.Properties.Set(resource.AnnotationReconcile, &jsonschema.Schema{Enum: []any{"disabled", "enabled"}, Description: "disabled: observe and report Suspended, never change"})
+	}
+	doc := &jsonschema.Schema{
+		Type:                 "object",
+		Title:                "cortex-sync " + kind,
+		Properties:           jsonschema.NewProperties(),
+		Required:             []string{"apiVersion", "kind", "metadata", "spec"},
+		AdditionalProperties: jsonschema.FalseSchema,
+	}
+	doc.Properties.Set("apiVersion", &jsonschema.Schema{Const: resource.APIVersion})
+	doc.Properties.Set("kind", &jsonschema.Schema{Const: kind})
+	doc.Properties.Set("metadata", md)
+	doc.Properties.Set("spec", s)
+	return doc, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// agentSchema is the Agent file, built from the same field list as
+// docs/config.md.
+func agentSchema() *jsonschema.Schema {
+	groups, byGroup := agentFields()
+	spec := &jsonschema.Schema{Type: "object", Properties: jsonschema.NewProperties(), AdditionalProperties: jsonschema.FalseSchema}
+	for _, g := range groups {
+		for _, f := range byGroup[g] {
+			if _, dup := spec.Properties.Get(f.Name); dup {
+				continue // output: one field, several commands
+			}
+			var s *jsonschema.Schema
+			switch f.Type {
+			case "bool":
+				s = &jsonschema.Schema{Type: "boolean", Default: f.Default == "true"}
+			case "int":
+				s = &jsonschema.Schema{Type: "integer"}
+			case "duration":
+				s = &jsonschema.Schema{Type: "string", Pattern: durationPattern, Default: f.Default}
+			case "stringArray":
+				s = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "string"}, {Type: "array", Items: &jsonschema.Schema{Type: "string"}}}}
+			default:
+				s = &jsonschema.Schema{Type: "string"}
+				if f.Default != "" {
+					s.Default = f.Default
+				}
+			}
+			if s.Description == "" {
+				s.Description = f.Usage + " (--" + f.Flag + ")"
+			}
+			spec.Properties.Set(f.Name, s)
+		}
+	}
+	doc := &jsonschema.Schema{
+		Version:              draft,
+		ID:                   schemaBase + "agent.json",
+		Title:                "cortex-sync Agent configuration",
+		Type:                 "object",
+		Properties:           jsonschema.NewProperties(),
+		Required:             []string{"apiVersion", "kind", "spec"},
+		AdditionalProperties: jsonschema.FalseSchema,
+	}
+	doc.Properties.Set("apiVersion", &jsonschema.Schema{Const: resource.APIVersion})
+	doc.Properties.Set("kind", &jsonschema.Schema{Const: "Agent"})
+	doc.Properties.Set("metadata", &jsonschema.Schema{Type: "object"})
+	doc.Properties.Set("spec", spec)
+	return doc
+}
+
+// genSchemas writes one schema per kind (file.json, …), manifest.json (any
+// kind: what a manifest file's $schema line names, since one file may hold
+// documents of several kinds), and agent.json.
+func genSchemas(files map[string][]byte) error {
+	r, err := reflector()
+	if err != nil {
+		return err
+	}
+	kinds := driver.Kinds()
+	all := &jsonschema.Schema{
+		Version:     draft,
+		ID:          schemaBase + "manifest.json",
+		Title:       "cortex-sync manifest (any kind)",
+		Type:        "object",
+		Required:    []string{"kind"},
+		Definitions: jsonschema.Definitions{},
+	}
+	names := slices.Sorted(maps.Keys(kinds))
+	kindEnum := make([]any, len(names))
+	for i, kind := range names {
+		kindEnum[i] = kind
+		doc, err := kindSchema(r, kind, kinds[kind]())
+		if err != nil {
+			return err
+		}
+		def, _ := kindSchema(r, kind, kinds[kind]())
+		all.Definitions[kind] = def
+		all.AllOf = append(all.AllOf, &jsonschema.Schema{
+			If:   &jsonschema.Schema{Properties: props("kind", &jsonschema.Schema{Const: kind}), Required: []string{"kind"}},
+			Then: &jsonschema.Schema{Ref: "#/$defs/" + kind},
+		})
+		doc.Version, doc.ID = draft, jsonschema.ID(schemaBase+strings.ToLower(kind)+".json")
+		if err := addJSON(files, "docs/schema/"+strings.ToLower(kind)+".json", doc); err != nil {
+			return err
+		}
+	}
+	all.Properties = props("kind", &jsonschema.Schema{Enum: kindEnum})
+	if err := addJSON(files, "docs/schema/manifest.json", all); err != nil {
+		return err
+	}
+	return addJSON(files, "docs/schema/agent.json", agentSchema())
+}
+
+func props(key string, s *jsonschema.Schema) *orderedmap.OrderedMap[string, *jsonschema.Schema] {
+	p := jsonschema.NewProperties()
+	p.Set(key, s)
+	return p
+}
+
+func addJSON(files map[string][]byte, name string, s *jsonschema.Schema) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	files[name] = append(data, '\n')
+	return nil
+}
