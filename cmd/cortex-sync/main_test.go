@@ -230,14 +230,13 @@ func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // stopProcesses stops every supervised process a script left running:
-// shims outlive the commands that start them, by design.
+// supervisors and their processes outlive the commands that start them,
+// by design.
 func stopProcesses(work string) {
 	filepath.WalkDir(work, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(p)) != "procs" || filepath.Ext(p) != ".json" {
-			return nil
-		}
-		if st, err := supervise.ReadStatus(p); err == nil {
-			supervise.Stop(st, syscall.SIGKILL, time.Second)
+		if err == nil && d.IsDir() && d.Name() == "procs" {
+			supervise.StopAll(filepath.Dir(p))
+			return filepath.SkipDir
 		}
 		return nil
 	})

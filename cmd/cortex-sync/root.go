@@ -133,7 +133,7 @@ func (s *sourceFlags) source(cacheDir string, log *slog.Logger) (source.Source, 
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == supervise.ShimArg {
-		return supervise.RunShim() // the hidden mode that supervises one process
+		return supervise.RunShim(args[1:]) // the hidden mode: the state dir's supervisor
 	}
 	if code, ok := supervise.RunAsInit(args); ok {
 		return code // pid 1: a minimal init around a child cortex-sync

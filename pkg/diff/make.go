@@ -29,7 +29,7 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 		rec := snap.Find(string(r.ID()))
 		jobs = append(jobs, func() *Change {
 			c := observe(ctx, o, r, rec, r.ID(), r.Kind)
-			c.Suspended = r.Suspended()
+			c.Suspended = c.Suspended || r.Suspended()
 			return c
 		})
 	}

@@ -25,7 +25,7 @@ import (
 // TestMain lets this test binary serve as the shim it starts.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.ShimArg {
-		os.Exit(supervise.RunShim())
+		os.Exit(supervise.RunShim(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }
@@ -176,7 +176,7 @@ func BenchmarkStartToHealthy(b *testing.B) {
 		if rss, ok := vmRSS(st.Shim.PID); ok {
 			b.ReportMetric(float64(rss), "shim-RSS-KiB")
 		}
-		supervise.Stop(st, 9, time.Second)
+		supervise.StopAll(e.State.Path)
 	}
 	b.ReportMetric(float64(alone.Milliseconds())/float64(b.N), "alone-ms/op")
 	b.ReportMetric(float64(managed.Milliseconds())/float64(b.N), "managed-ms/op")
