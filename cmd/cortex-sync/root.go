@@ -195,6 +195,10 @@ applied, and takes the smallest action that closes the gap.`,
 		newSyncCmd(g, io),
 		newStatusCmd(g, io),
 		newStateCmd(g, io),
+		newRestartCmd(g, io),
+		newStopCmd(g, io),
+		newStartCmd(g, io),
+		newLogsCmd(g, io),
 		newVersionCmd(io),
 	)
 	return cmd

@@ -281,7 +281,11 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 
 // commandLog is where a command's runs are logged.
 func commandLog(env *Env, id string) string {
-	return filepath.Join(env.State.Sub("logs"), "command-"+resource.ID(id).Name()+".log")
+	return commandLogFile(env.State.Path, resource.ID(id).Name())
+}
+
+func commandLogFile(stateDir, name string) string {
+	return filepath.Join(stateDir, "logs", "command-"+name+".log")
 }
 
 // appendLog keeps every run's output in stateDir/logs/command-<name>.log.

@@ -358,10 +358,12 @@ func (u *unit) run(prev *Status) {
 	}
 }
 
-// final is the status of a unit that ends with nothing running.
+// final is the status of a unit that ends with nothing running, for its
+// current spec.
 func (u *unit) final(state State) Status {
 	st := u.st
 	st.State, st.Process, st.Ready, st.NextRestart, st.Probe, st.Message = state, Identity{}, false, time.Time{}, "", ""
+	st.Gen, st.RestartGen, st.Hash = u.spec.Gen, u.spec.RestartGen, u.spec.Hash
 	return st
 }
 
@@ -387,6 +389,7 @@ func (u *unit) adoptSpec(spec *Spec) {
 	u.fillContainment()
 	u.update(func(st *Status) {
 		st.Gen, st.RestartGen, st.Hash, st.Restarts, st.QuickExits, st.StartError = spec.Gen, spec.RestartGen, spec.Hash, 0, 0, ""
+		st.State, st.Process, st.Ready, st.NextRestart = Starting, Identity{}, false, time.Time{}
 	})
 }
 
@@ -565,11 +568,14 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
 			case spec.Hold:
 				u.logf("%s: held; stopping pid %d", u.name, u.proc.PID)
 				u.stopProcess()
-				u.useSpec(spec)
-				u.update(func(st *Status) { st.Gen, st.RestartGen = spec.Gen, spec.RestartGen })
+				u.useSpec(spec) // the loop writes the hold
 				return nil, spec, false
 			case spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
-				u.logf("%s: spec changed; stopping pid %d to restart it", u.name, u.proc.PID)
+				why := "spec changed"
+				if spec.Hash == u.spec.Hash {
+					why = "restart asked (cortex-sync restart)"
+				}
+				u.logf("%s: %s; stopping pid %d to restart it", u.name, why, u.proc.PID)
 				u.stopProcess()
 				return nil, spec, false
 			default:
@@ -690,8 +696,7 @@ func (u *unit) backoff(at time.Time) bool {
 				return false
 			case spec.Hold || spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
 				if spec.Hold {
-					u.useSpec(spec)
-					u.update(func(st *Status) { st.Gen, st.RestartGen = spec.Gen, spec.RestartGen })
+					u.useSpec(spec) // the loop writes the hold
 				} else {
 					u.adoptSpec(spec)
 				}
