@@ -49,6 +49,7 @@ func TestScripts(t *testing.T) {
 			"eventually": cmdEventually,
 			"procpid":    cmdProcPID,
 			"dead":       cmdDead,
+			"within":     cmdWithin,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -226,6 +227,27 @@ func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
 	dead := err != nil || strings.Contains(string(stat), ") Z ")
 	if dead == neg {
 		ts.Fatalf("process %s dead: %v", pid, dead)
+	}
+}
+
+// cmdWithin runs a command (which must succeed, or fail with !) and checks
+// that it took at most a duration: within 5s cortex-sync sync ...
+func cmdWithin(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: within DURATION command [args...]")
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		ts.Fatalf("within: %v", err)
+	}
+	start := time.Now()
+	err = ts.Exec(args[1], args[2:]...)
+	took := time.Since(start)
+	if (err != nil) != neg {
+		ts.Fatalf("%s: %v", args[1], err)
+	}
+	if took > d {
+		ts.Fatalf("%s took %s, more than %s", args[1], took.Round(time.Millisecond), d)
 	}
 }
 

@@ -106,7 +106,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 	}
 	if o.wait {
-		if bad := apply.WaitHealthy(ctx, host, e.snap, o.waitTimeout); len(bad) > 0 {
+		if bad := apply.WaitHealthy(ctx, host, e.snap, rep.Applied(), o.waitTimeout); len(bad) > 0 {
 			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}
 		}
 	}
