@@ -638,6 +638,7 @@ func (u *unit) endRun() {
 	default:
 		if groupAlive(pgid) || len(strays(spec.Tag())) > 0 {
 			killGroup(pgid, spec.StopSignal)
+			signalStrays(spec.Tag(), spec.StopSignal)
 			deadline := time.Now().Add(spec.StopTimeout)
 			for (groupAlive(pgid) || len(strays(spec.Tag())) > 0) && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)

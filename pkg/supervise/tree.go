@@ -20,6 +20,8 @@ func stopTree(main Identity, cg cgroup, tag string, sig syscall.Signal, timeout 
 	deadline := time.Now().Add(timeout)
 	if cg != "" {
 		cg.signal(sig)
+	} else {
+		signalStrays(tag, sig)
 	}
 	main.SignalGroup(sig)
 	gone := wait(timeout)
@@ -80,6 +82,15 @@ func strays(tag string) []int {
 		pids = append(pids, pid)
 	}
 	return pids
+}
+
+// signalStrays sends sig to every process carrying the tag.
+func signalStrays(tag string, sig syscall.Signal) {
+	for _, pid := range strays(tag) {
+		if pid > 1 {
+			syscall.Kill(pid, sig)
+		}
+	}
 }
 
 // killStrays SIGKILLs every process carrying the tag until none is left,
