@@ -96,11 +96,14 @@ func submit(stateDir string, spec *Spec) (*Status, error) {
 		timeout += prev.StopTimeout
 	}
 	deadline := time.Now().Add(timeout)
+	var started Identity // the supervisor this call started, if any
 	for i := 0; ; i++ {
-		if i%100 == 0 { // now, and every 200ms should it have died
-			if err := ensureSupervisor(stateDir); err != nil {
+		if i%100 == 0 && !started.Alive() { // now, and every 200ms should it have died
+			id, err := ensureSupervisor(stateDir)
+			if err != nil {
 				return nil, err
 			}
+			started = id
 		}
 		st, err := ReadStatus(file)
 		if err == nil && st != nil && st.Gen == spec.Gen && st.State != Starting {
@@ -116,29 +119,29 @@ func submit(stateDir string, spec *Spec) (*Status, error) {
 func supervisorLog(stateDir string) string { return filepath.Join(stateDir, "logs", ".supervisor.log") }
 
 // ensureSupervisor wakes the live supervisor to read the specs, or starts
-// one. One leaving (it had nothing left) is replaced; the new one waits
-// for its lock.
-func ensureSupervisor(stateDir string) error {
+// one and returns it. One leaving (it had nothing left) is replaced; the
+// new one waits for its lock.
+func ensureSupervisor(stateDir string) (Identity, error) {
 	procs := procsDir(stateDir)
 	var info shimInfo
 	if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); ok && info.Shim.Alive() {
 		if info.State == "running" {
 			info.Shim.Signal(syscall.SIGHUP)
-			return nil
+			return Identity{}, nil
 		}
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return err
+		return Identity{}, err
 	}
 	logf := supervisorLog(stateDir)
 	if err := os.MkdirAll(filepath.Dir(logf), 0o700); err != nil {
-		return err
+		return Identity{}, err
 	}
 	CapLog(logf, 1<<20)
 	out, err := openLog(logf)
 	if err != nil {
-		return err
+		return Identity{}, err
 	}
 	defer out.Close()
 	cmd := exec.Command(exe, ShimArg, procs)
@@ -148,12 +151,13 @@ func ensureSupervisor(stateDir string) error {
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start the supervisor: %w", err)
+		return Identity{}, fmt.Errorf("start the supervisor: %w", err)
 	}
+	id := Of(cmd.Process.Pid)
 	// Reap it should it end while this process runs; after that, whoever
 	// adopts it does.
 	go cmd.Wait()
-	return nil
+	return id, nil
 }
 
 // Read is the status of a process, nil when it has none.
@@ -178,7 +182,7 @@ func Remove(stateDir, name string, sig syscall.Signal, timeout time.Duration) er
 		sig, timeout = st.StopSignal, st.StopTimeout
 	}
 	if st.Supervised() {
-		ensureSupervisor(stateDir) // it reads the spec is gone and stops it
+		ensureSupervisor(stateDir) // it reads that the spec is gone and stops it
 		deadline := time.Now().Add(timeout + 5*time.Second)
 		for time.Now().Before(deadline) {
 			if st, _ = ReadStatus(file); st == nil || !st.Supervised() {

@@ -35,7 +35,14 @@ const cleanPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 func newSpec(t *testing.T, name string, argv ...string) (string, Spec) {
 	t.Helper()
 	state := t.TempDir()
-	t.Cleanup(func() { StopAll(state) })
+	t.Cleanup(func() {
+		StopAll(state)
+		// The supervisor is this test binary: what it said of a race or a
+		// panic (under -race, say) is a failure here.
+		if b, _ := os.ReadFile(supervisorLog(state)); bytes.Contains(b, []byte("DATA RACE")) || bytes.Contains(b, []byte("panic:")) {
+			t.Errorf("the supervisor failed:\n%s", b)
+		}
+	})
 	logFile, _ := Files(state, name)
 	cg, _ := CgroupBase(state)
 	if cg != "" {

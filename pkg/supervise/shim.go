@@ -75,7 +75,10 @@ func RunShim(args []string) int {
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	for n := 0; ; n++ {
+	for n := 1; ; n++ {
+		if len(s.units) == 0 && s.idle() {
+			return 0
+		}
 		select {
 		case <-hup:
 			s.scan()
@@ -91,9 +94,6 @@ func RunShim(args []string) int {
 				delete(s.units, u.name)
 			}
 			s.scan() // a spec may have come while it finished
-			if len(s.units) == 0 && s.idle() {
-				return 0
-			}
 		case <-term:
 			s.stopAll()
 			os.Remove(filepath.Join(s.procs, shimFile))
