@@ -578,7 +578,7 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
 				u.logf("%s: %s; stopping pid %d to restart it", u.name, why, u.proc.PID)
 				u.stopProcess()
 				return nil, spec, false
-			default:
+			case spec.Gen != u.spec.Gen:
 				u.useSpec(spec)
 				u.update(func(st *Status) { st.Gen = spec.Gen })
 			}
@@ -702,7 +702,7 @@ func (u *unit) backoff(at time.Time) bool {
 					u.adoptSpec(spec)
 				}
 				return true // the loop holds it, or starts the new spec now
-			default:
+			case spec.Gen != u.spec.Gen:
 				u.useSpec(spec)
 				u.update(func(st *Status) { st.Gen = spec.Gen })
 			}

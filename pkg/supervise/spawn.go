@@ -127,10 +127,15 @@ func (r *reaper) runProbe(ctx context.Context, spec *Spec, argv []string) ([]byt
 	select {
 	case ws = <-exited:
 	case <-ctx.Done():
-		killGroup(pid, syscall.SIGKILL)
-		ws = <-exited
+		select {
+		case ws = <-exited:
+		default:
+			// Not reaped yet, so its pid (its group's id) is not reused.
+			killGroup(pid, syscall.SIGKILL)
+			ws = <-exited
+		}
 	}
-	killGroup(pid, syscall.SIGKILL) // what it left behind
+	// Whatever it left holding the pipe does not hold the probe up.
 	pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	b := <-out
 	switch {
