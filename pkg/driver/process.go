@@ -514,7 +514,7 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 	}
 	name := r.Metadata.Name
 	logFile, _ := supervise.Files(stateDir, name)
-	cg, _ := supervise.CgroupBase(stateDir)
+	cg, why := supervise.CgroupBase(stateDir)
 	if cg != "" {
 		cg = filepath.Join(cg, name)
 	}
@@ -528,7 +528,7 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 		}.WithDefaults(),
 		Liveness: spec.LivenessProbe, Readiness: spec.ReadinessProbe,
 		LogFile: logFile, LogMax: supervise.DefaultLogMax, Hash: hash,
-		Cgroup: cg, Resources: limits,
+		Cgroup: cg, NoCgroup: why, Resources: limits,
 	}, nil
 }
 

@@ -405,13 +405,16 @@ func (u *unit) fillContainment() {
 		}
 	}
 	c := "cgroup " + string(u.cg)
-	if u.cg == "" {
-		c = "process group (no cgroup: " + strings.TrimPrefix(u.cgNote+")", "cannot make the cgroup: ")
-		if u.cgNote == "" {
-			c = "process group (no writable cgroup v2 hierarchy)"
-		}
-	} else if u.cgNote != "" {
+	switch {
+	case u.cg != "" && u.cgNote != "":
 		c += " (" + u.cgNote + ")"
+	case u.cg != "":
+	case u.cgNote != "":
+		c = "process group (" + u.cgNote + ")"
+	case u.spec.NoCgroup != "":
+		c = "process group (" + u.spec.NoCgroup + ")"
+	default:
+		c = "process group (no writable cgroup v2 hierarchy)"
 	}
 	u.mu.Lock()
 	u.st.Containment = c

@@ -149,7 +149,9 @@ type Spec struct {
 	Hash          string         `json:"hash"`   // the effective spec, echoed in the status
 	// Cgroup is the cgroup v2 directory to run it in; empty when there is
 	// no writable cgroup v2 hierarchy (the process group then).
-	Cgroup    string    `json:"cgroup,omitempty"`
+	Cgroup string `json:"cgroup,omitempty"`
+	// NoCgroup says why there is none, for the status.
+	NoCgroup  string    `json:"noCgroup,omitempty"`
 	Resources Resources `json:"resources"`
 
 	// Control fields, set by the starter.
