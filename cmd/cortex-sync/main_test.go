@@ -175,6 +175,7 @@ func TestScripts(t *testing.T) {
 			"dead":       cmdDead,
 			"sigkill":    cmdSigkill,
 			"signal":     cmdSignal,
+			"within":     cmdWithin,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
@@ -355,15 +356,35 @@ func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
+// cmdWithin runs a command (which must succeed, or fail with !) and checks
+// that it took at most a duration: within 5s cortex-sync sync ...
+func cmdWithin(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) < 2 {
+		ts.Fatalf("usage: within DURATION command [args...]")
+	}
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		ts.Fatalf("within: %v", err)
+	}
+	start := time.Now()
+	err = ts.Exec(args[1], args[2:]...)
+	took := time.Since(start)
+	if (err != nil) != neg {
+		ts.Fatalf("%s: %v", args[1], err)
+	}
+	if took > d {
+		ts.Fatalf("%s took %s, more than %s", args[1], took.Round(time.Millisecond), d)
+	}
+}
+
 // stopProcesses stops every supervised process a script left running:
-// shims outlive the commands that start them, by design.
+// supervisors and their processes outlive the commands that start them,
+// by design.
 func stopProcesses(work string) {
 	filepath.WalkDir(work, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Base(filepath.Dir(p)) != "procs" || filepath.Ext(p) != ".json" {
-			return nil
-		}
-		if st, err := supervise.ReadStatus(p); err == nil {
-			supervise.Stop(st, syscall.SIGKILL, time.Second)
+		if err == nil && d.IsDir() && d.Name() == "procs" {
+			supervise.StopAll(filepath.Dir(p))
+			return filepath.SkipDir
 		}
 		return nil
 	})

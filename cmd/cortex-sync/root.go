@@ -132,7 +132,7 @@ func (s *sourceFlags) source(cacheDir string, log *slog.Logger) (source.Source, 
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == supervise.ShimArg {
-		return supervise.RunShim() // the hidden mode that supervises one process
+		return supervise.RunShim(args[1:]) // the hidden mode: the state dir's supervisor
 	}
 	if code, ok := supervise.RunAsInit(args); ok {
 		return code // pid 1: a minimal init around a child cortex-sync
@@ -210,6 +210,10 @@ applied, and takes the smallest action that closes the gap.`,
 		newControlCmd(g, io, "suspend", "Ask the running agent to stop applying (it goes on observing and reporting)"),
 		newControlCmd(g, io, "resume", "Ask the running agent to apply again"),
 		newStateCmd(g, io),
+		newRestartCmd(g, io),
+		newStopCmd(g, io),
+		newStartCmd(g, io),
+		newLogsCmd(g, io),
 		newVersionCmd(io),
 	)
 	return cmd

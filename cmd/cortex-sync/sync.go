@@ -90,7 +90,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 	}
 	if o.wait {
-		if bad := s.WaitHealthy(ctx, o.waitTimeout); len(bad) > 0 {
+		if bad := s.WaitHealthy(ctx, rep.Applied(), o.waitTimeout); len(bad) > 0 {
 			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}
 		}
 	}

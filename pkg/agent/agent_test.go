@@ -29,7 +29,7 @@ import (
 // TestMain lets this test binary serve as the shim it starts.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.ShimArg {
-		os.Exit(supervise.RunShim())
+		os.Exit(supervise.RunShim(os.Args[2:]))
 	}
 	os.Exit(m.Run())
 }

@@ -112,6 +112,14 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		byID[c.ID] = c
 	}
 	rep := &Report{}
+	// touched: what this run changes. A dependency it changed is waited
+	// for; one it left alone is judged as it is, at once.
+	touched := map[resource.ID]bool{}
+	for _, c := range plan.Changes {
+		if c.Pending() {
+			touched[c.ID] = true
+		}
+	}
 	var mu sync.Mutex // guards snap, rep and failed
 	failed := map[resource.ID]bool{}
 	record := func(c *diff.Change, entry *state.Entry, err error) *Result {
@@ -149,7 +157,7 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			}
 			mu.Unlock()
 			g.Go(func() error {
-				if dep, why := waitDeps(ctx, a, set, r.ID(), snap, &mu, o.WaitTimeout); dep != "" {
+				if dep, why := waitDeps(ctx, a, set, r.ID(), snap, &mu, o.WaitTimeout, touched); dep != "" {
 					mu.Lock()
 					failed[r.ID()] = true
 					rep.Results = append(rep.Results, &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Outcome: Blocked, BlockedBy: dep, Error: why})
@@ -261,13 +269,22 @@ func Record(snap *state.Snapshot, set *resource.Set, c *diff.Change, entry *stat
 }
 
 // waitDeps waits for the dependencies of id that turn healthy after their
-// apply, up to timeout. It names one that did not, and why.
-func waitDeps(ctx context.Context, a Applier, set *resource.Set, id resource.ID, snap *state.Snapshot, mu *sync.Mutex, timeout time.Duration) (resource.ID, string) {
+// apply, up to timeout: those this run touched (started, restarted). One
+// it left alone is judged at once: a dependency that never gets ready
+// must not cost every sync the full timeout. It names one that is not
+// healthy, and why.
+func waitDeps(ctx context.Context, a Applier, set *resource.Set, id resource.ID, snap *state.Snapshot, mu *sync.Mutex, timeout time.Duration, touched map[resource.ID]bool) (resource.ID, string) {
 	for _, dep := range set.Deps(id) {
 		mu.Lock()
 		rec := snap.Find(string(dep))
 		mu.Unlock()
 		if rec == nil {
+			continue
+		}
+		if !touched[dep] {
+			if r, ok := a.Ready(ctx, rec); ok && r.Health != health.Healthy {
+				return dep, fmt.Sprintf("%s is %s: %s", dep, r.Health, r.Reason)
+			}
 			continue
 		}
 		if r, ok := waitHealthy(ctx, a, rec, timeout); ok && r.Health != health.Healthy {
@@ -289,14 +306,19 @@ func waitHealthy(ctx context.Context, a Applier, rec *state.Entry, timeout time.
 	}
 }
 
-// WaitHealthy waits until every resource in the inventory that turns
-// healthy after its apply is Healthy, up to timeout; it lists those that
-// are not, with why.
-func WaitHealthy(ctx context.Context, a Applier, snap *state.Snapshot, timeout time.Duration) []string {
+// WaitHealthy waits until every resource of ids (what a sync applied)
+// that turns healthy after its apply is Healthy, up to timeout; it lists
+// those that are not, with why. An unrelated Degraded resource is not
+// waited for.
+func WaitHealthy(ctx context.Context, a Applier, snap *state.Snapshot, ids []resource.ID, timeout time.Duration) []string {
 	deadline := time.Now().Add(timeout)
 	for {
 		var bad []string
-		for _, rec := range snap.Inventory {
+		for _, id := range ids {
+			rec := snap.Find(string(id))
+			if rec == nil {
+				continue
+			}
 			if r, ok := a.Ready(ctx, rec); ok && r.Health != health.Healthy {
 				bad = append(bad, fmt.Sprintf("%s is %s: %s", rec.ID, r.Health, r.Reason))
 			}

@@ -53,6 +53,18 @@ func (r *Report) Failed() bool {
 	return false
 }
 
+// Applied lists what the run changed on the host (not what was unchanged,
+// skipped or failed): what sync --wait waits for.
+func (r *Report) Applied() []resource.ID {
+	var ids []resource.ID
+	for _, res := range r.Results {
+		if res.Outcome == Applied && res.Action != diff.NoOp {
+			ids = append(ids, res.ID)
+		}
+	}
+	return ids
+}
+
 // past is an action done, in words.
 func past(a diff.Action) string {
 	switch a {

@@ -35,6 +35,9 @@ type Observation struct {
 	Crashed bool
 	// Failed: the last attempt (a command's run) failed for this same spec.
 	Failed bool
+	// Held: an operator stopped it until told to start it again
+	// (cortex-sync stop): it is Suspended, as if reconcile were disabled.
+	Held bool
 }
 
 // Verbs say how a kind carries out a create and an update: a process is
@@ -97,6 +100,7 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 // tree whose entries change is updated for the weightiest of their reasons.
 func (c *Change) decide(v Verbs) {
 	c.Action, c.Reason = Decide(&c.Observed, v)
+	c.Suspended = c.Observed.Held && c.Observed.Desired
 	c.Attrs = append(c.Attrs, c.Observed.Attrs...)
 	c.Drifted = 0
 	for _, f := range c.Files {

@@ -53,7 +53,7 @@ func Make(ctx context.Context, o Observer, set *resource.Set, snap *state.Snapsh
 func One(ctx context.Context, o Observer, desired *resource.Resource, rec *state.Entry) *Change {
 	if desired != nil {
 		c := observe(ctx, o, desired, rec, desired.ID(), desired.Kind)
-		c.Suspended = desired.Suspended()
+		c.Suspended = c.Suspended || desired.Suspended() // or held by an operator
 		return c
 	}
 	if rec.NoPrune {

@@ -129,13 +129,25 @@ type Change struct {
 
 // Runtime is what a process or command did on the host, for status.
 type Runtime struct {
-	PID      int        `json:"pid,omitempty"`
-	State    string     `json:"state,omitempty"` // the supervisor's state (running, backoff, exited)
-	Restarts int        `json:"restarts"`
-	LastExit *Exit      `json:"lastExit,omitempty"`
-	LastRun  *time.Time `json:"lastRun,omitempty"` // a command's last run
-	Outcome  string     `json:"outcome,omitempty"` // how it ended, in words ("exit code 3", "timed out after 2s")
-	LogPath  string     `json:"logPath,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	State    string `json:"state,omitempty"` // the supervisor's state (running, backoff, exited)
+	Restarts int    `json:"restarts"`
+	// QuickExits counts a process's quick failures in a row, or a
+	// command's failed runs in a row.
+	QuickExits int        `json:"quickExits,omitempty"`
+	LastExit   *Exit      `json:"lastExit,omitempty"`
+	LastRun    *time.Time `json:"lastRun,omitempty"` // a command's last run
+	Outcome    string     `json:"outcome,omitempty"` // how it ended, in words ("exit code 3", "timed out after 2s")
+	// NextAttempt is when a process in backoff starts again, or a failed
+	// command may run again.
+	NextAttempt *time.Time `json:"nextAttempt,omitempty"`
+	// Containment is what holds a process's tree: its cgroup, or its
+	// process group where no cgroup can be made.
+	Containment string `json:"containment,omitempty"`
+	LogPath     string `json:"logPath,omitempty"`
+	// LastOutput is the end of the output of a Degraded process or
+	// command.
+	LastOutput []string `json:"lastOutput,omitempty"`
 }
 
 // Exit is how a run ended.

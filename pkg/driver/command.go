@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,6 +73,26 @@ type commandExtra struct {
 	Output   string    `json:"output,omitempty"`   // the tail
 	TimedOut string    `json:"timedOut,omitempty"` // the timeout it ran into
 	Time     time.Time `json:"time"`
+	// Failures counts the failed runs in a row of this spec; the next
+	// run is not tried before NextTry.
+	Failures int       `json:"failures,omitempty"`
+	NextTry  time.Time `json:"nextTry,omitzero"`
+}
+
+// The backoff of a failing command: the first retry may come after
+// retryDelay, each further one after twice the wait before, up to
+// maxRetryDelay; a change of its spec runs it at once.
+const (
+	retryDelay    = 5 * time.Second
+	maxRetryDelay = 10 * time.Minute
+)
+
+func retryAfter(failures int) time.Duration {
+	d := retryDelay
+	for i := 1; i < failures && d < maxRetryDelay; i++ {
+		d *= 2
+	}
+	return min(d, maxRetryDelay)
 }
 
 func commandExtraOf(rec *state.Entry) (commandExtra, bool) {
@@ -86,15 +107,22 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	c := &diff.Change{Health: health.Healthy}
 	x, ran := commandExtraOf(rec)
 	if ran {
-		c.Runtime = &diff.Runtime{LastRun: &x.Time, Outcome: x.outcome(), LogPath: commandLog(env, rec.ID)}
+		c.Runtime = &diff.Runtime{LastRun: &x.Time, Outcome: x.outcome(), LogPath: commandLog(env, rec.ID), QuickExits: x.Failures}
 		if !x.OK {
 			c.Health, c.Detail = health.Degraded, x.outcome()
+			if !x.NextTry.IsZero() {
+				c.Runtime.NextAttempt = &x.NextTry
+			}
+			if x.Output != "" {
+				c.Runtime.LastOutput = lastLines(x.Output, 10)
+			}
 		}
 	}
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, ran
 	if r == nil {
-		o.Exists = false // nothing to undo: only the record goes
+		// Nothing to undo; its log goes with prune.
+		o.Exists = rec != nil && logExists(commandLog(env, rec.ID))
 		return c, nil
 	}
 	spec := r.Spec.(*CommandSpec)
@@ -109,6 +137,17 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	o.GitChanged = x.Hash != hash
 	o.Failed = ran && !x.OK
 	o.Matches = ran && x.OK && !o.GitChanged
+	if o.Matches && spec.Creates != "" && !env.Simulate {
+		// What it creates is checked on every run, as Ansible's creates
+		// is: gone, the command runs again (a stat, so status does it too).
+		if _, err := env.Root.Lstat(spec.Creates); missing(err) {
+			o.Exists, o.Matches = false, false
+			c.Health, c.Detail = health.Missing, spec.Creates+" is gone; it creates it"
+			return c, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("creates %s: %w", spec.Creates, err)
+		}
+	}
 	if o.Matches || env.Simulate || env.recalled() {
 		return c, nil // guards are not run in a sandbox, nor by status
 	}
@@ -231,6 +270,20 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	return out.Bytes(), 0, nil
 }
 
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return lines[max(0, len(lines)-n):]
+}
+
+// countOf counts in words: "1 failure", "3 failures".
+func countOf(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 func tailOf(b []byte, n int) string {
 	b = bytes.TrimSpace(b)
 	if len(b) > n {
@@ -241,6 +294,13 @@ func tailOf(b []byte, n int) string {
 
 func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	if c.Desired == nil {
+		// Pruned: what is left of it is its log.
+		p := commandLog(env, string(c.ID))
+		for _, f := range []string{p, p + ".1", p + ".1.tmp"} {
+			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return c.Record, err
+			}
+		}
 		return nil, nil
 	}
 	if c.Action == diff.NoOp {
@@ -256,6 +316,13 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		e.Extra, _ = json.Marshal(commandExtra{Hash: hash, OK: true})
 		return e, nil
 	}
+	prev, ran := commandExtraOf(c.Record)
+	if ran && !prev.OK && prev.Hash == hash && time.Now().Before(prev.NextTry) {
+		// Failing again at full cost on every sync helps nobody: the retry
+		// waits for its backoff, or for a change of its spec.
+		return c.Record, fmt.Errorf("%s, %s in a row; not tried again before %s (in %s)",
+			prev.outcome(), countOf(prev.Failures, "failure"), prev.NextTry.UTC().Format(time.RFC3339), time.Until(prev.NextTry).Round(time.Second))
+	}
 	timeout := 5 * time.Minute
 	if spec.Timeout > 0 {
 		timeout = spec.Timeout.Std()
@@ -263,6 +330,13 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	out, code, runErr := runCommand(ctx, env, spec, spec.Command, timeout)
 	appendLog(env, c.Desired.Metadata.Name, spec.Command, out, code, runErr)
 	x := commandExtra{Hash: hash, OK: runErr == nil && code == 0, ExitCode: code, Output: tailOf(out, 2048), Time: time.Now().UTC()}
+	if !x.OK {
+		x.Failures = 1
+		if ran && !prev.OK && prev.Hash == hash {
+			x.Failures = prev.Failures + 1
+		}
+		x.NextTry = x.Time.Add(retryAfter(x.Failures))
+	}
 	var te *errTimeout
 	if errors.As(runErr, &te) {
 		x.TimedOut = te.after.String()
@@ -281,7 +355,11 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 
 // commandLog is where a command's runs are logged.
 func commandLog(env *Env, id string) string {
-	return filepath.Join(env.State.Sub("logs"), "command-"+resource.ID(id).Name()+".log")
+	return commandLogFile(env.State.Path, resource.ID(id).Name())
+}
+
+func commandLogFile(stateDir, name string) string {
+	return filepath.Join(stateDir, "logs", "command-"+name+".log")
 }
 
 // appendLog keeps every run's output in stateDir/logs/command-<name>.log.
@@ -290,6 +368,7 @@ func appendLog(env *Env, name string, argv []string, out []byte, code int, err e
 	if os.MkdirAll(filepath.Dir(p), 0o700) != nil {
 		return
 	}
+	supervise.CapLog(p, supervise.DefaultLogMax) // capped like a process's log
 	f, ferr := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if ferr != nil {
 		return

@@ -27,15 +27,95 @@ import (
 
 // ProcessSpec is a supervised process's desired state.
 type ProcessSpec struct {
-	resource.Base  `yaml:",inline"`
-	Exec           `yaml:",inline"`
-	RestartPolicy  string            `yaml:"restartPolicy" json:"restartPolicy,omitempty"` // Always (default), OnFailure, Never
-	StopSignal     string            `yaml:"stopSignal" json:"stopSignal,omitempty"`       // default SIGTERM
-	StopTimeout    resource.Duration `yaml:"stopTimeout" json:"stopTimeout,omitempty"`     // default 10s
+	resource.Base `yaml:",inline"`
+	Exec          `yaml:",inline"`
+	// RestartPolicy: Always (the default), OnFailure, Never.
+	RestartPolicy supervise.RestartPolicy `yaml:"restartPolicy" json:"restartPolicy,omitempty"`
+	StopSignal    string                  `yaml:"stopSignal" json:"stopSignal,omitempty"`   // default SIGTERM
+	StopTimeout   resource.Duration       `yaml:"stopTimeout" json:"stopTimeout,omitempty"` // default 10s
+	// MinUptime: a run at least this long (default 10s) is restarted at
+	// once; a shorter one is a quick failure, restarted after RestartDelay
+	// (default 1s), doubling up to MaxRestartDelay (default 1m), until
+	// StartLimit (default 5) quick failures in a row make it Failed.
+	MinUptime       resource.Duration `yaml:"minUptime" json:"minUptime,omitempty"`
+	RestartDelay    resource.Duration `yaml:"restartDelay" json:"restartDelay,omitempty"`
+	MaxRestartDelay resource.Duration `yaml:"maxRestartDelay" json:"maxRestartDelay,omitempty"`
+	StartLimit      int               `yaml:"startLimit" json:"startLimit,omitempty"`
+	// Resources are limits, applied in the process's cgroup where the
+	// controllers are available.
+	Resources      *ProcessResources `yaml:"resources" json:"resources,omitempty"`
 	LivenessProbe  *health.Probe     `yaml:"livenessProbe" json:"livenessProbe,omitempty"`
 	ReadinessProbe *health.Probe     `yaml:"readinessProbe" json:"readinessProbe,omitempty"`
 	// RestartOn names resources whose change restarts the process.
 	RestartOn []resource.ID `yaml:"restartOn" json:"restartOn,omitempty"`
+}
+
+// ProcessResources limit a process's cgroup.
+type ProcessResources struct {
+	Memory string `yaml:"memory" json:"memory,omitempty"` // bytes, or with a suffix: 512Mi, 1G (memory.max)
+	CPU    string `yaml:"cpu" json:"cpu,omitempty"`       // cores: 0.5, 2, 500m (cpu.max)
+	Tasks  int64  `yaml:"tasks" json:"tasks,omitempty"`   // processes and threads (pids.max)
+}
+
+// limits turns the resources into what the supervisor applies.
+func (r *ProcessResources) limits() (supervise.Resources, error) {
+	var out supervise.Resources
+	if r == nil {
+		return out, nil
+	}
+	var err error
+	if r.Memory != "" {
+		if out.Memory, err = parseBytes(r.Memory); err != nil {
+			return out, fmt.Errorf("memory: %w", err)
+		}
+	}
+	if r.CPU != "" {
+		if out.MilliCPU, err = parseMilliCPU(r.CPU); err != nil {
+			return out, fmt.Errorf("cpu: %w", err)
+		}
+	}
+	if r.Tasks < 0 {
+		return out, fmt.Errorf("tasks: %d must be positive", r.Tasks)
+	}
+	out.Tasks = r.Tasks
+	return out, nil
+}
+
+// parseBytes reads 1048576, 512Ki, 512Mi, 2Gi, 500K, 500M, 1G.
+func parseBytes(s string) (int64, error) {
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}}
+	num, mult := s, int64(1)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			num, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size; write one such as 512Mi or 1G", s)
+	}
+	return n * mult, nil
+}
+
+// parseMilliCPU reads cores as 0.5, 2 or 500m.
+func parseMilliCPU(s string) (int64, error) {
+	bad := fmt.Errorf("%q is not a CPU quantity; write cores such as 0.5, 2 or 500m", s)
+	if m, ok := strings.CutSuffix(s, "m"); ok {
+		n, err := strconv.ParseInt(m, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, bad
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f <= 0 || f > 1e6 {
+		return 0, bad
+	}
+	return max(1, int64(f*1000+0.5)), nil
 }
 
 // Exec is how a program runs; Process and Command share it.
@@ -64,7 +144,16 @@ func (x *Exec) validate(v *resource.Validation) {
 func (s *ProcessSpec) Validate(v *resource.Validation) {
 	s.Exec.validate(v)
 	if s.RestartPolicy != "" {
-		v.OneOf("spec.restartPolicy", s.RestartPolicy, "Always", "OnFailure", "Never")
+		v.OneOf("spec.restartPolicy", string(s.RestartPolicy), supervise.RestartPolicies...)
+	}
+	if s.StartLimit < 0 {
+		v.Errorf("spec.startLimit", "%d must be positive", s.StartLimit)
+	}
+	if s.MaxRestartDelay > 0 && s.MaxRestartDelay < s.RestartDelay {
+		v.Errorf("spec.maxRestartDelay", "%s is less than restartDelay %s", s.MaxRestartDelay.Std(), s.RestartDelay.Std())
+	}
+	if _, err := s.Resources.limits(); err != nil {
+		v.Errorf("spec.resources", "%v", err)
 	}
 	if s.StopSignal != "" && unix.SignalNum(signalName(s.StopSignal)) == 0 {
 		v.Errorf("spec.stopSignal", "%q is not a signal; write one such as SIGTERM or SIGINT", s.StopSignal)
@@ -145,64 +234,74 @@ func effectiveHash(env *Env, r *resource.Resource, on []resource.ID) (string, er
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
-// live is what the shim's status says, trusted only while the shim is the
-// one recorded (or the one the status file names, when nothing is).
+// live is what the status file says of a process. The status is the
+// truth of what runs: the snapshot may lag behind it (a sync killed after
+// starting a process and before saving).
 type live struct {
-	status  *supervise.Status
-	running bool // the shim runs and supervises the process
-	orphan  bool // the shim is gone but the process it ran still runs
+	status     *supervise.Status
+	supervised bool   // the supervisor that wrote the status runs and looks after it
+	alive      bool   // the process the status names runs
+	hash       string // the desired effective spec, when observed from one
 }
 
-func observeProcess(env *Env, name string, x processExtra) (live, error) {
-	_, statusFile := supervise.Files(env.State.Path, name)
-	st, err := supervise.ReadStatus(statusFile)
+func observeProcess(env *Env, name string) (live, error) {
+	st, err := supervise.Read(env.State.Path, name)
 	if err != nil {
-		return live{}, fmt.Errorf("read %s: %w", statusFile, err)
+		return live{}, fmt.Errorf("read the status of %s: %w", name, err)
 	}
 	l := live{status: st}
-	if st == nil {
-		return l, nil
+	if st != nil {
+		l.supervised = st.Supervised()
+		l.alive = st.Process.Alive()
 	}
-	if x.Shim.PID != 0 && st.Shim != x.Shim {
-		// The status file belongs to another shim than recorded: trust
-		// neither over the recorded identities.
-		st.Shim, st.Process = x.Shim, x.Process
-	}
-	l.running = st.Shim.Alive() && (st.State == supervise.Running || st.State == supervise.Backoff)
-	l.orphan = !l.running && st.Process.Alive()
 	return l, nil
 }
 
 // describe says what the status means for health, and in words.
-func describe(l live, spec *ProcessSpec) (health.Status, string) {
+func describe(l live, policy supervise.RestartPolicy, id resource.ID) (health.Status, string) {
 	st := l.status
+	if st == nil {
+		return health.Missing, "not started"
+	}
 	restarts := ""
-	if st != nil && st.Restarts == 1 {
+	if st.Restarts == 1 {
 		restarts = ", 1 restart"
-	} else if st != nil && st.Restarts > 1 {
+	} else if st.Restarts > 1 {
 		restarts = fmt.Sprintf(", %d restarts", st.Restarts)
 	}
 	switch {
-	case st == nil:
-		return health.Missing, "not started"
-	case !l.running && st.State == supervise.Exited && !st.LastExit.Failed() && spec != nil && spec.RestartPolicy != "Always":
+	case st.State == supervise.Held:
+		return health.Suspended, fmt.Sprintf("stopped by the operator; cortex-sync start %s starts it again", id)
+	case st.State == supervise.Failed && st.StartError != "":
+		return health.Degraded, "failed: cannot start: " + st.StartError
+	case st.State == supervise.Failed:
+		return health.Degraded, fmt.Sprintf("failed: %s, %d quick failures in a row%s; fix it, then change its spec or run cortex-sync restart %s", st.LastExit, st.QuickExits, restarts, id)
+	case st.State == supervise.Exited && !st.LastExit.Failed() && policy.OrDefault() != supervise.Always:
 		return health.Healthy, "completed" + restarts
-	case !l.running:
+	case !l.supervised && l.alive:
+		return health.Degraded, fmt.Sprintf("unsupervised: its supervisor is gone; pid %d still runs, and the next sync adopts it", st.Process.PID)
+	case !l.supervised:
 		how := "its supervisor is gone"
-		if st.LastExit != nil {
+		if st.LastExit != nil && (st.State.Final() || !st.Process.Alive() && st.Process.PID == 0) {
 			how = st.LastExit.String()
 		}
 		return health.Degraded, "not running: " + how + restarts
-	case st.State == supervise.Backoff:
+	case st.State == supervise.BackingOff:
 		when := "now"
 		if d := time.Until(st.NextRestart); d > 0 {
 			when = "in " + d.Round(100*time.Millisecond).String()
 		}
-		return health.Degraded, fmt.Sprintf("crash loop: %s; restarting %s%s", st.LastExit, when, restarts)
+		return health.Degraded, fmt.Sprintf("crash loop: %s; restarting %s (quick failure %d)%s", st.LastExit, when, st.QuickExits, restarts)
+	case st.State == supervise.Starting:
+		return health.Progressing, "starting" + restarts
 	case st.Message != "":
 		return health.Degraded, st.Message + restarts
 	case !st.Ready:
-		return health.Progressing, "running, not ready yet" + restarts
+		d := "running, not ready yet"
+		if st.Probe != "" {
+			d += ": " + st.Probe
+		}
+		return health.Progressing, d + restarts
 	}
 	d := fmt.Sprintf("running as pid %d", st.Process.PID)
 	if st.LastExit != nil {
@@ -212,31 +311,37 @@ func describe(l live, spec *ProcessSpec) (health.Status, string) {
 }
 
 func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {
-	id := resource.ID("")
+	var id resource.ID
 	if r != nil {
 		id = r.ID()
 	} else {
 		id = resource.ID(rec.ID)
 	}
 	x := extraOf(rec)
-	l, err := observeProcess(env, id.Name(), x)
+	l, err := observeProcess(env, id.Name())
 	if err != nil {
 		return nil, err
 	}
 	if env.Simulate {
-		l = live{running: rec != nil, status: &supervise.Status{State: supervise.Running, Ready: true}}
+		l = live{supervised: rec != nil, alive: rec != nil, status: &supervise.Status{State: supervise.Running, Ready: true, Hash: x.Hash}}
 	}
-	c := &diff.Change{Work: l}
 	var spec *ProcessSpec
+	policy := supervise.DefaultRestartPolicy
 	if r != nil {
 		spec = r.Spec.(*ProcessSpec)
+		policy = spec.RestartPolicy
 	}
-	c.Health, c.Detail = describe(l, spec)
-	c.Runtime = runtimeOf(env, id.Name(), l.status)
+	c := &diff.Change{}
+	c.Health, c.Detail = describe(l, policy, id)
+	c.Runtime = runtimeOf(env, id.Name(), l.status, c.Health)
 	o := &c.Observed
 	o.Recorded = rec != nil
-	o.Exists = l.running || l.orphan
+	st := l.status
 	if r == nil {
+		// Left Git: whatever of it is on the host, its process or only
+		// its files, goes with prune.
+		o.Exists = st != nil || l.alive
+		c.Work = l
 		return c, nil
 	}
 	o.Desired, o.Ours = true, true
@@ -246,11 +351,30 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 			return nil, err
 		}
 	}
-	completed := l.status != nil && l.status.State == supervise.Exited && !l.status.LastExit.Failed() && spec.RestartPolicy != "Always"
-	o.Exists = l.running || completed
-	o.Crashed = rec != nil && !o.Exists
+	l.hash = hash
+	c.Work = l
+	running := x.Hash // what runs: the status's word over the snapshot's
+	if st != nil {
+		running = st.Hash
+	}
 	o.GitChanged = x.Hash != hash
-	o.Matches = !o.GitChanged
+	o.Matches = running == hash
+	switch {
+	case st == nil:
+	case st.State == supervise.Held:
+		o.Exists, o.Held = true, true
+	case l.supervised:
+		o.Exists = true
+	case l.alive:
+		// It runs, unsupervised: the next supervisor adopts it.
+		o.Exists = true
+		o.Attrs = []diff.Attr{{Field: "supervisor", Before: "gone", After: "adopts pid " + strconv.Itoa(st.Process.PID)}}
+	case st.State == supervise.Failed && st.StartError == "":
+		o.Exists = true // final until its spec changes or an operator restarts it
+	case st.State == supervise.Exited && !st.LastExit.Failed() && policy.OrDefault() != supervise.Always:
+		o.Exists = true // completed
+	}
+	o.Crashed = rec != nil && !o.Exists
 	if o.GitChanged && rec != nil && rec.SpecHash == specHash(r) {
 		c.Detail = "a resource it restarts on changed"
 	}
@@ -266,21 +390,29 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	if c.Desired != nil {
 		spec = c.Desired.Spec.(*ProcessSpec)
-		if spec.StopSignal != "" {
-			stopSig = unix.SignalNum(signalName(spec.StopSignal))
-		}
-		if spec.StopTimeout > 0 {
-			stopTimeout = spec.StopTimeout.Std()
-		}
+		stopSig, stopTimeout = spec.stop()
 	}
+	name := c.ID.Name()
 	switch c.Action {
 	case diff.Delete:
 		if env.Simulate {
 			return nil, nil
 		}
-		return nil, supervise.Stop(l.status, stopSig, stopTimeout)
+		return nil, supervise.Remove(env.State.Path, name, stopSig, stopTimeout)
 	case diff.NoOp:
-		return c.Record, nil
+		// What runs is what is desired: record it as the status says,
+		// should the snapshot lag behind.
+		e := c.Record
+		if st := l.status; st != nil && c.Desired != nil && !env.Simulate && l.hash != "" {
+			e = newEntry(c.Desired, "")
+			if c.Record != nil {
+				cp := *c.Record
+				e = &cp
+			}
+			e.Created = true
+			e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: l.hash, StopSignal: stopSig, StopTimeout: stopTimeout})
+		}
+		return e, nil
 	}
 	hash, err := effectiveHash(env, c.Desired, spec.RestartOn)
 	if err != nil {
@@ -291,20 +423,19 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		e.Extra, _ = json.Marshal(processExtra{Hash: hash})
 		return e, nil
 	}
-	if err := supervise.Stop(l.status, stopSig, stopTimeout); err != nil {
-		return nil, err
-	}
-	s, err := shimSpec(env, c.Desired, spec, hash, stopSig, stopTimeout)
+	s, err := shimSpec(env, c.Desired, spec, hash)
 	if err != nil {
 		return nil, err
 	}
-	st, err := supervise.Start(s)
+	st, err := supervise.Run(env.State.Path, s)
 	if err != nil {
 		return nil, err
 	}
-	if st.State == supervise.Backoff && st.Process.PID == 0 && st.Restarts == 0 && strings.HasPrefix(st.LastExit.Reason, "cannot start") {
-		supervise.Stop(st, stopSig, stopTimeout) // it never ran: do not retry a command that is not there
-		return nil, fmt.Errorf("%s", st.LastExit.Reason)
+	if st.StartError != "" {
+		// It never ran: nothing is left to retry a program that is not
+		// there; the next sync tries again.
+		supervise.Remove(env.State.Path, name, stopSig, stopTimeout)
+		return nil, fmt.Errorf("cannot start: %s", st.StartError)
 	}
 	e := newEntry(c.Desired, "")
 	e.Created = true
@@ -312,35 +443,59 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	return e, nil
 }
 
-// runtimeOf is what status shows of a process's supervisor's report.
-func runtimeOf(env *Env, name string, st *supervise.Status) *diff.Runtime {
+// stop is how the process is stopped: its signal and timeout.
+func (s *ProcessSpec) stop() (syscall.Signal, time.Duration) {
+	sig, timeout := syscall.SIGTERM, 10*time.Second
+	if s.StopSignal != "" {
+		sig = unix.SignalNum(signalName(s.StopSignal))
+	}
+	if s.StopTimeout > 0 {
+		timeout = s.StopTimeout.Std()
+	}
+	return sig, timeout
+}
+
+// runtimeOf is what status shows of a process's supervisor's report: its
+// state, pid, restarts, the next attempt, how it is contained, and for one
+// that is Degraded, the last lines of its output.
+func runtimeOf(env *Env, name string, st *supervise.Status, h health.Status) *diff.Runtime {
 	logFile, _ := supervise.Files(env.State.Path, name)
 	rt := &diff.Runtime{LogPath: logFile}
 	if st == nil {
 		return rt
 	}
-	rt.State, rt.Restarts = st.State, st.Restarts
+	rt.State, rt.Restarts, rt.QuickExits, rt.Containment = string(st.State), st.Restarts, st.QuickExits, st.Containment
 	if st.Process.Alive() {
 		rt.PID = st.Process.PID
 	}
+	if !st.NextRestart.IsZero() && st.State == supervise.BackingOff {
+		t := st.NextRestart
+		rt.NextAttempt = &t
+	}
 	if e := st.LastExit; e != nil {
 		rt.LastExit = &diff.Exit{Code: e.Code, Signal: e.Signal, Reason: e.Reason, Time: e.Time}
+	}
+	if h == health.Degraded {
+		rt.LastOutput, _ = supervise.Tail(logFile, 10)
 	}
 	return rt
 }
 
 // health is a recorded process's live health, for waiting on readiness.
 func (processDriver) health(ctx context.Context, env *Env, rec *state.Entry) health.Report {
-	l, err := observeProcess(env, resource.ID(rec.ID).Name(), extraOf(rec))
+	id := resource.ID(rec.ID)
+	l, err := observeProcess(env, id.Name())
 	if err != nil {
 		return health.Report{Sync: health.OutOfSync, Health: health.Unknown, Reason: err.Error()}
 	}
-	h, d := describe(l, nil)
+	var spec ProcessSpec
+	json.Unmarshal(rec.Spec, &spec)
+	h, d := describe(l, spec.RestartPolicy, id)
 	return health.Report{Health: h, Reason: d}
 }
 
-// shimSpec turns a Process into what its shim runs.
-func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string, stopSig syscall.Signal, stopTimeout time.Duration) (supervise.Spec, error) {
+// shimSpec turns a Process into what its supervisor runs.
+func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (supervise.Spec, error) {
 	uid, gid, home, err := credentials(spec.User)
 	if err != nil {
 		return supervise.Spec{}, err
@@ -349,16 +504,31 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string, st
 	if err != nil {
 		return supervise.Spec{}, err
 	}
-	logFile, statusFile := supervise.Files(env.State.Path, r.Metadata.Name)
-	policy := spec.RestartPolicy
-	if policy == "" {
-		policy = "Always"
+	limits, err := spec.Resources.limits()
+	if err != nil {
+		return supervise.Spec{}, err
 	}
+	stateDir, err := filepath.Abs(env.State.Path)
+	if err != nil {
+		return supervise.Spec{}, err
+	}
+	name := r.Metadata.Name
+	logFile, _ := supervise.Files(stateDir, name)
+	cg, why := supervise.CgroupBase(stateDir)
+	if cg != "" {
+		cg = filepath.Join(cg, name)
+	}
+	stopSig, stopTimeout := spec.stop()
 	return supervise.Spec{
-		ID: string(r.ID()), Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir,
-		UID: uid, GID: gid, RestartPolicy: policy, StopSignal: stopSig, StopTimeout: stopTimeout,
+		ID: string(r.ID()), Name: name, Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir,
+		UID: uid, GID: gid, RestartPolicy: spec.RestartPolicy.OrDefault(), StopSignal: stopSig, StopTimeout: stopTimeout,
+		Backoff: supervise.Backoff{
+			MinUptime: spec.MinUptime.Std(), Delay: spec.RestartDelay.Std(),
+			MaxDelay: spec.MaxRestartDelay.Std(), StartLimit: spec.StartLimit,
+		}.WithDefaults(),
 		Liveness: spec.LivenessProbe, Readiness: spec.ReadinessProbe,
-		LogFile: logFile, LogMax: 10 << 20, StatusFile: statusFile, Hash: hash,
+		LogFile: logFile, LogMax: supervise.DefaultLogMax, Hash: hash,
+		Cgroup: cg, NoCgroup: why, Resources: limits,
 	}, nil
 }
 

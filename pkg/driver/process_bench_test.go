@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,7 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -25,7 +29,14 @@ import (
 // TestMain lets this test binary serve as the shim it starts.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == supervise.ShimArg {
-		os.Exit(supervise.RunShim())
+		os.Exit(supervise.RunShim(os.Args[2:]))
+	}
+	if len(os.Args) > 2 && os.Args[1] == listenArg {
+		// A server for the benchmarks that starts fast and steadily.
+		if _, err := net.Listen("tcp", os.Args[2]); err != nil {
+			os.Exit(1)
+		}
+		select {}
 	}
 	os.Exit(m.Run())
 }
@@ -75,9 +86,9 @@ func BenchmarkObserve200Processes(b *testing.B) {
 		name := fmt.Sprintf("p%d", i)
 		_, statusFile := supervise.Files(e.State.Path, name)
 		os.MkdirAll(filepath.Dir(statusFile), 0o700)
-		st, _ := json.Marshal(supervise.Status{Shim: id, Process: id, State: supervise.Running, Ready: true})
-		os.WriteFile(statusFile, st, 0o600)
 		r := set.Get(resource.ID("Process/" + name))
+		st, _ := json.Marshal(supervise.Status{Shim: id, Process: id, State: supervise.Running, Ready: true, Hash: hashOf(b, e, r)})
+		os.WriteFile(statusFile, st, 0o600)
 		c, err := driver.Host{Env: e}.Observe(context.Background(), r, nil)
 		if err != nil {
 			b.Fatal(err)
@@ -109,7 +120,191 @@ func hashOf(b testing.TB, e *driver.Env, r *resource.Resource) string {
 	return x.Hash
 }
 
-// BenchmarkStartToHealthy starts a server under its shim and waits until
+// pythonServer is a server on port that starts listening as its start-up
+// ends; SO_REUSEADDR lets a new copy bind at once after the last died.
+func pythonServer(port int) []string {
+	return []string{"python3", "-c", fmt.Sprintf("import socket,time; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', %d)); s.listen(); time.sleep(600)", port)}
+}
+
+func benchPort(b *testing.B) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// waitListening polls until the port accepts a connection.
+func waitListening(b *testing.B, port int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("nothing listens on %d", port)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// listenArg makes this test binary a server: __listen ADDRESS.
+const listenArg = "__listen"
+
+// BenchmarkKillToServing kills (SIGKILL) a server that has been up past
+// its minUptime and times how long until it serves again: the supervisor's
+// reaction (from the kill to the new process's start) and the whole (to
+// serving), beside the server's own start-up, measured alone under the
+// same load. The server is this test binary in a listening mode: it starts
+// in a few milliseconds, so the supervisor's share is not lost in noise.
+func BenchmarkKillToServing(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	port, other := benchPort(b), benchPort(b)
+	server := func(port int) []string { return []string{exe, listenArg, fmt.Sprintf("127.0.0.1:%d", port)} }
+	var alone []time.Duration
+	startAlone := func() {
+		start := time.Now()
+		cmd := exec.Command(exe, server(other)[1:]...)
+		cmd.Start()
+		waitListening(b, other)
+		alone = append(alone, time.Since(start))
+		cmd.Process.Kill()
+		cmd.Wait()
+	}
+	argv, _ := json.Marshal(server(port))
+	doc := fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: web}\nspec:\n  command: %s\n  minUptime: 50ms\n  stopTimeout: 1s\n", argv)
+	set := manifests(b, map[string]string{"web.yaml": doc})
+	e := env(b, set, &state.Snapshot{})
+	b.Cleanup(func() { supervise.StopAll(e.State.Path) })
+	host := driver.Host{Env: e}
+	r := set.Get("Process/web")
+	c, err := host.Observe(context.Background(), r, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.ID, c.Kind, c.Desired, c.Action = r.ID(), r.Kind, r, diff.Create
+	if _, err := host.Apply(context.Background(), c); err != nil {
+		b.Fatal(err)
+	}
+	waitListening(b, port)
+	var serving, reaction []time.Duration
+	for b.Loop() {
+		st, _ := supervise.Read(e.State.Path, "web")
+		for time.Since(st.Started) < 60*time.Millisecond { // up past minUptime
+			time.Sleep(time.Millisecond)
+		}
+		killed := time.Now()
+		syscall.Kill(st.Process.PID, syscall.SIGKILL)
+		for st.Process.Alive() { // dead: its socket is closed
+			time.Sleep(50 * time.Microsecond)
+		}
+		waitListening(b, port)
+		serving = append(serving, time.Since(killed))
+		next, _ := supervise.Read(e.State.Path, "web")
+		for deadline := time.Now().Add(5 * time.Second); next.Process == st.Process || next.State != supervise.Running; {
+			if time.Now().After(deadline) {
+				b.Fatal("the status never showed the new process")
+			}
+			time.Sleep(100 * time.Microsecond)
+			next, _ = supervise.Read(e.State.Path, "web")
+		}
+		// The new process's start, stamped by its supervisor as it forks.
+		reaction = append(reaction, next.Started.Sub(killed))
+		startAlone()
+	}
+	b.ReportMetric(ms(median(alone)), "alone-median-ms")
+	b.ReportMetric(ms(median(serving)), "kill-to-serving-median-ms")
+	b.ReportMetric(ms(median(reaction)), "kill-to-restart-median-ms")
+	b.ReportMetric(ms(slices.Max(reaction)), "kill-to-restart-max-ms")
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkSupervisorFootprint builds cortex-sync, syncs 1 and then 10
+// supervised processes, each with a readiness and a liveness probe at
+// their default timing (every 10s) — exec probes ("true") or TCP probes
+// of servers — and reports the supervisor's memory (VmRSS as
+// /proc/PID/status counts it, and PSS) per supervised process, and its
+// idle CPU over 15s: its own, and with its children's (the exec probes).
+func BenchmarkSupervisorFootprint(b *testing.B) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		b.Skip("python3 not found")
+	}
+	bin := filepath.Join(b.TempDir(), "cortex-sync")
+	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/cortex-sync").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	for b.Loop() {
+		for _, tt := range []struct {
+			probe string
+			n     int
+		}{{"exec", 1}, {"exec", 10}, {"tcp", 10}} {
+			dir := b.TempDir()
+			repo, root, state := filepath.Join(dir, "repo"), filepath.Join(dir, "root"), filepath.Join(dir, "state")
+			os.MkdirAll(repo, 0o755)
+			os.MkdirAll(root, 0o755)
+			for i := range tt.n {
+				cmd, probe := `[sleep, "600"]`, `{exec: {command: ["true"]}}`
+				if tt.probe == "tcp" {
+					port := benchPort(b)
+					argv, _ := json.Marshal(pythonServer(port))
+					cmd, probe = string(argv), fmt.Sprintf(`{tcp: {address: "127.0.0.1:%d"}}`, port)
+				}
+				doc := fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: p%d}\nspec:\n  command: %s\n  readinessProbe: %s\n  livenessProbe: %s\n", i, cmd, probe, probe)
+				os.WriteFile(filepath.Join(repo, fmt.Sprintf("p%d.yaml", i)), []byte(doc), 0o644)
+			}
+			if out, err := exec.Command(bin, "sync", "--wait", "--dir", repo, "--root", root, "--state-dir", state).CombinedOutput(); err != nil {
+				b.Fatalf("sync: %v\n%s", err, out)
+			}
+			st, _ := supervise.Read(state, "p0")
+			pid := st.Shim.PID
+			time.Sleep(2 * time.Second) // settle: the first probes, the first GC
+			rss, _ := vmRSS(pid)
+			pss, _ := procKB(fmt.Sprintf("/proc/%d/smaps_rollup", pid), "Pss:")
+			own0, all0, t0 := cpuTicks(pid, 2), cpuTicks(pid, 4), time.Now()
+			time.Sleep(15 * time.Second)
+			secs := time.Since(t0).Seconds()
+			own := float64(cpuTicks(pid, 2)-own0) / 100 / secs * 100
+			all := float64(cpuTicks(pid, 4)-all0) / 100 / secs * 100
+			supervise.StopAll(state)
+			unit := fmt.Sprintf("-%s-%d", tt.probe, tt.n)
+			b.ReportMetric(float64(rss)/1024, "RSS-MB"+unit)
+			b.ReportMetric(float64(rss)/1024/float64(tt.n), "RSS-MB/proc"+unit)
+			b.ReportMetric(float64(pss)/1024/float64(tt.n), "PSS-MB/proc"+unit)
+			b.ReportMetric(own, "CPU-%"+unit)
+			b.ReportMetric(all, "CPU-%-with-probes"+unit)
+		}
+	}
+}
+
+// cpuTicks is a process's CPU time in clock ticks (1/100 s): its own
+// (fields 2: utime, stime) or with its reaped children's (4).
+func cpuTicks(pid, fields int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	var sum int64
+	for _, i := range []int{11, 12, 13, 14}[:fields] { // utime stime cutime cstime
+		v, _ := strconv.ParseInt(f[i], 10, 64)
+		sum += v
+	}
+	return sum
+}
+
+// BenchmarkStartToHealthy starts a server under its supervisor and waits until
 // cortex-sync sees it Healthy (its TCP readiness probe passes); the
 // server's own start-up, measured alone, is reported beside it.
 func BenchmarkStartToHealthy(b *testing.B) {
@@ -171,25 +366,23 @@ func BenchmarkStartToHealthy(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 		managed += time.Since(start)
-		_, statusFile := supervise.Files(e.State.Path, "web")
-		st, _ := supervise.ReadStatus(statusFile)
-		if rss, ok := vmRSS(st.Shim.PID); ok {
-			b.ReportMetric(float64(rss), "shim-RSS-KiB")
-		}
-		supervise.Stop(st, 9, time.Second)
+		supervise.StopAll(e.State.Path)
 	}
 	b.ReportMetric(float64(alone.Milliseconds())/float64(b.N), "alone-ms/op")
 	b.ReportMetric(float64(managed.Milliseconds())/float64(b.N), "managed-ms/op")
 	b.ReportMetric(float64((managed-alone).Milliseconds())/float64(b.N), "overhead-ms/op")
 }
 
-func vmRSS(pid int) (int, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func vmRSS(pid int) (int, bool) { return procKB(fmt.Sprintf("/proc/%d/status", pid), "VmRSS:") }
+
+// procKB reads a "Field:   123 kB" line of a /proc file.
+func procKB(file, field string) (int, bool) {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		return 0, false
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(l, field); ok {
 			var kb int
 			fmt.Sscanf(strings.TrimSpace(v), "%d", &kb)
 			return kb, true

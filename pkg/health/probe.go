@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
 	"time"
 
@@ -100,20 +99,46 @@ func (p *Probe) Timing() Timing {
 	return t
 }
 
-// Check runs the probe once, within its timeout. Exec probes run with env
-// and dir, like the process they check.
-func (p *Probe) Check(ctx context.Context, env []string, dir string) error {
-	ctx, cancel := context.WithTimeout(ctx, p.Timing().Timeout)
-	defer cancel()
+// Runner runs an exec probe's command and returns its output (the tail
+// is enough) and how it failed; it runs it the way the process runs: as
+// its user, with its environment and PATH, in its directory.
+type Runner func(ctx context.Context, argv []string) ([]byte, error)
+
+// String names the probe for messages: "exec [test -f /ready]",
+// "http GET http://127.0.0.1:8080/healthz", "tcp 127.0.0.1:8080".
+func (p *Probe) String() string {
 	switch {
 	case p.Exec != nil:
-		cmd := exec.CommandContext(ctx, p.Exec.Command[0], p.Exec.Command[1:]...)
-		cmd.Env, cmd.Dir = env, dir
-		if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Sprintf("exec %q", p.Exec.Command)
+	case p.HTTP != nil:
+		return "http GET " + p.HTTP.URL
+	case p.TCP != nil:
+		return "tcp " + p.TCP.Address
+	}
+	return "empty probe"
+}
+
+// Check runs the probe once, within its timeout; run runs exec probes.
+func (p *Probe) Check(ctx context.Context, run Runner) error {
+	timeout := p.Timing().Timeout
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := p.check(ctx, run)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("timed out after %s", timeout)
+	}
+	return err
+}
+
+func (p *Probe) check(ctx context.Context, run Runner) error {
+	switch {
+	case p.Exec != nil:
+		out, err := run(ctx, p.Exec.Command)
+		if err != nil {
 			if t := strings.TrimSpace(tail(out, 200)); t != "" {
-				return fmt.Errorf("%s: %v: %s", p.Exec.Command[0], err, t)
+				return fmt.Errorf("%v: %s", err, t)
 			}
-			return fmt.Errorf("%s: %v", p.Exec.Command[0], err)
+			return err
 		}
 		return nil
 	case p.HTTP != nil:
@@ -123,6 +148,10 @@ func (p *Probe) Check(ctx context.Context, env []string, dir string) error {
 		}
 		resp, err := probeClient.Do(req)
 		if err != nil {
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				return ue.Err
+			}
 			return err
 		}
 		resp.Body.Close()
@@ -131,7 +160,7 @@ func (p *Probe) Check(ctx context.Context, env []string, dir string) error {
 			ok = resp.StatusCode == p.HTTP.ExpectStatus
 		}
 		if !ok {
-			return fmt.Errorf("GET %s: status %d", p.HTTP.URL, resp.StatusCode)
+			return fmt.Errorf("status %d", resp.StatusCode)
 		}
 		return nil
 	case p.TCP != nil:

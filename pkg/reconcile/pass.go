@@ -6,6 +6,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
 // Plan observes every resource against the desired state and decides: the
@@ -59,8 +60,8 @@ func (s *Session) Sync(ctx context.Context, plan *diff.Plan, o SyncOptions) (*ap
 	return rep, s.State.Save(s.Snapshot)
 }
 
-// WaitHealthy waits until everything that turns healthy after its apply is
-// Healthy, up to timeout; it lists what is not, with why.
-func (s *Session) WaitHealthy(ctx context.Context, timeout time.Duration) []string {
-	return apply.WaitHealthy(ctx, s.Host(), s.Snapshot, timeout)
+// WaitHealthy waits until what the sync applied (ids) and turns healthy
+// after its apply is Healthy, up to timeout; it lists what is not, and why.
+func (s *Session) WaitHealthy(ctx context.Context, ids []resource.ID, timeout time.Duration) []string {
+	return apply.WaitHealthy(ctx, s.Host(), s.Snapshot, ids, timeout)
 }

@@ -1,97 +1,244 @@
 package supervise
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
 
-// Start launches a shim for spec and waits until it reports the process
-// running (or already ended). The shim lives in a session of its own and
-// outlives the caller.
-func Start(spec Spec) (*Status, error) {
-	exe, err := os.Executable()
+// The starter's side. A starter (sync, the agent, an operator's verb)
+// never forks a process itself: it writes the process's spec, its intent,
+// to procs/<name>.spec, makes sure the state dir's supervisor runs, and
+// waits for the status to acknowledge that spec. Whatever moment the
+// starter dies at, the spec on disk and the one supervisor that acts on
+// it leave one process per name, never two.
+
+// ErrNoSpec reports a process with no spec on this host: never started
+// here, or pruned.
+var ErrNoSpec = errors.New("no supervised process by that name on this host")
+
+// procsDir is where specs and statuses live; absolute, as the supervisor
+// runs in /.
+func procsDir(stateDir string) string {
+	if abs, err := filepath.Abs(stateDir); err == nil {
+		stateDir = abs
+	}
+	return filepath.Join(stateDir, "procs")
+}
+
+// Run asks the supervisor to run spec: to start it, to restart it into
+// this spec if another runs, or to adopt the process that runs this very
+// spec unsupervised; and waits until the status reports on it. A hold or a
+// restart an operator asked for is kept.
+func Run(stateDir string, spec Spec) (*Status, error) {
+	procs := procsDir(stateDir)
+	if err := os.MkdirAll(procs, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(spec.LogFile), 0o700); err != nil {
+		return nil, err
+	}
+	if prev, _ := readSpec(specFile(procs, spec.Name)); prev != nil {
+		spec.RestartGen, spec.Hold = prev.RestartGen, prev.Hold
+	}
+	return submit(stateDir, &spec)
+}
+
+// Restart restarts the process now, as a rollout does: it is stopped and
+// started with its spec, which also ends a Failed state or a hold.
+func Restart(stateDir, name string) (*Status, error) {
+	return control(stateDir, name, func(s *Spec) { s.RestartGen++; s.Hold = false })
+}
+
+// Hold stops the process until Release; a sync leaves it stopped.
+func Hold(stateDir, name string) (*Status, error) {
+	return control(stateDir, name, func(s *Spec) { s.Hold = true })
+}
+
+// Release ends a hold: the process starts again.
+func Release(stateDir, name string) (*Status, error) {
+	return control(stateDir, name, func(s *Spec) { s.Hold = false })
+}
+
+func control(stateDir, name string, change func(*Spec)) (*Status, error) {
+	spec, err := readSpec(specFile(procsDir(stateDir), name))
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range []string{spec.LogFile, spec.StatusFile} {
-		if err := os.MkdirAll(filepath.Dir(f), 0o700); err != nil {
-			return nil, err
+	if spec == nil {
+		return nil, ErrNoSpec
+	}
+	change(spec)
+	return submit(stateDir, spec)
+}
+
+// submit writes the spec under a new generation and waits for the
+// supervisor to acknowledge it.
+func submit(stateDir string, spec *Spec) (*Status, error) {
+	procs := procsDir(stateDir)
+	file := statusFile(procs, spec.Name)
+	prev, _ := ReadStatus(file)
+	spec.Gen = uint64(time.Now().UnixNano())
+	if prev != nil && spec.Gen <= prev.Gen {
+		spec.Gen = prev.Gen + 1
+	}
+	if err := writeJSON(specFile(procs, spec.Name), spec); err != nil {
+		return nil, fmt.Errorf("write the spec: %w", err)
+	}
+	// The old process is stopped before the new one starts.
+	timeout := spec.StopTimeout + 10*time.Second
+	if prev != nil {
+		timeout += prev.StopTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	var started Identity // the supervisor this call started, if any
+	for i := 0; ; i++ {
+		if i%100 == 0 && !started.Alive() { // now, and every 200ms should it have died
+			id, err := ensureSupervisor(stateDir)
+			if err != nil {
+				return nil, err
+			}
+			started = id
 		}
-	}
-	os.Remove(spec.StatusFile)
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(exe, ShimArg)
-	cmd.Args[0] = os.Args[0] // the name this binary was run as
-	cmd.ExtraFiles = []*os.File{r}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
-	// Whatever the shim itself has to say goes to the process's log.
-	logf, err := os.OpenFile(spec.LogFile, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		r.Close()
-		w.Close()
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	err = cmd.Start()
-	logf.Close()
-	r.Close()
-	if err != nil {
-		w.Close()
-		return nil, fmt.Errorf("start the shim: %w", err)
-	}
-	json.NewEncoder(w).Encode(spec)
-	w.Close()
-	// Reap the shim should it end while this process still runs; after
-	// that, whoever adopts it does.
-	go cmd.Wait()
-	shim := Identity{PID: cmd.Process.Pid}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		st, err := ReadStatus(spec.StatusFile)
-		if err == nil && st != nil && st.Shim.PID == shim.PID && st.State != "" {
+		st, err := ReadStatus(file)
+		if err == nil && st != nil && st.Gen == spec.Gen && st.State != Starting {
 			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the supervisor did not take %s on within %s (see %s)", spec.Name, timeout, supervisorLog(stateDir))
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return nil, errors.New("the shim did not report within 10s")
 }
 
-// Stop ends a supervised process: the shim sends the stop signal to the
-// process's group and SIGKILL after the stop timeout. Should the shim be
-// gone and the process orphaned, the process's group is stopped directly.
-func Stop(st *Status, stopSignal syscall.Signal, stopTimeout time.Duration) error {
-	if st == nil {
-		return nil
-	}
-	grace := stopTimeout + 5*time.Second
-	if st.Shim.Alive() {
-		if err := st.Shim.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-			return fmt.Errorf("signal the shim: %w", err)
-		}
-		if !st.Shim.WaitGone(grace) {
-			return fmt.Errorf("the shim (pid %d) did not stop within %s", st.Shim.PID, grace)
+func supervisorLog(stateDir string) string { return filepath.Join(stateDir, "logs", ".supervisor.log") }
+
+// ensureSupervisor wakes the live supervisor to read the specs, or starts
+// one and returns it. One leaving (it had nothing left) is replaced; the
+// new one waits for its lock.
+func ensureSupervisor(stateDir string) (Identity, error) {
+	procs := procsDir(stateDir)
+	var info shimInfo
+	if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); ok && info.Shim.Alive() {
+		if info.State == "running" {
+			info.Shim.Signal(syscall.SIGHUP)
+			return Identity{}, nil
 		}
 	}
-	if st.Process.Alive() {
-		st.Process.SignalGroup(stopSignal)
-		if !st.Process.WaitGone(stopTimeout) {
-			st.Process.SignalGroup(syscall.SIGKILL)
-			st.Process.WaitGone(time.Second)
+	exe, err := os.Executable()
+	if err != nil {
+		return Identity{}, err
+	}
+	logf := supervisorLog(stateDir)
+	if err := os.MkdirAll(filepath.Dir(logf), 0o700); err != nil {
+		return Identity{}, err
+	}
+	CapLog(logf, 1<<20)
+	out, err := openLog(logf)
+	if err != nil {
+		return Identity{}, err
+	}
+	defer out.Close()
+	cmd := exec.Command(exe, ShimArg, procs)
+	cmd.Args[0] = os.Args[0] // the name this binary was run as
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Dir = "/"
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		return Identity{}, fmt.Errorf("start the supervisor: %w", err)
+	}
+	id := Of(cmd.Process.Pid)
+	// Reap it should it end while this process runs; after that, whoever
+	// adopts it does.
+	go cmd.Wait()
+	return id, nil
+}
+
+// Read is the status of a process, nil when it has none.
+func Read(stateDir, name string) (*Status, error) {
+	return ReadStatus(statusFile(procsDir(stateDir), name))
+}
+
+// Remove stops a process for good (prune) and deletes what it had on the
+// host: spec, status, logs and cgroup. sig and timeout stop it when no
+// status says how.
+func Remove(stateDir, name string, sig syscall.Signal, timeout time.Duration) error {
+	procs := procsDir(stateDir)
+	file := statusFile(procs, name)
+	if err := os.Remove(specFile(procs, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	st, err := ReadStatus(file)
+	if err != nil {
+		return err
+	}
+	if st != nil && st.StopSignal != 0 {
+		sig, timeout = st.StopSignal, st.StopTimeout
+	}
+	if st.Supervised() {
+		ensureSupervisor(stateDir) // it reads that the spec is gone and stops it
+		deadline := time.Now().Add(timeout + 5*time.Second)
+		for time.Now().Before(deadline) {
+			if st, _ = ReadStatus(file); st == nil || !st.Supervised() {
+				break
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}
+	if st != nil {
+		// Unsupervised, or the supervisor did not manage: stop it here.
+		stopTree(st.Process, cgroup(st.Cgroup), tagFor(stateDir, name), sig, timeout, nil)
+		if cg := cgroup(st.Cgroup); cg != "" {
+			if cg.populated() && !cg.kill(5*time.Second) {
+				return fmt.Errorf("processes are left in %s", cg)
+			}
+			cg.remove()
+		}
+		if st.Process.Alive() {
+			return fmt.Errorf("pid %d did not stop", st.Process.PID)
+		}
+	}
+	logFile, _ := Files(stateDir, name)
+	for _, f := range []string{file, file + ".tmp", specFile(procs, name) + ".tmp", logFile, logFile + ".1", logFile + ".1.tmp"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 	}
 	return nil
+}
+
+// StopAll stops the supervisor of a state dir and every process it had,
+// the unsupervised ones too (a test's cleanup, a host's teardown); specs
+// are left, so the next sync starts them again.
+func StopAll(stateDir string) {
+	procs := procsDir(stateDir)
+	var info shimInfo
+	if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); ok && info.Shim.Alive() {
+		info.Shim.Signal(syscall.SIGTERM)
+		info.Shim.WaitGone(30 * time.Second)
+	}
+	entries, _ := os.ReadDir(procs)
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok {
+			continue
+		}
+		st, err := ReadStatus(filepath.Join(procs, e.Name()))
+		if err != nil || st == nil {
+			continue
+		}
+		stopTree(st.Process, cgroup(st.Cgroup), tagFor(stateDir, name), syscall.SIGKILL, time.Second, nil)
+		if cg := cgroup(st.Cgroup); cg != "" {
+			cg.kill(5 * time.Second)
+			cg.remove()
+		}
+	}
 }
 
 // LookPath finds a program in the PATH of the environment it will run
@@ -111,56 +258,4 @@ func LookPath(name string, env []string) (string, error) {
 		}
 	}
 	return "", exec.ErrNotFound
-}
-
-// capped is a log file that rotates to one ".1" copy when it passes max.
-type capped struct {
-	mu   sync.Mutex
-	path string
-	max  int64
-	f    *os.File
-	size int64
-}
-
-func openCapped(path string, max int64) (*capped, error) {
-	if max <= 0 {
-		max = 10 << 20
-	}
-	c := &capped{path: path, max: max}
-	return c, c.open()
-}
-
-func (c *capped) open() error {
-	f, err := os.OpenFile(c.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return err
-	}
-	c.f, c.size = f, fi.Size()
-	return nil
-}
-
-func (c *capped) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.size+int64(len(p)) > c.max && c.size > 0 {
-		c.f.Close()
-		os.Rename(c.path, c.path+".1")
-		if err := c.open(); err != nil {
-			return 0, err
-		}
-	}
-	n, err := c.f.Write(p)
-	c.size += int64(n)
-	return n, err
-}
-
-func (c *capped) Close() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.f.Close()
 }

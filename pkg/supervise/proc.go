@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -79,15 +80,10 @@ func (id Identity) Signal(sig syscall.Signal) error {
 // SignalGroup sends sig to the process group this process leads, after
 // checking that the leader is still the one recorded.
 func (id Identity) SignalGroup(sig syscall.Signal) error {
-	if !id.Alive() {
+	if id.PID <= 1 || !id.Alive() {
 		return os.ErrProcessDone
 	}
 	return syscall.Kill(-id.PID, sig)
-}
-
-// groupAlive reports whether any process is left in the group.
-func groupAlive(pgid int) bool {
-	return syscall.Kill(-pgid, 0) == nil
 }
 
 // WaitGone polls until the process has gone (or is a zombie) or the
@@ -101,4 +97,67 @@ func (id Identity) WaitGone(timeout time.Duration) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return true
+}
+
+// watch reports on the returned channel when this process, which need not
+// be a child, has exited: a pidfd turns readable then. stop ends the watch.
+func (id Identity) watch() (gone <-chan struct{}, stop func(), err error) {
+	fd, err := unix.PidfdOpen(id.PID, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !id.Alive() {
+		unix.Close(fd)
+		ch := make(chan struct{})
+		close(ch)
+		return ch, func() {}, nil
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(fd)
+		return nil, nil, err
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer unix.Close(fd)
+		defer unix.Close(wake)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake), Events: unix.POLLIN}}
+		for {
+			_, err := unix.Poll(fds, -1)
+			if err == unix.EINTR {
+				continue
+			}
+			if fds[0].Revents != 0 {
+				close(ch)
+			}
+			return
+		}
+	}()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			var one = [8]byte{1}
+			unix.Write(wake, one[:])
+		})
+	}, nil
+}
+
+// StartTime is when this process started, from its start time in clock
+// ticks since boot; zero when unknown.
+func (id Identity) StartTime() time.Time {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil || id.Start == 0 {
+		return time.Time{}
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("btime ")); ok {
+			boot, err := strconv.ParseInt(string(bytes.TrimSpace(v)), 10, 64)
+			if err != nil {
+				return time.Time{}
+			}
+			const ticks = 100 // USER_HZ, fixed at 100 for userspace on Linux
+			return time.Unix(boot, 0).Add(time.Duration(id.Start) * time.Second / ticks)
+		}
+	}
+	return time.Time{}
 }

@@ -1,331 +1,714 @@
 package supervise
 
 import (
-	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"golang.org/x/sys/unix"
 )
 
-// RunShim is the shim's main: it reads its spec from fd 3 and supervises
-// the process until told to stop, or until the restart policy says done.
-func RunShim() int {
-	f := os.NewFile(3, "spec")
-	var spec Spec
-	err := json.NewDecoder(f).Decode(&spec)
-	f.Close()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cortex-sync shim: bad spec:", err)
+// shimInfo is procs/.shim: who the live supervisor is.
+type shimInfo struct {
+	Shim  Identity `json:"shim"`
+	State string   `json:"state"` // running, or exiting once it has nothing left to do
+}
+
+// supervisor supervises every process whose spec is in its procs
+// directory. One runs per state dir (procs/.lock keeps it so); it exits
+// when nothing is left to supervise.
+type supervisor struct {
+	procs    string
+	self     Identity
+	reaper   *reaper
+	log      *os.File // its own lines; also its stderr
+	units    map[string]*unit
+	finished chan *unit
+}
+
+// RunShim is the supervisor's main: cortex-sync __shim PROCS_DIR.
+func RunShim(args []string) int {
+	if len(args) < 1 {
+		fmt.Fprintln(os.Stderr, "cortex-sync supervisor: no procs directory given")
 		return 2
 	}
-	// Orphans of the process come to the shim, which reaps them.
-	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-	s := &shim{spec: spec, status: Status{Shim: Self(), Hash: spec.Hash}}
-	if s.spec.BackoffMin <= 0 {
-		s.spec.BackoffMin = time.Second
-	}
-	if s.spec.BackoffMax <= 0 {
-		s.spec.BackoffMax = 5 * time.Minute
-	}
-	return s.run()
-}
-
-type shim struct {
-	spec   Spec
-	mu     sync.Mutex // guards status
-	status Status
-	log    *capped
-	// reaping keeps the reaper, which waits for any child, away from the
-	// children of exec probes: those hold it shared from start to their own
-	// wait, the reaper holds it exclusive. Else the reaper could take a
-	// probe's exit status and fail a healthy process's probe.
-	reaping sync.RWMutex
-}
-
-func (s *shim) write() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	writeStatus(s.spec.StatusFile, &s.status)
-}
-
-func (s *shim) update(f func(st *Status)) {
-	s.mu.Lock()
-	f(&s.status)
-	s.mu.Unlock()
-	s.write()
-}
-
-func (s *shim) run() int {
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	chld := make(chan os.Signal, 16)
+	s := &supervisor{procs: args[0], self: Self(), reaper: newReaper(), units: map[string]*unit{}, finished: make(chan *unit, 16)}
+	s.log = os.Stderr
+	// Signals first: a starter may signal as soon as .shim names us.
+	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
-	var err error
-	if s.log, err = openCapped(s.spec.LogFile, s.spec.LogMax); err != nil {
-		s.update(func(st *Status) { st.State, st.Message = Exited, "cannot open the log: "+err.Error() })
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	signal.Ignore(syscall.SIGPIPE)
+
+	lock, err := s.lock()
+	if err != nil {
+		logLine(s.log, "%v", err)
 		return 1
 	}
-	defer s.log.Close()
-
-	var delay time.Duration
-	for {
-		started := time.Now()
-		exit, stopped := s.runOnce(stop, chld)
-		if stopped {
-			s.update(func(st *Status) { st.State, st.Ready, st.Process = Stopped, false, Identity{} })
-			return 0
-		}
-		restart := s.spec.RestartPolicy == "Always" || (s.spec.RestartPolicy == "OnFailure" && exit.Failed())
-		if !restart {
-			s.update(func(st *Status) { st.State, st.Ready, st.Process, st.LastExit = Exited, false, Identity{}, exit })
-			return 0
-		}
-		delay = nextDelay(delay, time.Since(started), s.spec.BackoffMin, s.spec.BackoffMax)
-		next := time.Now().Add(delay)
-		s.update(func(st *Status) {
-			st.State, st.Ready, st.Process, st.LastExit, st.NextRestart = Backoff, false, Identity{}, exit, next
-		})
-		fmt.Fprintf(s.log, "cortex-sync: %s; restarting in %s\n", exit, delay)
-		select {
-		case <-time.After(delay):
-		case <-stop:
-			s.update(func(st *Status) { st.State = Stopped })
-			return 0
-		}
-		s.update(func(st *Status) { st.Restarts++ })
+	if lock == nil {
+		return 0 // another supervisor serves this state dir
 	}
-}
-
-// runOnce starts the process and supervises it until it ends (its exit) or
-// a stop is asked (stopped). One loop reaps: children and, the shim being a
-// subreaper, orphans of theirs.
-func (s *shim) runOnce(stop <-chan os.Signal, chld <-chan os.Signal) (*Exit, bool) {
-	pid, err := s.start()
-	if err != nil {
-		s.update(func(st *Status) { st.Message = err.Error() })
-		fmt.Fprintf(s.log, "cortex-sync: cannot start: %v\n", err)
-		return &Exit{Code: -1, Reason: "cannot start: " + err.Error(), Time: time.Now()}, false
-	}
-	id := Of(pid)
-	s.update(func(st *Status) {
-		st.State, st.Process, st.Started, st.Ready, st.Message, st.NextRestart = Running, id, time.Now(), s.spec.Readiness == nil, "", time.Time{}
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	unhealthy := make(chan string, 1)
-	s.probe(ctx, unhealthy)
-
-	var (
-		killAt   <-chan time.Time // SIGKILL the group when the stop timeout passes
-		reason   string
-		stopping bool
-	)
-	terminate := func() {
-		if killAt == nil {
-			syscall.Kill(-pid, s.spec.StopSignal)
-			killAt = time.After(s.spec.StopTimeout)
-		}
-	}
-	for {
-		select {
-		case <-chld:
-			if exit := s.reap(pid); exit != nil {
-				exit.Reason = reason
-				cancel()
-				s.endGroup(pid, chld)
-				return exit, stopping
-			}
-		case why := <-unhealthy:
-			reason = why
-			fmt.Fprintf(s.log, "cortex-sync: %s; stopping the process\n", why)
-			terminate()
-		case <-stop:
-			stopping = true
-			terminate()
-		case <-killAt:
-			syscall.Kill(-pid, syscall.SIGKILL)
-		}
-	}
-}
-
-// endGroup ends what is left of the process's group once the process
-// itself has exited, as systemd does for a unit's control group: the stop
-// signal, then SIGKILL after the stop timeout, reaping all the while.
-func (s *shim) endGroup(pgid int, chld <-chan os.Signal) {
-	if !groupAlive(pgid) {
-		return
-	}
-	syscall.Kill(-pgid, s.spec.StopSignal)
-	deadline := time.After(s.spec.StopTimeout)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for groupAlive(pgid) {
-		select {
-		case <-chld:
-		case <-tick.C:
-		case <-deadline:
-			syscall.Kill(-pgid, syscall.SIGKILL)
-		}
-		s.reap(pgid)
-	}
-}
-
-// reap collects every exited child; it returns how pid ended once it has.
-func (s *shim) reap(pid int) *Exit {
-	s.reaping.Lock()
-	defer s.reaping.Unlock()
-	var exit *Exit
-	for {
-		var ws unix.WaitStatus
-		got, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if got <= 0 || err != nil {
-			return exit
-		}
-		if got == pid {
-			exit = &Exit{Code: ws.ExitStatus(), Time: time.Now()}
-			if ws.Signaled() {
-				exit.Code, exit.Signal = -1, unix.SignalName(ws.Signal())
-			}
-		}
-	}
-}
-
-// start forks the process in a group of its own, its output into the log.
-func (s *shim) start() (int, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return 0, err
-	}
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return 0, err
-	}
-	defer devnull.Close()
-	attr := &syscall.SysProcAttr{Setpgid: true}
-	if s.spec.UID >= 0 {
-		attr.Credential = &syscall.Credential{Uid: uint32(s.spec.UID), Gid: uint32(max(s.spec.GID, 0))}
-	}
-	path := s.spec.Command[0]
-	if lp, err := LookPath(path, s.spec.Env); err == nil {
-		path = lp
-	}
-	pid, err := syscall.ForkExec(path, s.spec.Command, &syscall.ProcAttr{
-		Dir: s.spec.Dir, Env: s.spec.Env, Sys: attr,
-		Files: []uintptr{devnull.Fd(), w.Fd(), w.Fd()},
-	})
-	w.Close()
-	if err != nil {
-		r.Close()
-		return 0, fmt.Errorf("%s: %w", s.spec.Command[0], err)
-	}
+	defer lock.Close()
+	// Orphans of the processes come to the supervisor, which reaps them.
+	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	go func() {
-		io.Copy(s.log, r)
-		r.Close()
+		for range chld {
+			s.reaper.reap()
+		}
 	}()
-	return pid, nil
-}
+	s.announce("running")
+	// What the package inits and the first scan allocated is garbage now;
+	// give it back, and keep the heap small from here on.
+	debug.SetGCPercent(50)
+	s.scan()
+	debug.FreeOSMemory()
 
-// check runs a probe once; an exec probe's child is kept from the reaper.
-func (s *shim) check(ctx context.Context, p *health.Probe) error {
-	if p.Exec != nil {
-		s.reaping.RLock()
-		defer s.reaping.RUnlock()
-	}
-	return p.Check(ctx, s.spec.Env, s.spec.Dir)
-}
-
-// probe runs readiness and liveness checks while the process runs.
-// Readiness is polled every 20ms until it first succeeds, so a fast
-// process is seen ready at once, then every period.
-func (s *shim) probe(ctx context.Context, unhealthy chan<- string) {
-	if p := s.spec.Readiness; p != nil {
-		t := p.Timing()
-		go func() {
-			if !sleep(ctx, t.InitialDelay) {
-				return
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for n := 1; ; n++ {
+		if len(s.units) == 0 && s.idle() {
+			return 0
+		}
+		select {
+		case <-hup:
+			s.scan()
+		case <-tick.C:
+			for _, u := range s.units {
+				u.capLog()
 			}
-			ok, bad := 0, 0
-			for ready := false; ; {
-				err := s.check(ctx, p)
-				if ctx.Err() != nil {
-					return
-				}
-				if err == nil {
-					ok, bad = ok+1, 0
-				} else {
-					ok, bad = 0, bad+1
-				}
-				switch {
-				case !ready && ok >= t.SuccessThreshold:
-					ready = true
-					s.update(func(st *Status) { st.Ready, st.Message = true, "" })
-				case ready && bad >= t.FailureThreshold:
-					ready = false
-					s.update(func(st *Status) { st.Ready, st.Message = false, "readiness probe failed: "+err.Error() })
-				}
-				wait := t.Period
-				if !ready {
-					wait = min(t.Period, 20*time.Millisecond)
-				}
-				if !sleep(ctx, wait) {
-					return
-				}
+			if n%30 == 0 {
+				s.scan() // a safety net for a lost signal
 			}
-		}()
-	}
-	if p := s.spec.Liveness; p != nil {
-		t := p.Timing()
-		go func() {
-			if !sleep(ctx, t.InitialDelay) {
-				return
+		case u := <-s.finished:
+			if s.units[u.name] == u {
+				delete(s.units, u.name)
 			}
-			bad := 0
-			for {
-				if !sleep(ctx, t.Period) {
-					return
-				}
-				err := s.check(ctx, p)
-				if ctx.Err() != nil {
-					return
-				}
-				if err == nil {
-					bad = 0
-					continue
-				}
-				if bad++; bad >= t.FailureThreshold {
-					unhealthy <- "liveness probe failed: " + err.Error()
-					return
-				}
-			}
-		}()
+			s.scan() // a spec may have come while it finished
+		case <-term:
+			s.stopAll()
+			os.Remove(filepath.Join(s.procs, shimFile))
+			return 0
+		}
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	if d <= 0 {
-		return ctx.Err() == nil
+// lock takes procs/.lock, held for the supervisor's life. nil without an
+// error means another live supervisor holds it and serves.
+func (s *supervisor) lock() (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(s.procs, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
 	}
-	select {
-	case <-time.After(d):
-		return true
-	case <-ctx.Done():
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		// The holder is either serving (then it has our spec) or leaving.
+		var info shimInfo
+		if ok, _ := readJSON(filepath.Join(s.procs, shimFile), &info); ok && info.State == "running" && info.Shim.Alive() {
+			info.Shim.Signal(syscall.SIGHUP)
+			f.Close()
+			return nil, nil
+		}
+		if time.Now().After(deadline) {
+			f.Close()
+			return nil, errors.New("another supervisor holds " + f.Name())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (s *supervisor) announce(state string) {
+	writeJSON(filepath.Join(s.procs, shimFile), shimInfo{Shim: s.self, State: state})
+}
+
+// idle ends the supervisor once nothing is left to supervise. A starter
+// writes its spec before it looks for a supervisor, so a last scan after
+// announcing the exit sees any spec a starter could have missed us with.
+func (s *supervisor) idle() bool {
+	s.announce("exiting")
+	s.scan()
+	if len(s.units) > 0 {
+		s.announce("running")
 		return false
 	}
+	os.Remove(filepath.Join(s.procs, shimFile))
+	return true
 }
 
-// nextDelay is the wait before the next start: lo first, doubling up to hi
-// while the process keeps failing, back to lo once it ran ten minutes.
-func nextDelay(prev, ran, lo, hi time.Duration) time.Duration {
-	if prev == 0 || ran >= 10*time.Minute {
-		return lo
+// scan reads every spec and hands it to its unit, starting a unit for a
+// spec not yet acted upon; a unit whose spec is gone stops its process.
+func (s *supervisor) scan() {
+	entries, err := os.ReadDir(s.procs)
+	if err != nil {
+		logLine(s.log, "read %s: %v", s.procs, err)
+		return
 	}
-	return min(2*prev, hi)
+	seen := map[string]bool{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".spec")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		spec, err := readSpec(specFile(s.procs, name))
+		if err != nil || spec == nil {
+			if err != nil {
+				logLine(s.log, "%s: %v", name, err)
+			}
+			continue
+		}
+		seen[name] = true
+		if u := s.units[name]; u != nil {
+			u.send(spec)
+			continue
+		}
+		prev, _ := ReadStatus(statusFile(s.procs, name))
+		if prev != nil && prev.Gen == spec.Gen && prev.State.Final() {
+			continue // done with this spec
+		}
+		u := newUnit(s, name, spec)
+		s.units[name] = u
+		go u.run(prev)
+	}
+	for name, u := range s.units {
+		if !seen[name] {
+			u.send(nil)
+		}
+	}
+}
+
+// stopAll stops every process and waits for them (SIGTERM to the
+// supervisor: the host is shutting down, or a test ends).
+func (s *supervisor) stopAll() {
+	for _, u := range s.units {
+		u.send(nil)
+	}
+	for len(s.units) > 0 {
+		u := <-s.finished
+		delete(s.units, u.name)
+	}
+}
+
+// unit supervises one process through its specs.
+type unit struct {
+	s     *supervisor
+	name  string
+	specs chan *Spec // the newest spec, nil when it was removed
+	once  sync.Once
+
+	mu   sync.Mutex // guards spec's log fields and st
+	spec *Spec
+	st   Status
+
+	log     *os.File
+	cg      cgroup
+	cgNote  string // why there is no cgroup, or what limits it lacks
+	proc    Identity
+	exited  <-chan unix.WaitStatus // the process is our child
+	gone    <-chan struct{}        // the process was adopted
+	unwatch func()
+	stop    chan struct{} // closed to end the probes of this run
+	sick    chan string   // a liveness probe gave up
+	runID   int           // which run the probes report on (guarded by mu)
+}
+
+func newUnit(s *supervisor, name string, spec *Spec) *unit {
+	return &unit{s: s, name: name, spec: spec, specs: make(chan *Spec, 1)}
+}
+
+// send hands the unit a newer spec; an unread older one is replaced.
+func (u *unit) send(spec *Spec) {
+	for {
+		select {
+		case u.specs <- spec:
+			return
+		default:
+			select {
+			case <-u.specs:
+			default:
+			}
+		}
+	}
+}
+
+// update changes the status and writes it.
+func (u *unit) update(f func(st *Status)) {
+	u.mu.Lock()
+	f(&u.st)
+	st := u.st
+	u.mu.Unlock()
+	if err := writeJSON(statusFile(u.s.procs, u.name), &st); err != nil {
+		logLine(u.s.log, "%s: write status: %v", u.name, err)
+	}
+}
+
+// status is a copy of the unit's status.
+func (u *unit) status() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.st
+}
+
+func (u *unit) logf(format string, args ...any) {
+	if u.log != nil {
+		logLine(u.log, format, args...)
+	}
+}
+
+func (u *unit) capLog() {
+	u.mu.Lock()
+	file, max := u.spec.LogFile, u.spec.LogMax
+	u.mu.Unlock()
+	if err := CapLog(file, max); err != nil {
+		logLine(u.s.log, "%s: cap the log: %v", u.name, err)
+	}
+}
+
+func (u *unit) running() bool { return u.exited != nil || u.gone != nil }
+
+// run is the unit's life: take over what a predecessor left, then start,
+// watch, restart and stop the process as its specs say, until a final
+// state (exited, failed, held, stopped).
+func (u *unit) run(prev *Status) {
+	defer func() {
+		if u.log != nil {
+			u.log.Close()
+		}
+		u.s.finished <- u
+	}()
+	spec := u.spec
+	u.useSpec(spec)
+	u.st = Status{Shim: u.s.self, Gen: spec.Gen, RestartGen: spec.RestartGen, Hash: spec.Hash, State: Starting,
+		Cgroup: spec.Cgroup, StopSignal: spec.StopSignal, StopTimeout: spec.StopTimeout}
+	same := prev != nil && prev.Hash == spec.Hash && prev.RestartGen == spec.RestartGen
+	if same {
+		u.st.Restarts, u.st.QuickExits, u.st.LastExit = prev.Restarts, prev.QuickExits, prev.LastExit
+	}
+	u.fillContainment()
+	if u.takeOver(prev, same && !spec.Hold) {
+		u.logf("%s: adopted pid %d", u.name, u.proc.PID)
+	} else if same && prev.Gen == spec.Gen && !spec.Hold {
+		// Our predecessor died with this very spec: carry on from where
+		// it was.
+		switch prev.State {
+		case BackingOff:
+			if !u.backoff(prev.NextRestart) {
+				return
+			}
+		case Running, Starting:
+			if !prev.Started.IsZero() {
+				u.st.Started = prev.Started
+				if !u.ended(&Exit{Code: -1, Unknown: true, Time: time.Now().UTC()}) {
+					return
+				}
+			}
+		}
+	} else if same && !prev.Started.IsZero() {
+		u.st.Restarts++ // started again for the same spec (a sync after a crash)
+		u.st.QuickExits = 0
+	}
+	for {
+		spec := u.spec
+		if spec.Hold {
+			u.update(func(st *Status) { *st = u.final(Held) })
+			u.logf("%s: held (cortex-sync stop)", u.name)
+			return
+		}
+		if !u.running() {
+			if err := u.start(); err != nil {
+				u.logf("%s: cannot start: %v", u.name, err)
+				u.update(func(st *Status) {
+					*st = u.final(Failed)
+					st.StartError = err.Error()
+					st.LastExit = &Exit{Code: -1, Reason: "cannot start: " + err.Error(), Time: time.Now().UTC()}
+				})
+				return
+			}
+		}
+		exit, next, stop := u.watch()
+		switch {
+		case stop:
+			u.update(func(st *Status) { *st = u.final(Stopped) })
+			return
+		case next != nil:
+			if next.Hash != u.spec.Hash || next.RestartGen != u.spec.RestartGen {
+				u.adoptSpec(next)
+			}
+			continue
+		}
+		if !u.ended(exit) {
+			return
+		}
+	}
+}
+
+// final is the status of a unit that ends with nothing running, for its
+// current spec.
+func (u *unit) final(state State) Status {
+	st := u.st
+	st.State, st.Process, st.Ready, st.NextRestart, st.Probe, st.Message = state, Identity{}, false, time.Time{}, "", ""
+	st.Gen, st.RestartGen, st.Hash = u.spec.Gen, u.spec.RestartGen, u.spec.Hash
+	return st
+}
+
+// useSpec makes spec the current one.
+func (u *unit) useSpec(spec *Spec) {
+	u.mu.Lock()
+	u.spec = spec
+	u.mu.Unlock()
+	if u.log == nil || u.log.Name() != spec.LogFile {
+		if u.log != nil {
+			u.log.Close()
+		}
+		os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
+		u.log, _ = openLog(spec.LogFile)
+	}
+	u.cg = cgroup(spec.Cgroup)
+}
+
+// adoptSpec moves to a new spec whose process was stopped to change it:
+// counts start afresh.
+func (u *unit) adoptSpec(spec *Spec) {
+	u.useSpec(spec)
+	u.fillContainment()
+	u.update(func(st *Status) {
+		st.Gen, st.RestartGen, st.Hash, st.Restarts, st.QuickExits, st.StartError = spec.Gen, spec.RestartGen, spec.Hash, 0, 0, ""
+		st.State, st.Process, st.Ready, st.NextRestart = Starting, Identity{}, false, time.Time{}
+	})
+}
+
+func (u *unit) fillContainment() {
+	u.cgNote = ""
+	if u.cg != "" {
+		note, err := u.cg.setup(u.spec.Resources)
+		if err != nil {
+			u.cgNote = "cannot make the cgroup: " + err.Error()
+			u.cg = ""
+		} else {
+			u.cgNote = note
+		}
+	}
+	c := "cgroup " + string(u.cg)
+	switch {
+	case u.cg != "" && u.cgNote != "":
+		c += " (" + u.cgNote + ")"
+	case u.cg != "":
+	case u.cgNote != "":
+		c = "process group (" + u.cgNote + ")"
+	case u.spec.NoCgroup != "":
+		c = "process group (" + u.spec.NoCgroup + ")"
+	default:
+		c = "process group (no writable cgroup v2 hierarchy)"
+	}
+	u.mu.Lock()
+	u.st.Containment = c
+	u.mu.Unlock()
+}
+
+// takeOver deals with what a predecessor left running: the process it
+// recorded is adopted when adopt allows and it still runs; else it, its
+// cgroup and any stray of its tree are stopped. Nothing that ran for this
+// name is ever left beside what this unit starts.
+func (u *unit) takeOver(prev *Status, adopt bool) bool {
+	spec := u.spec
+	if prev != nil && prev.Process.Alive() {
+		if adopt {
+			gone, unwatch, err := prev.Process.watch()
+			if err == nil {
+				u.proc, u.gone, u.unwatch = prev.Process, gone, unwatch
+				if prev.Cgroup != string(u.cg) {
+					// It stays where it runs.
+					u.cg = cgroup(prev.Cgroup)
+					u.fillContainment()
+				}
+				started := prev.Started
+				if started.IsZero() {
+					started = prev.Process.StartTime()
+				}
+				u.update(func(st *Status) {
+					st.State, st.Process, st.Started, st.Adopted, st.Cgroup = Running, prev.Process, started, true, prev.Cgroup
+					st.Ready = spec.Readiness == nil
+				})
+				u.startProbes()
+				return true
+			}
+		}
+		sig, timeout := prev.stopSignal(spec)
+		u.logf("%s: stopping pid %d left by an earlier supervisor", u.name, prev.Process.PID)
+		stopTree(prev.Process, cgroup(prev.Cgroup), spec.Tag(), sig, timeout, nil)
+	}
+	if prev != nil && prev.Cgroup != "" && prev.Cgroup != string(u.cg) {
+		cgroup(prev.Cgroup).kill(5 * time.Second)
+	}
+	if u.cg != "" {
+		if u.cg.populated() {
+			u.logf("%s: killing what is left in %s", u.name, u.cg)
+			u.cg.kill(5 * time.Second)
+		}
+	} else if pids := strays(spec.Tag()); len(pids) > 0 {
+		u.logf("%s: killing %d processes left of an earlier run", u.name, len(pids))
+		killStrays(spec.Tag(), 5*time.Second)
+	}
+	return false
+}
+
+// stopSignal is how to stop the process a status records.
+func (st *Status) stopSignal(spec *Spec) (syscall.Signal, time.Duration) {
+	sig, timeout := spec.StopSignal, spec.StopTimeout
+	if st.StopSignal != 0 {
+		sig, timeout = st.StopSignal, st.StopTimeout
+	}
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	return sig, timeout
+}
+
+// start forks the process: into its cgroup, its output straight into its
+// log, its status written as Starting before and Running after.
+func (u *unit) start() error {
+	spec := u.spec
+	path, err := LookPath(spec.Command[0], spec.Env)
+	if err != nil {
+		return fmt.Errorf("%s: not found in PATH %s", spec.Command[0], envPath(spec.Env))
+	}
+	out, err := openLog(spec.LogFile)
+	if err != nil {
+		return fmt.Errorf("open the log: %w", err)
+	}
+	defer out.Close()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return err
+	}
+	defer devnull.Close()
+	u.update(func(st *Status) {
+		st.State, st.Process, st.StopSignal, st.StopTimeout, st.Cgroup = Starting, Identity{}, spec.StopSignal, spec.StopTimeout, string(u.cg)
+	})
+	attr := procAttr(spec, []uintptr{devnull.Fd(), out.Fd(), out.Fd()})
+	if u.cg != "" {
+		fd, err := u.cg.open()
+		if err == nil {
+			defer unix.Close(fd)
+			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
+		}
+	}
+	id, exited, err := u.s.reaper.forkExec(path, spec.Command, attr)
+	if err != nil && attr.Sys.UseCgroupFD && !isExecError(err) {
+		// A kernel without CLONE_INTO_CGROUP: the process group it is.
+		u.cg, u.cgNote = "", "cannot start into the cgroup: "+err.Error()
+		u.fillContainment()
+		attr.Sys.UseCgroupFD = false
+		id, exited, err = u.s.reaper.forkExec(path, spec.Command, attr)
+	}
+	if err != nil {
+		return err
+	}
+	u.proc, u.exited = id, exited
+	now := time.Now().UTC()
+	u.update(func(st *Status) {
+		st.State, st.Process, st.Started, st.Adopted, st.Cgroup = Running, id, now, false, string(u.cg)
+		st.Ready, st.Probe, st.Message, st.NextRestart, st.StartError = spec.Readiness == nil, "", "", time.Time{}, ""
+	})
+	u.logf("%s: started pid %d: %q", u.name, id.PID, spec.Command)
+	u.startProbes()
+	return nil
+}
+
+// isExecError tells the program's own failures (not found, not
+// executable, no working directory) from the kernel refusing the clone.
+func isExecError(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOEXEC) ||
+		errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ETXTBSY)
+}
+
+// watch follows the running process until it ends (exit) or a new spec
+// calls for it to stop: removed or held (stop; for a hold the spec is
+// current), or changed (next, the process stopped already).
+func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
+	var reason string
+	for {
+		select {
+		case ws := <-u.exited:
+			e := exitOf(ws)
+			e.Reason = reason
+			u.endRun()
+			return e, nil, false
+		case <-u.gone:
+			u.endRun()
+			return &Exit{Code: -1, Unknown: true, Reason: reason, Time: time.Now().UTC()}, nil, false
+		case why := <-u.sick:
+			reason = why
+			u.logf("%s: %s; stopping pid %d", u.name, why, u.proc.PID)
+			e := u.stopProcess()
+			e.Reason = why
+			return e, nil, false
+		case spec := <-u.specs:
+			switch {
+			case spec == nil:
+				u.logf("%s: removed; stopping pid %d", u.name, u.proc.PID)
+				u.stopProcess()
+				return nil, nil, true
+			case spec.Hold:
+				u.logf("%s: held; stopping pid %d", u.name, u.proc.PID)
+				u.stopProcess()
+				u.useSpec(spec) // the loop writes the hold
+				return nil, spec, false
+			case spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
+				why := "spec changed"
+				if spec.Hash == u.spec.Hash {
+					why = "restart asked (cortex-sync restart)"
+				}
+				u.logf("%s: %s; stopping pid %d to restart it", u.name, why, u.proc.PID)
+				u.stopProcess()
+				return nil, spec, false
+			case spec.Gen != u.spec.Gen:
+				u.useSpec(spec)
+				u.update(func(st *Status) { st.Gen = spec.Gen })
+			}
+		}
+	}
+}
+
+// stopProcess stops the running process and its whole tree: the stop
+// signal, SIGKILL after the stop timeout; it returns how it ended.
+func (u *unit) stopProcess() *Exit {
+	spec := u.spec
+	var e *Exit
+	wait := func(d time.Duration) bool {
+		select {
+		case ws := <-u.exited:
+			e = exitOf(ws)
+			return true
+		case <-u.gone:
+			e = &Exit{Code: -1, Unknown: true, Time: time.Now().UTC()}
+			return true
+		case <-time.After(d):
+			return false
+		}
+	}
+	stopTree(u.proc, u.cg, spec.Tag(), spec.StopSignal, spec.StopTimeout, wait)
+	if e == nil {
+		wait(5 * time.Second)
+	}
+	if e == nil {
+		e = &Exit{Code: -1, Signal: "SIGKILL", Time: time.Now().UTC()}
+	}
+	u.endRun()
+	return e
+}
+
+// endRun forgets the process that ended and stops what it left behind.
+func (u *unit) endRun() {
+	if u.stop != nil {
+		close(u.stop)
+		u.stop = nil
+	}
+	if u.unwatch != nil {
+		u.unwatch()
+		u.unwatch = nil
+	}
+	pgid := u.proc.PID
+	u.proc, u.exited, u.gone = Identity{}, nil, nil
+	spec := u.spec
+	switch {
+	case u.cg != "":
+		if u.cg.populated() {
+			u.cg.signal(spec.StopSignal)
+			if !u.cg.waitEmpty(spec.StopTimeout) {
+				u.cg.kill(5 * time.Second)
+			}
+		}
+	default:
+		if groupAlive(pgid) || len(strays(spec.Tag())) > 0 {
+			killGroup(pgid, spec.StopSignal)
+			signalStrays(spec.Tag(), spec.StopSignal)
+			deadline := time.Now().Add(spec.StopTimeout)
+			for (groupAlive(pgid) || len(strays(spec.Tag())) > 0) && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			killGroup(pgid, syscall.SIGKILL)
+			killStrays(spec.Tag(), 5*time.Second)
+		}
+	}
+}
+
+// ended applies the restart policy to a process that ended: restart it at
+// once after a long run, after a backoff after a quick one, or end the
+// unit (exited, failed). It reports whether the unit goes on.
+func (u *unit) ended(e *Exit) bool {
+	spec := u.spec
+	ran := e.Time.Sub(u.status().Started)
+	if !spec.RestartPolicy.Restarts(e) {
+		u.logf("%s: %s after %s; restart policy %s: done", u.name, e, ran.Round(time.Millisecond), spec.RestartPolicy.OrDefault())
+		u.update(func(st *Status) { *st = u.final(Exited); st.LastExit = e })
+		return false
+	}
+	wait, quick, failed := spec.Backoff.Next(ran, u.status().QuickExits)
+	if failed {
+		u.logf("%s: %s after %s; %d quick failures in a row: failed (cortex-sync restart Process/%s starts it again)", u.name, e, ran.Round(time.Millisecond), quick, u.name)
+		u.update(func(st *Status) { *st = u.final(Failed); st.LastExit, st.QuickExits = e, quick })
+		return false
+	}
+	u.update(func(st *Status) { st.LastExit, st.QuickExits = e, quick })
+	if wait == 0 {
+		u.logf("%s: %s after %s; restarting", u.name, e, ran.Round(time.Millisecond))
+		u.update(func(st *Status) { st.Restarts++ })
+		return true
+	}
+	u.logf("%s: %s after %s; restarting in %s (quick failure %d of %d)", u.name, e, ran.Round(time.Millisecond), wait, quick, spec.Backoff.WithDefaults().StartLimit)
+	if !u.backoff(time.Now().Add(wait)) {
+		return false
+	}
+	u.update(func(st *Status) { st.Restarts++ })
+	return true
+}
+
+// backoff waits until at, or until a spec calls for something else. It
+// reports whether to start the process now.
+func (u *unit) backoff(at time.Time) bool {
+	u.update(func(st *Status) {
+		st.State, st.Process, st.Ready, st.NextRestart, st.Probe, st.Message = BackingOff, Identity{}, false, at.UTC(), "", ""
+	})
+	for {
+		select {
+		case <-time.After(time.Until(at)):
+			return true
+		case spec := <-u.specs:
+			switch {
+			case spec == nil:
+				u.update(func(st *Status) { *st = u.final(Stopped) })
+				return false
+			case spec.Hold || spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
+				if spec.Hold {
+					u.useSpec(spec) // the loop writes the hold
+				} else {
+					u.adoptSpec(spec)
+				}
+				return true // the loop holds it, or starts the new spec now
+			case spec.Gen != u.spec.Gen:
+				u.useSpec(spec)
+				u.update(func(st *Status) { st.Gen = spec.Gen })
+			}
+		}
+	}
 }

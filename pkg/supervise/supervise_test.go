@@ -8,22 +8,49 @@ import (
 	"time"
 )
 
-func TestNextDelay(t *testing.T) {
-	lo, hi := time.Second, 5*time.Minute
-	var d time.Duration
-	var got []time.Duration
-	for range 12 {
-		d = nextDelay(d, time.Second, lo, hi)
-		got = append(got, d)
+func TestBackoff(t *testing.T) {
+	b := Backoff{}.WithDefaults() // 10s up, 1s doubling to 1m, Failed at 5
+	tests := []struct {
+		ran   time.Duration
+		quick int
+		wait  time.Duration
+		n     int
+		fail  bool
+	}{
+		// A process that ran at least minUptime restarts at once, all reset:
+		// eight minutes up, killed once, is no crash loop.
+		{8 * time.Minute, 0, 0, 0, false},
+		{10 * time.Second, 4, 0, 0, false},
+		// Quick failures in a row back off, doubling.
+		{time.Second, 0, time.Second, 1, false},
+		{time.Second, 1, 2 * time.Second, 2, false},
+		{time.Second, 2, 4 * time.Second, 3, false},
+		{time.Second, 3, 8 * time.Second, 4, false},
+		// The start limit: Failed, a final state.
+		{time.Second, 4, 0, 5, true},
 	}
-	want := []time.Duration{1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300}
-	for i := range want {
-		if got[i] != want[i]*time.Second {
-			t.Fatalf("delays %v, want %v seconds", got, want)
+	for _, tt := range tests {
+		wait, n, fail := b.Next(tt.ran, tt.quick)
+		if wait != tt.wait || n != tt.n || fail != tt.fail {
+			t.Errorf("Next(%s, %d) = %s, %d, %v; want %s, %d, %v", tt.ran, tt.quick, wait, n, fail, tt.wait, tt.n, tt.fail)
 		}
 	}
-	if d := nextDelay(hi, 10*time.Minute, lo, hi); d != lo {
-		t.Fatalf("after ten minutes up: %s, want the delay reset to %s", d, lo)
+	capped := Backoff{Delay: time.Second, MaxDelay: 5 * time.Second, StartLimit: 100}
+	if wait, _, _ := capped.Next(0, 20); wait != 5*time.Second {
+		t.Errorf("the delay is capped at maxRestartDelay: got %s", wait)
+	}
+}
+
+func TestRestartPolicy(t *testing.T) {
+	ok, bad := &Exit{Code: 0}, &Exit{Code: 3}
+	if RestartPolicy("").OrDefault() != Always || !RestartPolicy("").Restarts(ok) {
+		t.Error("the default policy is Always")
+	}
+	if OnFailure.Restarts(ok) || !OnFailure.Restarts(bad) || !OnFailure.Restarts(&Exit{Unknown: true}) {
+		t.Error("OnFailure restarts after a failure only; an unknown exit counts as one")
+	}
+	if Never.Restarts(bad) {
+		t.Error("Never restarts")
 	}
 }
 

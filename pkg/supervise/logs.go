@@ -1,0 +1,133 @@
+package supervise
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// DefaultLogMax is the size at which a log is rotated to one ".1" copy.
+const DefaultLogMax = 10 << 20
+
+// A process writes its output straight to its log file, opened O_APPEND:
+// it never depends on the supervisor being alive to take it. The
+// supervisor caps the file: past its maximum size, it is copied to
+// "<log>.1" and truncated in place (logrotate's copytruncate), so the
+// process's descriptor stays valid and O_APPEND writes go on at the new
+// end. What is written between the copy and the truncate is lost; the
+// window is a few microseconds.
+
+// openLog opens a log for appending, making it if needed.
+func openLog(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+}
+
+// CapLog rotates path when it has grown past max bytes.
+func CapLog(path string, max int64) error {
+	if max <= 0 {
+		max = DefaultLogMax
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() <= max {
+		return nil
+	}
+	src, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	tmp := path + ".1.tmp"
+	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(dst, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path+".1")
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Truncate(path, 0)
+}
+
+// logLine writes one of the supervisor's own lines, timestamped, to a log.
+func logLine(w io.Writer, format string, args ...any) {
+	fmt.Fprintf(w, "%s cortex-sync: %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), fmt.Sprintf(format, args...))
+}
+
+// Tail is the last n lines of a log (fewer when it holds fewer), read
+// from at most its last 64 KiB.
+func Tail(path string, n int) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	const window = 64 << 10
+	off := max(0, fi.Size()-window)
+	b := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(b, off); err != nil && err != io.EOF {
+		return nil, err
+	}
+	if off > 0 {
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:] // a partial first line
+		}
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) == 1 && lines[0] == "" {
+		return nil, nil
+	}
+	if n >= 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines, nil
+}
+
+// Follow copies what is appended to path to w from offset from, until ctx
+// ends; a log that shrank (rotated) is followed from its start.
+func Follow(ctx context.Context, path string, from int64, w io.Writer) error {
+	buf := make([]byte, 32<<10)
+	off := from
+	for {
+		f, err := os.Open(path)
+		if err == nil {
+			fi, serr := f.Stat()
+			if serr == nil && fi.Size() < off {
+				off = 0 // truncated by a rotation
+			}
+			for {
+				n, rerr := f.ReadAt(buf, off)
+				if n > 0 {
+					if _, err := w.Write(buf[:n]); err != nil {
+						f.Close()
+						return err
+					}
+					off += int64(n)
+				}
+				if rerr != nil || n == 0 {
+					break
+				}
+			}
+			f.Close()
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}

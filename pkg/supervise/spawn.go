@@ -1,0 +1,159 @@
+package supervise
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// reaper is the one place that waits for children: the supervised
+// processes, the exec probes and, the supervisor being a child subreaper,
+// orphans of theirs. A child is registered under the lock the reaper
+// takes, between its fork and any chance to reap it, so no exit status
+// ever goes to the wrong waiter.
+type reaper struct {
+	mu      sync.Mutex
+	waiters map[int]chan unix.WaitStatus
+}
+
+func newReaper() *reaper { return &reaper{waiters: map[int]chan unix.WaitStatus{}} }
+
+// forkExec starts a child; its exit status arrives on the channel. Its
+// identity is read before anyone can reap it.
+func (r *reaper) forkExec(path string, argv []string, attr *syscall.ProcAttr) (Identity, <-chan unix.WaitStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err != nil {
+		return Identity{}, nil, err
+	}
+	ch := make(chan unix.WaitStatus, 1)
+	r.waiters[pid] = ch
+	id := Of(pid)
+	if id.PID == 0 {
+		id.PID = pid
+	}
+	return id, ch, nil
+}
+
+// reap collects every child that exited, on SIGCHLD.
+func (r *reaper) reap() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if pid <= 0 || err != nil {
+			return
+		}
+		if ch, ok := r.waiters[pid]; ok {
+			ch <- ws
+			delete(r.waiters, pid)
+		}
+	}
+}
+
+// exitOf turns a wait status into an Exit.
+func exitOf(ws unix.WaitStatus) *Exit {
+	e := &Exit{Code: ws.ExitStatus(), Time: time.Now().UTC()}
+	if ws.Signaled() {
+		e.Code, e.Signal = -1, unix.SignalName(ws.Signal())
+	}
+	return e
+}
+
+// procAttr is how a spec's programs run: its user, environment (with the
+// unit's tag) and directory, in a process group of their own.
+func procAttr(spec *Spec, files []uintptr) *syscall.ProcAttr {
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if spec.UID >= 0 {
+		sys.Credential = &syscall.Credential{Uid: uint32(spec.UID), Gid: uint32(max(spec.GID, 0)), NoSetGroups: false}
+	}
+	env := append(append([]string(nil), spec.Env...), "CORTEX_SYNC_UNIT="+spec.Tag())
+	return &syscall.ProcAttr{Dir: spec.Dir, Env: env, Files: files, Sys: sys}
+}
+
+// runProbe runs an exec probe's command the way the process runs: as its
+// user, with its environment and PATH, in its working directory. Its
+// process group is killed when ctx ends.
+func (r *reaper) runProbe(ctx context.Context, spec *Spec, argv []string) ([]byte, error) {
+	path, err := LookPath(argv[0], spec.Env)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not found in PATH %s", argv[0], envPath(spec.Env))
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	id, exited, err := r.forkExec(path, argv, procAttr(spec, []uintptr{devnull.Fd(), pw.Fd(), pw.Fd()}))
+	pid := id.PID
+	pw.Close()
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan []byte, 1)
+	go func() {
+		var b []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := pr.Read(buf)
+			b = append(b, buf[:n]...)
+			if len(b) > 4096 {
+				b = b[len(b)-4096:]
+			}
+			if err != nil {
+				out <- b
+				return
+			}
+		}
+	}()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-exited:
+	case <-ctx.Done():
+		select {
+		case ws = <-exited:
+		default:
+			// Not reaped yet, so its pid (its group's id) is not reused.
+			killGroup(pid, syscall.SIGKILL)
+			ws = <-exited
+		}
+	}
+	// Whatever it left holding the pipe does not hold the probe up.
+	pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	b := <-out
+	switch {
+	case ctx.Err() != nil:
+		return b, ctx.Err()
+	case ws.Signaled():
+		return b, errors.New("killed by " + unix.SignalName(ws.Signal()))
+	case ws.ExitStatus() != 0:
+		return b, fmt.Errorf("exit status %d", ws.ExitStatus())
+	}
+	return b, nil
+}
+
+func envPath(env []string) string {
+	for _, kv := range env {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			return p
+		}
+	}
+	return "(none)"
+}
