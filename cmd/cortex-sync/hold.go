@@ -9,8 +9,9 @@ import (
 
 func newStopCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "stop Process/NAME",
-		Short: "Stop a supervised process and hold it stopped until start",
+		Use:     "stop Process/NAME",
+		Example: `  cortex-sync stop Process/web    # held stopped, shown Suspended, until start`,
+		Short:   "Stop a supervised process and hold it stopped until start",
 		Long: `stop stops a supervised process (its stop signal, then SIGKILL after its stop
 timeout) and holds it stopped: sync and the agent leave it so, and status
 shows it Suspended, until cortex-sync start. It acts on the host directly
@@ -24,8 +25,9 @@ through the state dir, with or without an agent running.`,
 
 func newStartCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "start Process/NAME",
-		Short: "End the hold of cortex-sync stop: start the process again",
+		Use:     "start Process/NAME",
+		Example: `  cortex-sync start Process/web`,
+		Short:   "End the hold of cortex-sync stop: start the process again",
 		Long: `start ends the hold that cortex-sync stop put on a supervised process and
 starts it with the spec last applied; a Failed process starts again too.`,
 		Args: cobra.ExactArgs(1),

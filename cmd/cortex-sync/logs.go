@@ -21,7 +21,10 @@ type logsOptions struct {
 func newLogsCmd(g *globals, io streams) *cobra.Command {
 	o := &logsOptions{}
 	cmd := &cobra.Command{
-		Use:   "logs Process/NAME | Command/NAME",
+		Use: "logs Process/NAME | Command/NAME",
+		Example: `  cortex-sync logs Process/web --tail 50
+  cortex-sync logs Process/web -f
+  cortex-sync logs Command/migrate`,
 		Short: "Print the output of a supervised process or a command",
 		Long: `logs prints what a supervised process wrote (and what its supervisor said
 about it, timestamped) or what a command's runs wrote, from the state dir.

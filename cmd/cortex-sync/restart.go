@@ -11,7 +11,9 @@ import (
 
 func newRestartCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "restart Process/NAME",
+		Use: "restart Process/NAME",
+		Example: `  cortex-sync restart Process/web
+  cortex-sync restart Process/web --state-dir /var/lib/cortex-sync`,
 		Short: "Restart a supervised process now; also ends Failed and a hold",
 		Long: `restart stops a supervised process (its stop signal, then SIGKILL after its
 stop timeout, to its whole cgroup) and starts it again with the spec last
