@@ -210,7 +210,6 @@ type unit struct {
 	s     *supervisor
 	name  string
 	specs chan *Spec // the newest spec, nil when it was removed
-	once  sync.Once
 
 	mu   sync.Mutex // guards spec's log fields and st
 	spec *Spec
