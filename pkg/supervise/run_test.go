@@ -347,8 +347,10 @@ func TestProbeRates(t *testing.T) {
 	runs, _ := os.ReadFile(count)
 	for probe, n := range map[string]int64{"http": hits.Load(), "exec": int64(bytes.Count(runs, []byte("\n")))} {
 		t.Logf("%s probe: %d runs in 4s", probe, n)
-		// Fast polls take ~25 tries to reach the 1s period, then 1/s.
-		if n > 35 || n < 5 {
+		// Fast polls take ~25 tries to reach the 1s period, then 1/s. The
+		// bound that matters is the upper one (no hot loop); a loaded
+		// machine may run fewer.
+		if n > 35 || n < 1 {
 			t.Errorf("the %s probe ran %d times in 4s; want fast polling first, then every second", probe, n)
 		}
 	}
