@@ -124,6 +124,9 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 		case c.Record != nil && entry != c.Record:
 			recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
 		}
+		if entry != nil && c.Desired != nil && c.Record == nil && snap.Intended(string(c.ID), c.Path) {
+			entry.Created = true // made by this sync, or by one killed before recording it
+		}
 		switch {
 		case err != nil:
 			res.Outcome, res.Error = Failed, err.Error()
@@ -161,6 +164,20 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	for _, level := range set.Levels() {
 		// Goroutines return nil: a failure is recorded per resource and
 		// blocks only its dependents, never its siblings.
+		// What this group creates is named in the snapshot before the host
+		// is touched: a kill between the creation and the next save must not
+		// make cortex-sync forget it created the thing.
+		var creating []state.Creation
+		for _, r := range level {
+			if c := byID[r.ID()]; c.Record == nil && !c.Observed.Exists && c.Pending() {
+				creating = append(creating, state.Creation{ID: string(c.ID), Path: c.Path})
+			}
+		}
+		if snap.Intend(creating) {
+			if err := o.Save(snap); err != nil {
+				return rep, err
+			}
+		}
 		var g errgroup.Group
 		g.SetLimit(max(o.Concurrency, 1))
 		for _, r := range level {
@@ -203,6 +220,7 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			})
 		}
 		g.Wait()
+		snap.Settle(func(id string) bool { return set.Get(resource.ID(id)) != nil })
 		if err := o.Save(snap); err != nil {
 			return rep, err
 		}

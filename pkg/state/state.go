@@ -16,6 +16,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -47,6 +49,11 @@ type Snapshot struct {
 	LastSyncTime time.Time `json:"lastSyncTime,omitzero"`
 	// Inventory is every resource cortex-sync applied and has not pruned.
 	Inventory []*Entry `json:"inventory"`
+	// Creating lists the resources a sync was about to create, saved before
+	// it touched the host: a sync killed after creating one and before
+	// recording it leaves its name here, so the next sync still knows
+	// cortex-sync made it (and prune may delete it).
+	Creating []Creation `json:"creating,omitempty"`
 
 	ref int64 // state.json's mtime: fingerprints as new are racily clean
 }
@@ -105,6 +112,42 @@ type Result struct {
 	Action string    `json:"action"`
 	Error  string    `json:"error,omitempty"`
 	Time   time.Time `json:"time"`
+}
+
+// Creation is a resource whose creation was under way.
+type Creation struct {
+	ID   string `json:"id"`
+	Path string `json:"path,omitempty"`
+}
+
+// Intend adds creations about to start, and reports whether any was new
+// (the snapshot must then be saved before they start).
+func (s *Snapshot) Intend(cs []Creation) bool {
+	added := false
+	for _, c := range cs {
+		if !slices.Contains(s.Creating, c) {
+			s.Creating = append(s.Creating, c)
+			added = true
+		}
+	}
+	return added
+}
+
+// Intended reports whether a creation of id at path was under way, in this
+// sync or one that was interrupted.
+func (s *Snapshot) Intended(id, path string) bool {
+	return slices.Contains(s.Creating, Creation{ID: id, Path: path})
+}
+
+// Settle forgets the creations that are now recorded in the inventory and
+// those keep refuses (resources no longer desired).
+func (s *Snapshot) Settle(keep func(id string) bool) {
+	s.Creating = slices.DeleteFunc(s.Creating, func(c Creation) bool {
+		return s.Find(c.ID) != nil || !keep(c.ID)
+	})
+	if len(s.Creating) == 0 {
+		s.Creating = nil
+	}
 }
 
 // Find returns the entry with the given ID.
@@ -335,7 +378,7 @@ func WriteFile(path string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
@@ -355,6 +398,36 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// tempPrefix starts the names of WriteFile's temporary files; it is
+// hostfs's, so one rule (hostfs.IsTemp) finds every temp file of ours.
+const tempPrefix = ".cortex-sync-"
+
+// RemoveTemps deletes the temporary files a killed write left in the state
+// dir (state.json's, the tree indexes', the source stat cache's) and
+// reports how many. Call it holding the lock: it cannot tell a temp file in
+// use from an abandoned one.
+func (d Dir) RemoveTemps() (int, error) {
+	n := 0
+	var errs []error
+	for _, dir := range []string{d.Path, d.Sub("trees"), d.Sub("cache")} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err == nil {
+				n++
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 func syncDir(dir string) error {
