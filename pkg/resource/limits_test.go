@@ -103,7 +103,9 @@ func (endlessFS) Open(name string) (fs.File, error) {
 
 type endlessFile struct{ io.Reader }
 
-func (endlessFile) Stat() (fs.FileInfo, error) { return fstest.MapFS{"stream.yaml": {}}.Stat("stream.yaml") }
+func (endlessFile) Stat() (fs.FileInfo, error) {
+	return fstest.MapFS{"stream.yaml": {}}.Stat("stream.yaml")
+}
 func (endlessFile) Read(p []byte) (int, error) { return endless{}.Read(p) }
 func (endlessFile) Close() error               { return nil }
 
