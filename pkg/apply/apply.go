@@ -61,10 +61,17 @@ func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.S
 	if set.Len() == 0 && len(snap.Inventory) > 0 && !o.AllowEmpty {
 		return fmt.Errorf("%w, so all %d resources in the inventory would be deleted; check the source path, or pass --allow-empty if that is what you want", ErrEmptyPrune, len(snap.Inventory))
 	}
-	if snap.Source.URL != "" && snap.Source != ref && !o.AllowSourceChange {
+	// A snapshot that records no source (written by hand, or by a build
+	// that did not record it) is no proof of the same source: what its
+	// inventory would prune is refused the same way.
+	if snap.Source != ref && !o.AllowSourceChange {
 		if gone := prunes(plan); len(gone) > 0 {
-			return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
-				ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
+			was := fmt.Sprintf("%s path %q", snap.Source.URL, snap.Source.Path)
+			if snap.Source.URL == "" {
+				was = "it records none"
+			}
+			return fmt.Errorf("%w (%s, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
+				ErrSourceChange, was, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
 		}
 	}
 	return nil
