@@ -11,7 +11,7 @@ import (
 func newStateCmd(g *globals, io streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Read the snapshot of what cortex-sync applied",
+		Short: "Read, check and repair what cortex-sync keeps about the host",
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "export",
@@ -34,5 +34,6 @@ plans a pull request against what the host runs, without touching the host:
 			return enc.Encode(snap)
 		},
 	})
+	cmd.AddCommand(newStateCheckCmd(g, io), newStateRepairCmd(g, io), newStateBackupsCmd(g, io), newStateAcceptRollbackCmd(g, io))
 	return cmd
 }

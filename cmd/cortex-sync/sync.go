@@ -24,6 +24,7 @@ type syncOptions struct {
 	output            string
 	wait              bool
 	waitTimeout       time.Duration
+	state             stateSyncFlags
 }
 
 func newSyncCmd(g *globals, io streams) *cobra.Command {
@@ -50,6 +51,7 @@ file gone from a mirrored directory) always apply.`,
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.BoolVar(&o.wait, "wait", false, "after applying, wait until everything is healthy; exit 1 naming what is not")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
+	o.state.add(cmd)
 	return cmd
 }
 
@@ -78,6 +80,9 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Concurrency: g.concurrency, Save: e.state.Save, Log: g.log, WaitTimeout: o.waitTimeout,
 	}
+	if err := o.state.before(e, o.prune, g.log); err != nil {
+		return err
+	}
 	if err := apply.Check(plan, e.set, e.snap, e.ref, opts); err != nil {
 		return err
 	}
@@ -105,6 +110,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	if rep.Failed() {
 		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 	}
+	o.state.after(e, g.log)
 	if o.wait {
 		if bad := apply.WaitHealthy(ctx, host, e.snap, o.waitTimeout); len(bad) > 0 {
 			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}

@@ -54,9 +54,23 @@ type Snapshot struct {
 	// recording it leaves its name here, so the next sync still knows
 	// cortex-sync made it (and prune may delete it).
 	Creating []Creation `json:"creating,omitempty"`
+	// RolledBack says why this snapshot was found older than the last one
+	// its state dir wrote; it stays, saved after save, until the user
+	// accepts the rollback, so no number of syncs launders it.
+	RolledBack string `json:"rolledBack,omitempty"`
 
 	ref int64 // state.json's mtime: fingerprints as new are racily clean
+	// rollback is why this snapshot is older than the last one the state
+	// dir wrote; nil when it is not.
+	rollback error
 }
+
+// Rollback is nil, or an error wrapping ErrRollback saying how this
+// snapshot is older than the last one this state dir wrote (state.serial):
+// a backup put back, a copied state dir. Its inventory may name what
+// cortex-sync no longer owns, so prune must not trust it until the user
+// accepts it.
+func (s *Snapshot) Rollback() error { return s.rollback }
 
 // Racy reports whether a fingerprint may hide a change made in the same
 // timestamp tick as it was taken (git's racy-clean rule).
@@ -224,6 +238,12 @@ func (d Dir) Load() (*Snapshot, error) {
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref = fi.ModTime().UnixNano()
 	}
+	if s.RolledBack == "" {
+		s.RolledBack = d.checkSerial(s)
+	}
+	if s.RolledBack != "" {
+		s.rollback = fmt.Errorf("%w: %s", ErrRollback, s.RolledBack)
+	}
 	return s, nil
 }
 
@@ -244,7 +264,12 @@ func (d Dir) Save(s *Snapshot) error {
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref = fi.ModTime().UnixNano()
 	}
-	return nil
+	if s.rollback != nil {
+		// The high-water mark stays until the rollback is accepted: a sync
+		// without --prune must not launder an old inventory.
+		return nil
+	}
+	return d.writeSerial(s)
 }
 
 // sealed is state.json: the snapshot's fields and, beside them, a checksum
