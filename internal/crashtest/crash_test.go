@@ -9,12 +9,15 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 var (
@@ -369,6 +372,29 @@ func markerCopies(marker string) int {
 	return n
 }
 
+// killMarked kills the copies of the supervised loop and their shims.
+func killMarked(marker string) {
+	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range pids {
+		data, err := os.ReadFile(p)
+		if err != nil || !strings.HasSuffix(strings.TrimSuffix(string(data), "\x00"), "\x00"+marker) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			// Its parent is its shim (a cortex-sync of this test's binary).
+			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 1 {
+				if ppid, _ := strconv.Atoi(f[1]); ppid > 1 {
+					if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", ppid)); exe == bin {
+						syscall.Kill(ppid, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
 // TestCrashProcess kills syncs that restart a supervised process (its spec
 // changes every time) and checks that there are never two copies, and that
 // the next sync leaves exactly one.
@@ -391,6 +417,12 @@ spec:
 	t.Cleanup(func() {
 		s.point(empty)
 		s.run("sync", "--prune", "--allow-empty")
+		// Whatever a failed run left: the shims by their status files, the
+		// copies by the marker only they carry.
+		if st, err := supervise.ReadStatus(filepath.Join(s.State, "procs", "looper.json")); err == nil && st != nil {
+			supervise.Stop(st, syscall.SIGKILL, time.Second)
+		}
+		killMarked(marker)
 	})
 	rng := rand.New(rand.NewPCG(*seed, 3))
 	watch := func(what string, d time.Duration) {

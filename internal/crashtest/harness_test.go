@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -50,11 +51,16 @@ type sandbox struct {
 	Root  string
 	State string
 	Repo  string // the symlink the source flags name
+	// src are the source flags (default --dir Repo); cred, when set, runs
+	// cortex-sync as another user.
+	src  []string
+	cred *syscall.Credential
 }
 
 func newSandbox(t testing.TB) *sandbox {
 	work := t.TempDir()
 	s := &sandbox{t: t, work: work, Root: filepath.Join(work, "root"), State: filepath.Join(work, "state"), Repo: filepath.Join(work, "repo")}
+	s.src = []string{"--dir", s.Repo}
 	if err := os.MkdirAll(s.Root, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -91,15 +97,24 @@ func (s *sandbox) point(dir string) {
 func (s *sandbox) args(verb string, extra ...string) []string {
 	a := []string{verb, "--root", s.Root, "--state-dir", s.State}
 	if verb != "status" && verb != "state" {
-		a = append(a, "--dir", s.Repo)
+		a = append(a, s.src...)
 	}
 	return append(a, extra...)
+}
+
+func (s *sandbox) command(verb string, extra ...string) *exec.Cmd {
+	cmd := exec.Command(bin, s.args(verb, extra...)...)
+	if s.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+		cmd.Env = append(os.Environ(), "HOME="+s.work)
+	}
+	return cmd
 }
 
 // run runs cortex-sync to the end and returns its exit code and output.
 func (s *sandbox) run(verb string, extra ...string) (int, string) {
 	s.t.Helper()
-	cmd := exec.Command(bin, s.args(verb, extra...)...)
+	cmd := s.command(verb, extra...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
@@ -137,7 +152,7 @@ func (s *sandbox) converged() error {
 // whether the kill came before the command ended by itself.
 func (s *sandbox) killAfter(d time.Duration, verb string, extra ...string) (killed bool, out string) {
 	s.t.Helper()
-	cmd := exec.Command(bin, s.args(verb, extra...)...)
+	cmd := s.command(verb, extra...)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Start(); err != nil {
