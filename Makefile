@@ -32,13 +32,17 @@ race: check-tools
 # e.g. CRASH_FLAGS='-crash.kills=3 -crash.files=200 -crash.dirfiles=1000'.
 CRASH_FLAGS ?=
 test-crash:
-	$(GO) test -tags crash -count=1 -timeout 3h -v ./internal/crashtest $(CRASH_FLAGS) 2>&1 | grep -E '^(---|ok|FAIL|PASS)|crash_test.go'
+	@mkdir -p bin; rc=0; $(GO) test -tags crash -count=1 -timeout 3h -v ./internal/crashtest $(CRASH_FLAGS) > bin/test-crash.log 2>&1 || rc=$$?; \
+	grep -E '^ *(--- |ok|FAIL|PASS)|crash_test.go' bin/test-crash.log; \
+	[ $$rc -eq 0 ] || { tail -40 bin/test-crash.log; echo "full log: bin/test-crash.log"; }; exit $$rc
 
 # Disk full, read-only, permission denied, layout and Git server faults:
 # each fails plainly, keeps the host, and recovers once the fault clears.
 # Some need root (mount, another user); they skip, saying why, without.
 test-faults:
-	$(GO) test -tags faults -count=1 -v ./internal/crashtest 2>&1 | grep -E '^(---|ok|FAIL|PASS)|SKIP|fault_test.go:[0-9]+: (faults|.*skip)'
+	@mkdir -p bin; rc=0; $(GO) test -tags faults -count=1 -v ./internal/crashtest > bin/test-faults.log 2>&1 || rc=$$?; \
+	grep -E '^ *(--- |ok|FAIL|PASS)|faults: ' bin/test-faults.log; \
+	[ $$rc -eq 0 ] || { tail -40 bin/test-faults.log; echo "full log: bin/test-faults.log"; }; exit $$rc
 
 # Every fuzz target for FUZZTIME each; crashers land in testdata/fuzz/ and
 # stay there as regression inputs.
