@@ -425,13 +425,22 @@ spec:
 		killMarked(marker)
 	})
 	rng := rand.New(rand.NewPCG(*seed, 3))
-	watch := func(what string, d time.Duration) {
+	// Two copies fail the test but do not stop it: the count of kills that
+	// led to them is the figure to report. The copies are killed and one
+	// started again before the next kill.
+	twice := 0
+	watch := func(what string, d time.Duration) bool {
 		t.Helper()
 		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
 			if n := markerCopies(marker); n > 1 {
-				t.Fatalf("%s: %d copies of the process run", what, n)
+				t.Errorf("%s: %d copies of the process run", what, n)
+				twice++
+				killMarked(marker)
+				s.mustRun("sync")
+				return false
 			}
 		}
+		return true
 	}
 	write(0)
 	s.point(repo)
@@ -450,12 +459,16 @@ spec:
 		if killed {
 			tl.midRun++
 		}
-		watch(fmt.Sprintf("kill %d at %s", tl.kills, d), 300*time.Millisecond)
+		if !watch(fmt.Sprintf("kill %d at %s", tl.kills, d), 300*time.Millisecond) {
+			continue
+		}
 		if _, err := s.loads(); err != nil {
 			t.Fatalf("kill %d: the state does not load: %v", tl.kills, err)
 		}
 		s.mustRun("sync")
-		watch(fmt.Sprintf("the sync after kill %d", tl.kills), 300*time.Millisecond)
+		if !watch(fmt.Sprintf("the sync after kill %d at %s", tl.kills, d), 300*time.Millisecond) {
+			continue
+		}
 		if n := markerCopies(marker); n != 1 {
 			t.Fatalf("after kill %d at %s and a full sync, %d copies run, want 1", tl.kills, d, n)
 		}
@@ -472,5 +485,5 @@ spec:
 	if tl.midRun < *procKills {
 		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
 	}
-	t.Logf("process: %d kills (%d mid-run), never two copies", tl.kills, tl.midRun)
+	t.Logf("process: %d kills (%d mid-run), %d left two copies", tl.kills, tl.midRun, twice)
 }
