@@ -164,6 +164,37 @@ func TestFaultDiskFull(t *testing.T) {
 	})
 }
 
+// TestFaultMirrorDiskFull fills the disk in the middle of a mirror's batch
+// of temp files: none may be left, and the files already there stay whole.
+func TestFaultMirrorDiskFull(t *testing.T) {
+	s := newSandbox(t)
+	srv := filepath.Join(s.Root, "srv")
+	os.MkdirAll(srv, 0o755)
+	if why, ok := mount(t, "-t", "tmpfs", "-o", "size=1m", "tmpfs", srv); !ok {
+		t.Skip("no small tmpfs for a full disk: " + why)
+	}
+	tree := func(n int, v string) (map[string]string, map[string]string) {
+		repo := map[string]string{"kb.yaml": "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n"}
+		host := map[string]string{}
+		for i := range n {
+			c := strings.Repeat(fmt.Sprintf("%s %d\n", v, i), 4000) // about 32 KiB
+			repo[fmt.Sprintf("kb/f%02d", i)] = c
+			host[fmt.Sprintf("/srv/kb/f%02d", i)] = c
+		}
+		return repo, host
+	}
+	r1, _ := tree(8, "v1")
+	writeTree(t, filepath.Join(s.work, "v1"), r1)
+	s.point(filepath.Join(s.work, "v1"))
+	s.mustRun("sync")
+	r2, h2 := tree(40, "v2") // 1.3 MiB: does not fit
+	writeTree(t, filepath.Join(s.work, "v2"), r2)
+	s.point(filepath.Join(s.work, "v2"))
+	s.underFault(t, `Directory/kb: .*no space left on device`, hashes(h2), func() {
+		mustMount(t, "-o", "remount,size=16m", srv)
+	})
+}
+
 func TestFaultStateDiskFull(t *testing.T) {
 	s := newSandbox(t)
 	os.MkdirAll(s.State, 0o700)
