@@ -169,8 +169,6 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	}
 
 	for _, level := range set.Levels() {
-		// Goroutines return nil: a failure is recorded per resource and
-		// blocks only its dependents, never its siblings.
 		// What this group creates is named in the snapshot before the host
 		// is touched: a kill between the creation and the next save must not
 		// make cortex-sync forget it created the thing.
@@ -185,6 +183,8 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 				return rep, err
 			}
 		}
+		// Goroutines return nil: a failure is recorded per resource and
+		// blocks only its dependents, never its siblings.
 		var g errgroup.Group
 		g.SetLimit(max(o.Concurrency, 1))
 		for _, r := range level {
