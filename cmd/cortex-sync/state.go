@@ -11,9 +11,11 @@ import (
 func newStateCmd(g *globals, io streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "state",
-		Short: "Read the snapshot of what cortex-sync applied",
+		Short: "Read, check and repair what cortex-sync keeps about the host",
 		Example: `  # Save what this host runs, for a pull-request preview in CI
-  cortex-sync state export > host.json`,
+  cortex-sync state export > host.json
+  cortex-sync state check
+  cortex-sync state backups`,
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "export",
@@ -38,5 +40,6 @@ plans a pull request against what the host runs, without touching the host:
 			return enc.Encode(snap)
 		},
 	})
+	cmd.AddCommand(newStateCheckCmd(g, io), newStateRepairCmd(g, io), newStateBackupsCmd(g, io), newStateAcceptRollbackCmd(g, io))
 	return cmd
 }

@@ -20,6 +20,7 @@ type syncOptions struct {
 	output            string
 	wait              bool
 	waitTimeout       time.Duration
+	state             stateSyncFlags
 }
 
 func newSyncCmd(g *globals, io streams) *cobra.Command {
@@ -57,6 +58,7 @@ file gone from a mirrored directory) always apply.`,
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
 	f.BoolVar(&o.wait, "wait", false, "after applying, wait until everything is healthy; exit 1 naming what is not")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
+	o.state.add(cmd)
 	return cmd
 }
 
@@ -74,7 +76,8 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	}
 	defer done()
 	s.Env.Verify = o.verify
-	opts := reconcile.SyncOptions{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout}
+	opts := reconcile.SyncOptions{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
+		AcceptRollback: o.state.acceptRollback, Retention: o.state.retention}
 	rep, err := s.Sync(ctx, s.Plan(ctx), opts)
 	if rep != nil {
 		if o.output == "json" {

@@ -61,10 +61,17 @@ func Check(plan *diff.Plan, set *resource.Set, snap *state.Snapshot, ref state.S
 	if set.Len() == 0 && len(snap.Inventory) > 0 && !o.AllowEmpty {
 		return fmt.Errorf("%w, so all %d resources in the inventory would be deleted; check the source path, or pass --allow-empty if that is what you want", ErrEmptyPrune, len(snap.Inventory))
 	}
-	if snap.Source.URL != "" && snap.Source != ref && !o.AllowSourceChange {
+	// A snapshot that records no source (written by hand, or by a build
+	// that did not record it) is no proof of the same source: what its
+	// inventory would prune is refused the same way.
+	if snap.Source != ref && !o.AllowSourceChange {
 		if gone := prunes(plan); len(gone) > 0 {
-			return fmt.Errorf("%w (%s path %q, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
-				ErrSourceChange, snap.Source.URL, snap.Source.Path, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
+			was := fmt.Sprintf("%s path %q", snap.Source.URL, snap.Source.Path)
+			if snap.Source.URL == "" {
+				was = "it records none"
+			}
+			return fmt.Errorf("%w (%s, now %s path %q); pass --allow-source-change if the host should follow the new source: prune would delete %s it does not declare (%s)",
+				ErrSourceChange, was, ref.URL, ref.Path, count(len(gone), "resource"), few(gone, 3))
 		}
 	}
 	return nil
@@ -132,6 +139,20 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 	}
 
 	for _, level := range set.Levels() {
+		// What this group creates is named in the snapshot before the host
+		// is touched: a kill between the creation and the next save must not
+		// make cortex-sync forget it created the thing.
+		var creating []state.Creation
+		for _, r := range level {
+			if c := byID[r.ID()]; c.Record == nil && !c.Observed.Exists && c.Pending() {
+				creating = append(creating, state.Creation{ID: string(c.ID), Path: c.Path})
+			}
+		}
+		if snap.Intend(creating) {
+			if err := o.Save(snap); err != nil {
+				return rep, err
+			}
+		}
 		// Goroutines return nil: a failure is recorded per resource and
 		// blocks only its dependents, never its siblings.
 		var g errgroup.Group
@@ -176,6 +197,7 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 			})
 		}
 		g.Wait()
+		snap.Settle(func(id string) bool { return set.Get(resource.ID(id)) != nil })
 		if err := o.Save(snap); err != nil {
 			return rep, err
 		}
@@ -233,6 +255,9 @@ func Record(snap *state.Snapshot, set *resource.Set, c *diff.Change, entry *stat
 		recordDeps(entry, set.Deps(c.ID))
 	case c.Record != nil && entry != c.Record:
 		recordDeps(entry, recordedDeps(c.Record)) // a failed prune keeps what it knew
+	}
+	if entry != nil && c.Desired != nil && c.Record == nil && snap.Intended(string(c.ID), c.Path) {
+		entry.Created = true // made by this sync, or by one killed before recording it
 	}
 	switch {
 	case err != nil:

@@ -44,7 +44,9 @@ func TestCheckSourceChange(t *testing.T) {
 			want: "prune would delete 5 resources it does not declare (File/a, File/b, File/c and 2 more)"},
 		{name: "allowed", snap: old, changes: prune("File/a"), opts: apply.Options{Prune: true, AllowSourceChange: true}},
 		{name: "without --prune", snap: old, changes: prune("File/a")},
-		{name: "first sync", changes: prune("File/a"), opts: apply.Options{Prune: true}},
+		{name: "first sync", changes: kept, opts: apply.Options{Prune: true}},
+		{name: "no source recorded, one to delete", changes: prune("File/a"), opts: apply.Options{Prune: true},
+			want: `refusing to prune: the source differs from the one the snapshot records (it records none, now file:///srv/x.git path ""); pass --allow-source-change`},
 	}
 	set := loadSet(t, "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: same}\nspec: {path: /same, content: x}\n")
 	for _, tt := range tests {

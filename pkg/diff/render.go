@@ -200,20 +200,21 @@ func Markdown(w io.Writer, p *Plan) error {
 		case c.Prune:
 			why += " (deleted only with --prune)"
 		}
-		fmt.Fprintf(&b, "| %s | `%s` | `%s` | %s |\n", action, c.ID, c.Path, escapeCell(why))
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", action, codeCell(string(c.ID)), codeCell(c.Path), escapeCell(why))
 		if (c.Content != nil && (c.Content.Diff != "" || c.Content.Summary != "")) || len(c.Attrs) > 0 || len(c.Files) > 0 {
 			fmt.Fprintf(&details, "\n<details><summary><code>%s</code></summary>\n\n", c.ID)
 			for _, a := range c.Attrs {
 				details.WriteString("- " + a.phrase(code) + "\n")
 			}
 			for _, f := range c.Files {
-				fmt.Fprintf(&details, "- %s `%s` (%s)%s\n", f.Action, f.Path, f.Reason.Phrase(), f.backupNote())
+				fmt.Fprintf(&details, "- %s %s (%s)%s\n", f.Action, codeCell(f.Path), f.Reason.Phrase(), f.backupNote())
 			}
 			if c.Content != nil && c.Content.Summary != "" {
 				fmt.Fprintf(&details, "- content: %s\n", c.Content.Summary)
 			}
 			if c.Content != nil && c.Content.Diff != "" {
-				fmt.Fprintf(&details, "\n```diff\n%s```\n", c.Content.Diff)
+				fence := fenceFor(c.Content.Diff, "```")
+				fmt.Fprintf(&details, "\n%sdiff\n%s%s\n", fence, c.Content.Diff, fence)
 			}
 			details.WriteString("\n</details>\n")
 		}
@@ -224,7 +225,29 @@ func Markdown(w io.Writer, p *Plan) error {
 }
 
 func escapeCell(s string) string {
-	return strings.NewReplacer("|", "\\|", "\n", " ").Replace(s)
+	return strings.NewReplacer("|", "\\|", "\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+}
+
+// codeCell is s as a code span that stays inside its table cell, whatever
+// a path holds: pipes escaped, line breaks as spaces, and a fence longer
+// than any run of backticks in it.
+func codeCell(s string) string {
+	s = escapeCell(s)
+	fence := fenceFor(s, "`")
+	if strings.HasPrefix(s, "`") || strings.HasSuffix(s, "`") {
+		s = " " + s + " "
+	}
+	return fence + s + fence
+}
+
+// fenceFor is min, or a longer run of backticks than any in s, so that
+// content cannot close the code span or block it is shown in.
+func fenceFor(s, min string) string {
+	fence := min
+	for strings.Contains(s, fence) {
+		fence += "`"
+	}
+	return fence
 }
 
 // FormatVersion is the version of the JSON plan schema (docs/plan-json.md).

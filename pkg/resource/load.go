@@ -38,7 +38,7 @@ func Discover(tree fs.FS, dir string) ([]string, error) {
 		}
 		saved := len(patterns) // this directory's patterns apply below it only
 		defer func() { patterns = patterns[:saved] }()
-		if data, err := fs.ReadFile(tree, path.Join(d, IgnoreFile)); err == nil {
+		if data, err := readLimited(tree, path.Join(d, IgnoreFile), DefaultLimits.FileBytes); err == nil {
 			domain := components(d)[len(base):]
 			for _, line := range strings.Split(string(data), "\n") {
 				line = strings.TrimRight(line, "\r")
@@ -104,6 +104,143 @@ type Options struct {
 	// AllowedPaths confines every path a resource claims to lie at or below
 	// one of these absolute in-root paths (--allowed-path); empty allows all.
 	AllowedPaths []string
+	// Limits bound what loading reads and allocates; zero fields take
+	// DefaultLimits.
+	Limits Limits
+}
+
+// Limits bound the manifests a load accepts, so that a huge or hostile
+// repository is refused fast, in bounded memory, instead of exhausting the
+// host. Large data belongs in files that a File's or Directory's `source`
+// names: those are streamed and not limited here.
+type Limits struct {
+	FileBytes  int64 // one manifest file (checked before it is read)
+	TotalBytes int64 // every manifest file together
+	Documents  int   // YAML documents in every manifest file together
+	Depth      int   // nesting of mappings and sequences in one document
+}
+
+// DefaultLimits are far above any hand-written desired state (the 2,000
+// File manifests of the crash suite take 0.7 MB), and keep the memory a load
+// can take to about 8 times TotalBytes.
+var DefaultLimits = Limits{FileBytes: 8 << 20, TotalBytes: 64 << 20, Documents: 20000, Depth: 64}
+
+func (l Limits) orDefault() Limits {
+	d := DefaultLimits
+	if l.FileBytes > 0 {
+		d.FileBytes = l.FileBytes
+	}
+	if l.TotalBytes > 0 {
+		d.TotalBytes = l.TotalBytes
+	}
+	if l.Documents > 0 {
+		d.Documents = l.Documents
+	}
+	if l.Depth > 0 {
+		d.Depth = l.Depth
+	}
+	return d
+}
+
+// ErrLimit is wrapped by every LimitError.
+var ErrLimit = errors.New("manifest limit exceeded")
+
+// LimitError reports manifests beyond one of the Limits.
+type LimitError struct {
+	File  string
+	Line  int    // 0 when the whole file is meant
+	Limit string // the Limits field
+	Max   int64
+	Msg   string // what was found
+}
+
+func (e *LimitError) Error() string {
+	where := e.File
+	if e.Line > 0 {
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	hint := "move large content into a file named by spec.source, or split the manifests"
+	switch e.Limit {
+	case "TotalBytes":
+		hint = "move large content into files named by spec.source"
+	case "Documents":
+		hint = "manage many files with one Directory that mirrors a source tree instead of one File each"
+	case "Depth":
+		hint = "no cortex-sync spec nests this deep; check the YAML"
+	}
+	return fmt.Sprintf("%s: %s, more than the %s (limit %s; see docs/reliability.md); %s", where, e.Msg, limitAmount(e.Limit, e.Max), e.Limit, hint)
+}
+
+func (e *LimitError) Unwrap() error { return ErrLimit }
+
+func limitAmount(limit string, n int64) string {
+	switch limit {
+	case "FileBytes":
+		return byteSize(n) + " a manifest file may hold"
+	case "TotalBytes":
+		return byteSize(n) + " all manifest files together may hold"
+	case "Documents":
+		return fmt.Sprintf("%d documents all manifest files together may hold", n)
+	}
+	return fmt.Sprintf("%d levels a document may nest", n)
+}
+
+func byteSize(n int64) string {
+	if n >= 1<<20 && n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%d bytes", n)
+}
+
+// sizeOf is a file's size without reading it, when the tree can say.
+func sizeOf(tree fs.FS, name string) (int64, bool) {
+	if l, ok := tree.(interface {
+		Lstat(string) (fs.FileInfo, error)
+	}); ok {
+		if fi, err := l.Lstat(name); err == nil && fi.Mode().IsRegular() && fi.Size() > 0 {
+			return fi.Size(), true
+		}
+	}
+	if st, ok := tree.(fs.StatFS); ok {
+		if fi, err := st.Stat(name); err == nil && fi.Size() > 0 {
+			return fi.Size(), true
+		}
+	}
+	return 0, false
+}
+
+// readLimited reads a manifest file, refusing one over max bytes: by its
+// size before reading when the tree knows it, else after reading max+1.
+func readLimited(tree fs.FS, name string, max int64) ([]byte, error) {
+	tooBig := func(n int64) error {
+		return &LimitError{File: name, Limit: "FileBytes", Max: max, Msg: fmt.Sprintf("it holds %d bytes", n)}
+	}
+	if n, ok := sizeOf(tree, name); ok && n > max {
+		return nil, tooBig(n)
+	}
+	f, err := tree.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() > max {
+		return nil, tooBig(fi.Size())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > max {
+		return nil, &LimitError{File: name, Limit: "FileBytes", Max: max, Msg: "it holds more bytes"}
+	}
+	return data, nil
+}
+
+// budget is what is left of the limits while loading.
+type budget struct {
+	Limits
+	bytes int64
+	docs  int
 }
 
 // Load is the package's Load, checking the desired state against o too.
@@ -121,15 +258,39 @@ func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 	}
 	var errs *multierror.Error
 	var list []*Resource
+	b := &budget{Limits: o.Limits.orDefault()}
+	// Sizes first, where the tree knows them: too much in all is refused
+	// before a byte is read.
+	var known int64
 	for _, f := range files {
-		data, err := fs.ReadFile(tree, f)
+		if n, ok := sizeOf(tree, f); ok && n <= b.FileBytes {
+			if known += n; known > b.TotalBytes {
+				return nil, Problems{&LimitError{File: f, Limit: "TotalBytes", Max: b.TotalBytes, Msg: fmt.Sprintf("the manifests up to this file hold %d bytes", known)}}
+			}
+		}
+	}
+	for _, f := range files {
+		data, err := readLimited(tree, f, b.FileBytes)
+		var le *LimitError
+		if errors.As(err, &le) {
+			errs = multierror.Append(errs, err)
+			continue
+		}
 		if err != nil {
 			errs = multierror.Append(errs, fmt.Errorf("%s: %w", f, err))
 			continue
 		}
-		rs, err := decodeFile(f, data, kinds, tree)
+		if b.bytes += int64(len(data)); b.bytes > b.TotalBytes {
+			// Stop reading: the rest could only add to the memory taken.
+			errs = multierror.Append(errs, &LimitError{File: f, Limit: "TotalBytes", Max: b.TotalBytes, Msg: fmt.Sprintf("the manifests up to this file hold %d bytes", b.bytes)})
+			return nil, Problems(errs.Errors)
+		}
+		rs, err := decodeFile(f, data, kinds, tree, b)
 		list = append(list, rs...)
 		errs = appendProblems(errs, err)
+		if errors.As(err, &le) && le.Limit == "Documents" {
+			return nil, Problems(errs.Errors)
+		}
 	}
 	// Cross-document checks run on what decoded, so every problem shows at once.
 	set, err := newSet(list, allowed)
@@ -166,7 +327,7 @@ func (p Problems) Unwrap() []error { return p }
 var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // decodeFile decodes every document of one manifest file.
-func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS) ([]*Resource, error) {
+func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([]*Resource, error) {
 	var errs *multierror.Error
 	var list []*Resource
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -177,6 +338,16 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS) ([]*Resource,
 			break
 		}
 		origin := Origin{File: file, Doc: doc}
+		if b.docs++; b.docs > b.Documents {
+			errs = multierror.Append(errs, &LimitError{File: file, Line: n.Line, Limit: "Documents", Max: int64(b.Documents), Msg: fmt.Sprintf("document %d brings the manifests to %d documents", doc, b.docs)})
+			break
+		}
+		if err == nil {
+			if line, ok := tooDeep(&n, b.Depth); !ok {
+				errs = multierror.Append(errs, &LimitError{File: file, Line: line, Limit: "Depth", Max: int64(b.Depth), Msg: fmt.Sprintf("document %d nests deeper", doc)})
+				continue
+			}
+		}
 		if err != nil {
 			fe := &FieldError{Origin: origin, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}
 			if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
@@ -196,6 +367,31 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS) ([]*Resource,
 		errs = appendProblems(errs, err)
 	}
 	return list, errs.ErrorOrNil()
+}
+
+// tooDeep walks a document (aliases are not followed: they point back up)
+// and reports the line where it nests past max levels.
+func tooDeep(n *yaml.Node, max int) (int, bool) {
+	type item struct {
+		n     *yaml.Node
+		depth int
+	}
+	stack := []item{{n, 0}}
+	for len(stack) > 0 {
+		it := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if it.depth > max {
+			return it.n.Line, false
+		}
+		next := it.depth
+		if it.n.Kind == yaml.MappingNode || it.n.Kind == yaml.SequenceNode {
+			next++
+		}
+		for _, c := range it.n.Content {
+			stack = append(stack, item{c, next})
+		}
+	}
+	return 0, true
 }
 
 // decodeDoc decodes and validates one document.

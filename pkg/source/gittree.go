@@ -138,7 +138,15 @@ func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
 	if err != nil {
 		return nil, err
 	}
-	return gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}, nil
+	info := gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}
+	// The blob's size from its header, without inflating it: manifest
+	// loading refuses a file over its limit before reading it.
+	if info.mode.IsRegular() {
+		if n, err := t.s.EncodedObjectSize(e.Hash); err == nil {
+			info.size = n
+		}
+	}
+	return info, nil
 }
 
 // ReadLink returns a symlink's target (fs.ReadLinkFS).

@@ -57,6 +57,11 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 	}
 	f.Truncate(0)
 	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	// The one writer now: what a killed writer left half-written goes.
+	if _, err := d.RemoveTemps(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("remove temp files in %s: %w", d.Path, err)
+	}
 	return &Lock{f: f}, nil
 }
 

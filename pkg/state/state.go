@@ -17,6 +17,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -48,11 +50,30 @@ type Snapshot struct {
 	LastSyncTime time.Time `json:"lastSyncTime,omitzero"`
 	// Inventory is every resource cortex-sync applied and has not pruned.
 	Inventory []*Entry `json:"inventory"`
+	// Creating lists the resources a sync was about to create, saved before
+	// it touched the host: a sync killed after creating one and before
+	// recording it leaves its name here, so the next sync still knows
+	// cortex-sync made it (and prune may delete it).
+	Creating []Creation `json:"creating,omitempty"`
+	// RolledBack says why this snapshot was found older than the last one
+	// its state dir wrote; it stays, saved after save, until the user
+	// accepts the rollback, so no number of syncs launders it.
+	RolledBack string `json:"rolledBack,omitempty"`
 
 	// ref is state.json's mtime: fingerprints as new are racily clean. It
 	// is atomic because the agent saves while drivers judge.
 	ref atomic.Int64
+	// rollback is why this snapshot is older than the last one the state
+	// dir wrote; nil when it is not.
+	rollback error
 }
+
+// Rollback is nil, or an error wrapping ErrRollback saying how this
+// snapshot is older than the last one this state dir wrote (state.serial):
+// a backup put back, a copied state dir. Its inventory may name what
+// cortex-sync no longer owns, so prune must not trust it until the user
+// accepts it.
+func (s *Snapshot) Rollback() error { return s.rollback }
 
 // Racy reports whether a fingerprint may hide a change made in the same
 // timestamp tick as it was taken (git's racy-clean rule).
@@ -117,7 +138,44 @@ func (s *Snapshot) WithInventory(inv []*Entry) *Snapshot {
 	c := &Snapshot{Version: s.Version, Lineage: s.Lineage, Serial: s.Serial, Root: s.Root, Source: s.Source,
 		Revision: s.Revision, LastAttempt: s.LastAttempt, LastSyncTime: s.LastSyncTime, Inventory: inv}
 	c.ref.Store(s.ref.Load())
+	c.Creating, c.RolledBack, c.rollback = s.Creating, s.RolledBack, s.rollback
 	return c
+}
+
+// Creation is a resource whose creation was under way.
+type Creation struct {
+	ID   string `json:"id"`
+	Path string `json:"path,omitempty"`
+}
+
+// Intend adds creations about to start, and reports whether any was new
+// (the snapshot must then be saved before they start).
+func (s *Snapshot) Intend(cs []Creation) bool {
+	added := false
+	for _, c := range cs {
+		if !slices.Contains(s.Creating, c) {
+			s.Creating = append(s.Creating, c)
+			added = true
+		}
+	}
+	return added
+}
+
+// Intended reports whether a creation of id at path was under way, in this
+// sync or one that was interrupted.
+func (s *Snapshot) Intended(id, path string) bool {
+	return slices.Contains(s.Creating, Creation{ID: id, Path: path})
+}
+
+// Settle forgets the creations that are now recorded in the inventory and
+// those keep refuses (resources no longer desired).
+func (s *Snapshot) Settle(keep func(id string) bool) {
+	s.Creating = slices.DeleteFunc(s.Creating, func(c Creation) bool {
+		return s.Find(c.ID) != nil || !keep(c.ID)
+	})
+	if len(s.Creating) == 0 {
+		s.Creating = nil
+	}
 }
 
 // Find returns the entry with the given ID.
@@ -194,6 +252,12 @@ func (d Dir) Load() (*Snapshot, error) {
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref.Store(fi.ModTime().UnixNano())
 	}
+	if s.RolledBack == "" {
+		s.RolledBack = d.checkSerial(s)
+	}
+	if s.RolledBack != "" {
+		s.rollback = fmt.Errorf("%w: %s", ErrRollback, s.RolledBack)
+	}
 	return s, nil
 }
 
@@ -214,7 +278,12 @@ func (d Dir) Save(s *Snapshot) error {
 	if fi, err := os.Stat(d.file()); err == nil {
 		s.ref.Store(fi.ModTime().UnixNano())
 	}
-	return nil
+	if s.rollback != nil {
+		// The high-water mark stays until the rollback is accepted: a sync
+		// without --prune must not launder an old inventory.
+		return nil
+	}
+	return d.writeSerial(s)
 }
 
 // sealed is state.json: the snapshot's fields and, beside them, a checksum
@@ -348,7 +417,7 @@ func WriteFile(path string, data []byte) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+".*")
 	if err != nil {
 		return err
 	}
@@ -368,6 +437,36 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	return syncDir(dir)
+}
+
+// tempPrefix starts the names of WriteFile's temporary files; it is
+// hostfs's, so one rule (hostfs.IsTemp) finds every temp file of ours.
+const tempPrefix = ".cortex-sync-"
+
+// RemoveTemps deletes the temporary files a killed write left in the state
+// dir (state.json's, the tree indexes', the source stat cache's) and
+// reports how many. Call it holding the lock: it cannot tell a temp file in
+// use from an abandoned one.
+func (d Dir) RemoveTemps() (int, error) {
+	n := 0
+	var errs []error
+	for _, dir := range []string{d.Path, d.Sub("trees"), d.Sub("cache")} {
+		entries, err := os.ReadDir(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
+				continue
+			}
+			if err := os.Remove(filepath.Join(dir, e.Name())); err == nil {
+				n++
+			} else if !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return n, errors.Join(errs...)
 }
 
 func syncDir(dir string) error {

@@ -1,0 +1,497 @@
+//go:build crash
+
+package crashtest
+
+import (
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
+)
+
+var (
+	kills     = flag.Int("crash.kills", 30, "SIGKILLs per scenario")
+	seed      = flag.Uint64("crash.seed", 1, "seed of the kill moments and of the generated contents")
+	dirFiles  = flag.Int("crash.dirfiles", 10000, "files in the mirrored Directory")
+	fileCount = flag.Int("crash.files", 2000, "File manifests")
+)
+
+// version is one desired state: a source directory and what the host holds
+// once it is applied (in-root path to SHA-256).
+type version struct {
+	name string
+	repo string
+	host map[string]string
+	// owned checks, after a converged sync, that the state records every
+	// file cortex-sync created.
+	owned func(s *sandbox, snap *state.Snapshot, users map[string]string) error
+}
+
+// body is the generated content of file id in version ver: most small,
+// every 250th 256 KiB so a kill can land inside a write.
+func body(id, ver int) string {
+	if ver == 2 && id%2 == 1 {
+		ver = 1 // half the files change between the versions
+	}
+	lines := 1 + int(rand.New(rand.NewPCG(*seed, uint64(id))).IntN(60))
+	if id%250 == 0 {
+		lines = 4096
+	}
+	var b strings.Builder
+	for l := range lines {
+		fmt.Fprintf(&b, "file %d version %d line %d: the quick brown fox\n", id, ver, l)
+	}
+	return b.String()
+}
+
+// ids are the files of a version: version 2 drops the first 5% and adds as
+// many new ones.
+func ids(ver, n int) []int {
+	lo := 0
+	if ver == 2 {
+		lo = n / 20
+	}
+	out := make([]int, 0, n)
+	for i := lo; i < lo+n; i++ {
+		out = append(out, i)
+	}
+	return out
+}
+
+// dirVersion is a Directory mirroring n files into /srv/kb.
+func dirVersion(t testing.TB, work string, ver, n int) *version {
+	v := &version{name: fmt.Sprintf("dir-v%d", ver), repo: filepath.Join(work, fmt.Sprintf("dir-v%d", ver)), host: map[string]string{}}
+	files := map[string]string{"kb.yaml": `apiVersion: cortex-sync/v1alpha1
+kind: Directory
+metadata: {name: kb}
+spec:
+  path: /srv/kb
+  source: kb
+`}
+	for _, id := range ids(ver, n) {
+		rel := fmt.Sprintf("d%02d/f%05d.txt", id%100, id)
+		c := body(id, ver)
+		files["kb/"+rel] = c
+		v.host["/srv/kb/"+rel] = sum([]byte(c))
+	}
+	writeTree(t, v.repo, files)
+	v.owned = func(s *sandbox, snap *state.Snapshot, users map[string]string) error {
+		e := snap.Find("Directory/kb")
+		if e == nil || !e.Created {
+			return fmt.Errorf("Directory/kb is not in the inventory as created: %+v", e)
+		}
+		x, err := state.LoadIndex(filepath.Join(s.State, "trees", "Directory.kb.idx"))
+		if err != nil {
+			return err
+		}
+		missing := 0
+		for p := range v.host {
+			if x.Entries[strings.TrimPrefix(p, "/srv/kb/")] == nil {
+				missing++
+			}
+		}
+		if missing > 0 {
+			return fmt.Errorf("%d mirrored files are not in the tree index", missing)
+		}
+		return nil
+	}
+	return v
+}
+
+// filesVersion is n File manifests, /etc/app/fNNNNN.conf.
+func filesVersion(t testing.TB, work string, ver, n int) *version {
+	v := &version{name: fmt.Sprintf("files-v%d", ver), repo: filepath.Join(work, fmt.Sprintf("files-v%d", ver)), host: map[string]string{}}
+	var b strings.Builder
+	for _, id := range ids(ver, n) {
+		p := fmt.Sprintf("/etc/app/f%05d.conf", id)
+		c := body(id%250+1, ver) // no 256 KiB documents: they would make the manifest huge
+		fmt.Fprintf(&b, "---\napiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f%05d}\nspec:\n  path: %s\n  content: |\n", id, p)
+		for _, line := range strings.SplitAfter(strings.TrimSuffix(c, "\n"), "\n") {
+			b.WriteString("    " + line)
+		}
+		b.WriteString("\n")
+		v.host[p] = sum([]byte(c))
+	}
+	writeTree(t, v.repo, map[string]string{"files.yaml": b.String()})
+	v.owned = func(s *sandbox, snap *state.Snapshot, users map[string]string) error {
+		var bad []string
+		for p := range v.host {
+			id := "File/" + strings.TrimSuffix(path.Base(p), ".conf")
+			e := snap.Find(id)
+			_, theirs := users[p]
+			if e == nil || e.Created == theirs {
+				bad = append(bad, id)
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("%d Files not in the inventory with the right ownership, e.g. %s", len(bad), bad[0])
+		}
+		return nil
+	}
+	return v
+}
+
+// tally is what a scenario survived.
+type tally struct {
+	kills, midRun, tempsLeft, userBytes int
+	bytesLost                           int
+}
+
+func (tl tally) String() string {
+	return fmt.Sprintf("%d kills (%d mid-run), %d temp files left by kills and swept, %d user bytes kept, %d bytes lost", tl.kills, tl.midRun, tl.tempsLeft, tl.userBytes, tl.bytesLost)
+}
+
+// afterKill checks the host a killed sync left: the snapshot and tree
+// indexes load, and every file is absent, old or new, by hash (or a user's
+// own content not yet replaced).
+func afterKill(t *testing.T, s *sandbox, from, to *version, users map[string]string, tl *tally) {
+	t.Helper()
+	if _, err := s.loads(); err != nil {
+		t.Errorf("after a kill the state does not load: %v", err)
+	}
+	files, err := regularFiles(s.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, h := range files {
+		if hostfs.IsTemp(path.Base(p)) {
+			tl.tempsLeft++
+			continue
+		}
+		ok := h == to.host[p] || (from != nil && h == from.host[p])
+		if c, theirs := users[p]; theirs && h == sum([]byte(c)) {
+			ok = true
+		}
+		if !ok {
+			t.Errorf("after a kill %s is torn or foreign (sha256 %s)", p, h[:12])
+		}
+	}
+	tl.tempsLeft += len(temps(s.State))
+}
+
+// afterSync checks the host after the sync that follows a kill: converged,
+// no temp file anywhere, exactly the desired files, every file cortex-sync
+// made recorded as its own, every user file overwritten kept in a backup.
+func afterSync(t *testing.T, s *sandbox, to *version, users map[string]string, tl *tally) {
+	t.Helper()
+	if err := s.converged(); err != nil {
+		t.Error(err)
+	}
+	if left := append(temps(s.Root), temps(s.State)...); len(left) > 0 {
+		t.Errorf("temp files left after a full sync: %v", left[:min(len(left), 5)])
+	}
+	files, err := regularFiles(s.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, h := range to.host {
+		if files[p] != h {
+			t.Errorf("after a full sync %s is not the desired content", p)
+		}
+	}
+	for p := range files {
+		if _, ok := to.host[p]; !ok {
+			t.Errorf("after a full sync %s is on the host but not desired", p)
+		}
+	}
+	snap, err := s.loads()
+	if err != nil {
+		t.Fatalf("after a full sync the state does not load: %v", err)
+	}
+	if err := to.owned(s, snap, users); err != nil {
+		t.Error(err)
+	}
+	for p, c := range users {
+		if s.backedUp(p, c) {
+			tl.userBytes += len(c)
+		} else {
+			tl.bytesLost += len(c)
+			t.Errorf("the user's own %s was overwritten and is in no backup", p)
+		}
+	}
+}
+
+// killDelay is a seeded moment in a full sync's run time.
+func killDelay(rng *rand.Rand, full time.Duration) time.Duration {
+	return time.Duration(rng.Int64N(int64(full)))
+}
+
+// more reports whether to kill again: until kills syncs were killed before
+// they ended, giving up after three times as many tries.
+func more(tl tally) bool { return tl.midRun < *kills && tl.kills < 3**kills }
+
+// crashInitial kills first syncs of v into an empty host (plus users' own
+// files at some managed paths).
+func crashInitial(t *testing.T, s *sandbox, v *version, users map[string]string) {
+	rng := rand.New(rand.NewPCG(*seed, 1))
+	seedUsers := func() {
+		s.reset()
+		for p, c := range users {
+			full := filepath.Join(s.Root, filepath.FromSlash(p))
+			os.MkdirAll(filepath.Dir(full), 0o755)
+			if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var tl tally
+	seedUsers()
+	s.point(v.repo)
+	start := time.Now()
+	s.mustRun("sync", "--prune")
+	full := time.Since(start)
+	afterSync(t, s, v, users, &tl)
+	t.Logf("a full first sync takes %s", full.Round(time.Millisecond))
+	for i := 0; more(tl); i++ {
+		seedUsers()
+		d := killDelay(rng, full)
+		began := time.Now()
+		killed, out := s.killAfter(d, "sync", "--prune")
+		tl.kills++
+		switch {
+		case killed:
+			tl.midRun++
+		case !strings.Contains(out, "Sync:"):
+			t.Errorf("kill %d: the sync ended by itself without finishing:\n%s", i, tail(out, 10))
+		default:
+			full = time.Since(began) // it ended before its kill: the new measure of a full sync
+		}
+		afterKill(t, s, nil, v, users, &tl)
+		s.mustRun("sync", "--prune")
+		afterSync(t, s, v, users, &tl)
+		if t.Failed() {
+			t.Fatalf("kill %d at %s broke an invariant (seed %d)", i, d, *seed)
+		}
+	}
+	// Ownership survived every kill: pruning everything leaves only what
+	// users had before.
+	s.point(filepath.Join(s.work, "empty"))
+	os.MkdirAll(filepath.Join(s.work, "empty"), 0o755)
+	s.mustRun("sync", "--prune", "--allow-empty")
+	files, _ := regularFiles(s.Root)
+	for p := range files {
+		if _, ok := users[p]; !ok {
+			t.Errorf("after pruning everything %s is left: cortex-sync lost track of it", p)
+		}
+	}
+	if tl.midRun < *kills {
+		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
+	}
+	t.Logf("initial: %s", tl)
+}
+
+// crashUpdate kills syncs between v1 and v2, both ways: half the files
+// changed, 5%% added, 5%% removed.
+func crashUpdate(t *testing.T, s *sandbox, v1, v2 *version) {
+	rng := rand.New(rand.NewPCG(*seed, 2))
+	var tl tally
+	s.reset()
+	s.point(v1.repo)
+	s.mustRun("sync", "--prune")
+	s.point(v2.repo)
+	start := time.Now()
+	s.mustRun("sync", "--prune")
+	full := time.Since(start)
+	afterSync(t, s, v2, nil, &tl)
+	t.Logf("a full update takes %s", full.Round(time.Millisecond))
+	cur, next := v2, v1
+	for i := 0; more(tl); i++ {
+		s.point(next.repo)
+		d := killDelay(rng, full)
+		began := time.Now()
+		killed, out := s.killAfter(d, "sync", "--prune")
+		tl.kills++
+		switch {
+		case killed:
+			tl.midRun++
+		case !strings.Contains(out, "Sync:"):
+			t.Errorf("kill %d: the sync ended by itself without finishing:\n%s", i, tail(out, 10))
+		default:
+			full = time.Since(began) // it ended before its kill: the new measure of a full sync
+		}
+		afterKill(t, s, cur, next, nil, &tl)
+		s.mustRun("sync", "--prune")
+		afterSync(t, s, next, nil, &tl)
+		if t.Failed() {
+			t.Fatalf("kill %d at %s (%s to %s) broke an invariant (seed %d)", i, d, cur.name, next.name, *seed)
+		}
+		cur, next = next, cur
+	}
+	os.MkdirAll(filepath.Join(s.work, "empty"), 0o755)
+	s.point(filepath.Join(s.work, "empty"))
+	s.mustRun("sync", "--prune", "--allow-empty")
+	if files, _ := regularFiles(s.Root); len(files) > 0 {
+		t.Errorf("after pruning everything %d files are left: cortex-sync lost track of them", len(files))
+	}
+	if tl.midRun < *kills {
+		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
+	}
+	t.Logf("update: %s", tl)
+}
+
+func TestCrashDirectory(t *testing.T) {
+	work := t.TempDir()
+	v1, v2 := dirVersion(t, work, 1, *dirFiles), dirVersion(t, work, 2, *dirFiles)
+	t.Run("initial", func(t *testing.T) { crashInitial(t, newSandbox(t), v1, nil) })
+	t.Run("update", func(t *testing.T) { crashUpdate(t, newSandbox(t), v1, v2) })
+}
+
+func TestCrashFiles(t *testing.T) {
+	work := t.TempDir()
+	users := map[string]string{}
+	for _, id := range []int{3, 500, 1001} {
+		if id < *fileCount {
+			users[fmt.Sprintf("/etc/app/f%05d.conf", id)] = fmt.Sprintf("a user's own file %d, kept before cortex-sync took it over\n", id)
+		}
+	}
+	v1, v2 := filesVersion(t, work, 1, *fileCount), filesVersion(t, work, 2, *fileCount)
+	t.Run("initial", func(t *testing.T) { crashInitial(t, newSandbox(t), v1, users) })
+	t.Run("update", func(t *testing.T) { crashUpdate(t, newSandbox(t), v1, v2) })
+}
+
+var procKills = flag.Int("crash.prockills", 30, "SIGKILLs of syncs that change a Process")
+
+// markerCopies counts the running processes whose argv is the supervised
+// shell loop carrying marker as its last argument.
+func markerCopies(marker string) int {
+	n := 0
+	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range pids {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		argv := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+		if len(argv) >= 4 && argv[0] == "sh" && argv[len(argv)-1] == marker {
+			n++
+		}
+	}
+	return n
+}
+
+// killMarked kills the copies of the supervised loop and their shims.
+func killMarked(marker string) {
+	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range pids {
+		data, err := os.ReadFile(p)
+		if err != nil || !strings.HasSuffix(strings.TrimSuffix(string(data), "\x00"), "\x00"+marker) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+			// Its parent is its shim (a cortex-sync of this test's binary).
+			if f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:])); len(f) > 1 {
+				if ppid, _ := strconv.Atoi(f[1]); ppid > 1 {
+					if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", ppid)); exe == bin {
+						syscall.Kill(ppid, syscall.SIGKILL)
+					}
+				}
+			}
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// TestCrashProcess kills syncs that restart a supervised process (its spec
+// changes every time) and checks that there are never two copies, and that
+// the next sync leaves exactly one.
+func TestCrashProcess(t *testing.T) {
+	s := newSandbox(t)
+	marker := fmt.Sprintf("cortex-sync-crashtest-%d-%d", os.Getpid(), *seed)
+	repo := filepath.Join(s.work, "proc")
+	empty := filepath.Join(s.work, "empty")
+	os.MkdirAll(empty, 0o755)
+	write := func(gen int) {
+		writeTree(t, repo, map[string]string{"proc.yaml": fmt.Sprintf(`apiVersion: cortex-sync/v1alpha1
+kind: Process
+metadata: {name: looper}
+spec:
+  command: [sh, -c, 'while :; do sleep 0.2; done', looper, %s]
+  env: {GENERATION: "%d"}
+  stopTimeout: 2s
+`, marker, gen)})
+	}
+	t.Cleanup(func() {
+		s.point(empty)
+		s.run("sync", "--prune", "--allow-empty")
+		// Whatever a failed run left: the shims by their status files, the
+		// copies by the marker only they carry.
+		if st, err := supervise.ReadStatus(filepath.Join(s.State, "procs", "looper.json")); err == nil && st != nil {
+			supervise.Stop(st, syscall.SIGKILL, time.Second)
+		}
+		killMarked(marker)
+	})
+	rng := rand.New(rand.NewPCG(*seed, 3))
+	// Two copies fail the test but do not stop it: the count of kills that
+	// led to them is the figure to report. The copies are killed and one
+	// started again before the next kill.
+	twice := 0
+	watch := func(what string, d time.Duration) bool {
+		t.Helper()
+		for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+			if n := markerCopies(marker); n > 1 {
+				t.Errorf("%s: %d copies of the process run", what, n)
+				twice++
+				killMarked(marker)
+				s.mustRun("sync")
+				return false
+			}
+		}
+		return true
+	}
+	write(0)
+	s.point(repo)
+	s.mustRun("sync")
+	write(1)
+	start := time.Now()
+	s.mustRun("sync")
+	full := time.Since(start)
+	t.Logf("a sync that restarts the process takes %s", full.Round(time.Millisecond))
+	var tl tally
+	for gen := 2; tl.midRun < *procKills && tl.kills < 3**procKills; gen++ {
+		write(gen)
+		d := killDelay(rng, full)
+		killed, _ := s.killAfter(d, "sync")
+		tl.kills++
+		if killed {
+			tl.midRun++
+		}
+		if !watch(fmt.Sprintf("kill %d at %s", tl.kills, d), 300*time.Millisecond) {
+			continue
+		}
+		if _, err := s.loads(); err != nil {
+			t.Fatalf("kill %d: the state does not load: %v", tl.kills, err)
+		}
+		s.mustRun("sync")
+		if !watch(fmt.Sprintf("the sync after kill %d at %s", tl.kills, d), 300*time.Millisecond) {
+			continue
+		}
+		if n := markerCopies(marker); n != 1 {
+			t.Fatalf("after kill %d at %s and a full sync, %d copies run, want 1", tl.kills, d, n)
+		}
+		if err := s.converged(); err != nil {
+			t.Fatalf("kill %d at %s: %v", tl.kills, d, err)
+		}
+	}
+	s.point(empty)
+	s.mustRun("sync", "--prune", "--allow-empty")
+	watch("after prune", 500*time.Millisecond)
+	if n := markerCopies(marker); n != 0 {
+		t.Errorf("after prune %d copies still run", n)
+	}
+	if tl.midRun < *procKills {
+		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
+	}
+	t.Logf("process: %d kills (%d mid-run), %d left two copies", tl.kills, tl.midRun, twice)
+}
