@@ -13,7 +13,9 @@ import (
 
 func newStateCheckCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "check",
+		Use: "check",
+		Example: `  cortex-sync state check
+  cortex-sync state check --state-dir /var/lib/cortex-sync`,
 		Short: "Verify the snapshot, its serial and the tree indexes; exit 1 on a problem",
 		Long: `check reads everything cortex-sync keeps in the state dir and changes
 nothing: state.json (whole, checksummed, not older than the last snapshot
@@ -46,8 +48,9 @@ written here), the tree indexes (trees/*.idx), the source stat caches
 
 func newStateRepairCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "repair",
-		Short: "Rebuild what can be rebuilt in the state dir, and say what cannot",
+		Use:     "repair",
+		Example: `  cortex-sync state repair`,
+		Short:   "Rebuild what can be rebuilt in the state dir, and say what cannot",
 		Long: `repair takes the state lock, deletes a damaged tree index (the next sync
 re-hashes the tree and adopts what matches Git), a damaged source stat
 cache and leftover temp files. It never resets a damaged or rolled-back
@@ -88,8 +91,9 @@ snapshot: it says what to do instead. Exit 1 when something is left.`,
 
 func newStateAcceptRollbackCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "accept-rollback",
-		Short: "Trust a snapshot older than the last one this state dir wrote",
+		Use:     "accept-rollback",
+		Example: `  cortex-sync state accept-rollback   # after restoring state.json from a backup, on purpose`,
+		Short:   "Trust a snapshot older than the last one this state dir wrote",
 		Long: `When state.json is older than the last snapshot cortex-sync wrote here (a
 backup put back, a state dir copied in), its inventory may name files that
 cortex-sync no longer owns, and sync --prune refuses to run. Check the
@@ -123,8 +127,9 @@ trusts it.`,
 
 func newStateBackupsCmd(g *globals, io streams) *cobra.Command {
 	return &cobra.Command{
-		Use:   "backups",
-		Short: "List the backups of what cortex-sync overwrote or deleted",
+		Use:     "backups",
+		Example: `  cortex-sync state backups`,
+		Short:   "List the backups of what cortex-sync overwrote or deleted",
 		Long: `backups lists the backup runs under the state dir's backups/, newest first:
 each holds, at its in-root path, what one sync overwrote or deleted that
 cortex-sync had not written itself. After every successful sync, runs
