@@ -425,11 +425,9 @@ spec:
 	t.Cleanup(func() {
 		s.point(empty)
 		s.run("sync", "--prune", "--allow-empty")
-		// Whatever a failed run left: the shims by their status files, the
-		// copies by the marker only they carry.
-		if st, err := supervise.ReadStatus(filepath.Join(s.State, "procs", "looper.json")); err == nil && st != nil {
-			supervise.Stop(st, syscall.SIGKILL, time.Second)
-		}
+		// Whatever a failed run left: the state dir's supervisor and what
+		// it runs, then the copies by the marker only they carry.
+		supervise.StopAll(s.State)
 		killMarked(marker)
 	})
 	rng := rand.New(rand.NewPCG(*seed, 3))
