@@ -16,9 +16,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
