@@ -41,6 +41,7 @@ type watcher struct {
 	paths map[string]resource.ID   // managed host path → its key
 	trees map[string]resource.ID   // host directory inside a mirror → its Directory
 	shims map[string]int           // process name → supervisor pid watched
+	runs  map[string]int           // process name → restarts its supervisor reported
 	full  bool                     // ran out of watches (said once)
 }
 
@@ -55,7 +56,7 @@ func newWatcher(a *Agent) (*watcher, error) {
 		return nil, err
 	}
 	w := &watcher{a: a, fs: f, stop: stop, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
-		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}}
+		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}, runs: map[string]int{}}
 	if err := os.MkdirAll(w.procs, 0o700); err == nil {
 		w.fs.Add(w.procs)
 	}
@@ -158,6 +159,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 		if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok {
 			w.a.hint(resource.NewID("Process", name), TriggerProcessExit, settleDelay)
 			w.mu.Lock()
+			w.countRestarts(name, ev.Name)
 			w.watchShims()
 			w.mu.Unlock()
 		}
@@ -192,6 +194,28 @@ func (w *watcher) event(ev fsnotify.Event) {
 	w.mu.Unlock()
 	for _, id := range ids {
 		w.a.hint(id, TriggerDrift, settleDelay)
+	}
+}
+
+// countRestarts counts the restarts a supervisor made on its own (a crash,
+// a failed liveness probe) since the agent last read its status. Called
+// with mu held.
+func (w *watcher) countRestarts(name, file string) {
+	st, err := supervise.ReadStatus(file)
+	if err != nil || st == nil {
+		return
+	}
+	seen, known := w.runs[name]
+	w.runs[name] = st.Restarts
+	if !known || st.Restarts <= seen {
+		return // first sight, or a new process (the count starts again)
+	}
+	reason := RestartCrash
+	if st.LastExit != nil && st.LastExit.Liveness {
+		reason = RestartLiveness
+	}
+	for range st.Restarts - seen {
+		w.a.opts.Metrics.ProcessRestarted(reason)
 	}
 }
 

@@ -559,7 +559,7 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
 			reason = why
 			u.logf("%s: %s; stopping pid %d", u.name, why, u.proc.PID)
 			e := u.stopProcess()
-			e.Reason = why
+			e.Reason, e.Liveness = why, true
 			return e, nil, false
 		case spec := <-u.specs:
 			switch {

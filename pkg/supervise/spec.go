@@ -195,6 +195,8 @@ type Exit struct {
 	// Unknown: it was adopted (its first supervisor died), so its exit
 	// status could not be read.
 	Unknown bool `json:"unknown,omitempty"`
+	// Liveness: the supervisor stopped it because its liveness probe failed.
+	Liveness bool `json:"liveness,omitempty"`
 }
 
 // Failed reports whether the exit was a failure; an unknown one counts.
