@@ -31,23 +31,7 @@ func TestExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testscript.Run(t, testscript.Params{
-		Dir: filepath.Join(repoRoot, "testdata", "examples"),
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("EXAMPLES", examples)
-			env.Setenv("ROOT", filepath.Join(env.WorkDir, "root"))
-			env.Setenv("STATE", filepath.Join(env.WorkDir, "state"))
-			env.Defer(func() { stopProcesses(env.WorkDir) })
-			return os.MkdirAll(filepath.Join(env.WorkDir, "root"), 0o755)
-		},
-		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
-			"exits":     cmdExits,
-			"gitinit":   cmdGitInit,
-			"gitcommit": cmdGitCommit,
-			"freeport":  cmdFreePort,
-			"procpid":   cmdProcPID,
-		},
-	})
+	testscript.Run(t, scriptParams(filepath.Join(repoRoot, "testdata", "examples"), map[string]string{"EXAMPLES": examples}))
 }
 
 // compileSchemas compiles docs/schema as published (TestGeneratedDocs

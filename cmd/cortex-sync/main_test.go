@@ -156,13 +156,22 @@ func scriptPIDs(work string, re *regexp.Regexp) []int {
 // TestScripts runs the user stories in testdata/script: the real binary
 // against a real filesystem under $WORK.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir: filepath.Join("..", "..", "testdata", "script"),
-		Setup: func(env *testscript.Env) error {
-			env.Setenv("ROOT", filepath.Join(env.WorkDir, "root"))
-			env.Setenv("STATE", filepath.Join(env.WorkDir, "state"))
-			env.Defer(func() { stopProcesses(env.WorkDir) })
-			return os.MkdirAll(filepath.Join(env.WorkDir, "root"), 0o755)
+	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "script"), nil))
+}
+
+// scriptParams is how every suite of scripts runs: $ROOT and $STATE in the
+// work dir (plus env), the helper commands, and no process left behind.
+func scriptParams(dir string, env map[string]string) testscript.Params {
+	return testscript.Params{
+		Dir: dir,
+		Setup: func(e *testscript.Env) error {
+			for k, v := range env {
+				e.Setenv(k, v)
+			}
+			e.Setenv("ROOT", filepath.Join(e.WorkDir, "root"))
+			e.Setenv("STATE", filepath.Join(e.WorkDir, "state"))
+			e.Defer(func() { stopProcesses(e.WorkDir) })
+			return os.MkdirAll(filepath.Join(e.WorkDir, "root"), 0o755)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"exits":      cmdExits,
@@ -183,7 +192,7 @@ func TestScripts(t *testing.T) {
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
-	})
+	}
 }
 
 // cmdExits runs a command and checks its exact exit code:

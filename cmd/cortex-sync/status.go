@@ -109,7 +109,7 @@ func statusText(io streams, doc *reconcile.Status) error {
 		if a.Revision != "" {
 			rev = " of " + a.Revision
 		}
-		fmt.Fprintf(&b, "Attempt:    the last sync%s failed: %s did not apply\n", rev, countOf(len(a.Failed), "resource"))
+		fmt.Fprintf(&b, "Attempt:    the last sync%s failed: %s did not apply\n", rev, plural(len(a.Failed), "resource"))
 	}
 	fmt.Fprintf(&b, "Sync:       %s\nHealth:     %s\n", doc.Sync, doc.Health)
 	if len(doc.Resources) > 0 {
@@ -128,14 +128,6 @@ func statusText(io streams, doc *reconcile.Status) error {
 // oneLine keeps a table row on one line: output tails hold newlines.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
-}
-
-// countOf counts in words: "1 resource", "3 resources".
-func countOf(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func orDot(p string) string {
