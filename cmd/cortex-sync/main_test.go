@@ -185,6 +185,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"sigkill":    cmdSigkill,
 			"signal":     cmdSignal,
 			"within":     cmdWithin,
+			"grepr":      cmdGrepR,
 		},
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {

@@ -129,7 +129,7 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	hash := x.Hash // recalled: what last ran is what is desired
 	if !env.recalled() {
 		var err error
-		if hash, err = effectiveHash(env, r, spec.RefreshOn); err != nil {
+		if hash, err = effectiveHash(env, r, &spec.Exec, spec.RefreshOn); err != nil {
 			return nil, err
 		}
 	}
@@ -245,9 +245,16 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	if cmd.Dir, err = workingDir(env, spec.WorkingDir); err != nil {
 		return nil, -1, err
 	}
+	secrets, err := readSecrets(env, spec.SecretEnv)
+	if err != nil {
+		return nil, -1, err
+	}
 	cmd.Env = processEnv(env, spec.Env, home)
 	if p, err := supervise.LookPath(argv[0], cmd.Env); err == nil {
 		cmd.Path = p
+	}
+	for _, s := range secrets {
+		cmd.Env = append(cmd.Env, s.name+"="+s.value)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if uid >= 0 {
@@ -255,19 +262,22 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
 	err = cmd.Run()
+	// Its output is logged, stored in the snapshot and shown: never with
+	// a secret in it.
+	out := redactor(secrets).Redact(buf.Bytes())
 	var ee *exec.ExitError
 	switch {
 	case ctx.Err() == context.DeadlineExceeded:
-		return out.Bytes(), -1, &errTimeout{timeout}
+		return out, -1, &errTimeout{timeout}
 	case errors.As(err, &ee):
-		return out.Bytes(), ee.ExitCode(), nil
+		return out, ee.ExitCode(), nil
 	case err != nil:
-		return out.Bytes(), -1, err
+		return out, -1, err
 	}
-	return out.Bytes(), 0, nil
+	return out, 0, nil
 }
 
 // lastLines is the last n lines of s.
@@ -307,7 +317,7 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		return c.Record, nil
 	}
 	spec := c.Desired.Spec.(*CommandSpec)
-	hash, err := effectiveHash(env, c.Desired, spec.RefreshOn)
+	hash, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RefreshOn)
 	if err != nil {
 		return nil, err
 	}

@@ -91,6 +91,9 @@ type Env struct {
 	Simulate    bool
 	Concurrency int
 	Log         *slog.Logger
+	// Keys keys the IDs of sensitive content and secret files with the
+	// state dir's host key.
+	Keys *Keys
 }
 
 // recalled reports whether the desired state comes from the snapshot.

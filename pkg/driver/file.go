@@ -69,13 +69,45 @@ func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, func() (io.ReadC
 		return rec.ContentID, nil, nil
 	case s.Content != nil:
 		b := []byte(*s.Content)
-		return source.ContentDigest(b), func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, nil
+		id, err := env.keyedIf(s.Sensitive, source.ContentDigest(b))
+		return id, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, err
 	}
 	id, err := env.Tree.ContentID(s.sourcePath)
 	if err != nil {
 		return "", nil, fmt.Errorf("source %s: %w", s.Source, err)
 	}
+	if id, err = env.keyedIf(s.Sensitive, id); err != nil {
+		return "", nil, err
+	}
 	return id, func() (io.ReadCloser, error) { return env.Tree.Open(s.sourcePath) }, nil
+}
+
+// keyRecord is the record of a sensitive File as this version keeps it:
+// content ID and live SHA-256 keyed with the host key. A record an older
+// cortex-sync wrote unkeyed is keyed here (the keyed ID is a function of
+// the unkeyed one), so it compares equal with no change shown, and the
+// next save of the snapshot stores the keyed form: a migration, never a
+// rewrite of the file.
+func keyRecord(env *Env, spec *FileSpec, rec *state.Entry) (*state.Entry, error) {
+	if rec == nil || spec == nil || !spec.Sensitive || spec.absent() {
+		return rec, nil
+	}
+	if isKeyed(rec.ContentID) && (rec.Live == nil || rec.Live.SHA256 == "" || isKeyed(rec.Live.SHA256)) {
+		return rec, nil
+	}
+	cp := *rec
+	var err error
+	if cp.ContentID, err = env.keyed(rec.ContentID); err != nil {
+		return nil, err
+	}
+	if rec.Live != nil {
+		live := *rec.Live
+		if live.SHA256, err = env.keyed(live.SHA256); err != nil {
+			return nil, err
+		}
+		cp.Live = &live
+	}
+	return &cp, nil
 }
 
 func (s *FileSpec) keepContent() bool { return s.Replace != nil && !*s.Replace }
@@ -127,6 +159,10 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	if r != nil {
 		spec = r.Spec.(*FileSpec)
 	}
+	rec, err := keyRecord(env, spec, rec)
+	if err != nil {
+		return nil, err
+	}
 	p := pathOf(spec.pathOrEmpty(), rec)
 	c := &diff.Change{Path: p}
 	d, base, live, err := lstat(env, p)
@@ -136,13 +172,21 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	if d != nil {
 		defer d.Close()
 	}
+	c.Record = rec // keyed, should it have been recorded unkeyed
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
 	if live != nil && !live.Mode.IsRegular() {
 		o.WrongType = typeName(live.Mode)
 	}
 	if fp := fingerprint(rec); live != nil && fp != nil && o.WrongType == "" {
-		if o.Ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, func() (string, error) { return hashFile(d, base) }); err != nil {
+		hash := func() (string, error) {
+			sum, err := hashFile(d, base)
+			if err != nil {
+				return "", err
+			}
+			return env.likeRecord(fp.SHA256, sum)
+		}
+		if o.Ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, hash); err != nil {
 			return nil, err
 		}
 	}
@@ -333,6 +377,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		} else if sum, err = hashFile(d, base); err != nil {
 			return nil, err
 		}
+	}
+	if sum, err = env.keyedIf(spec.Sensitive, sum); err != nil {
+		return nil, err
 	}
 	e := newEntry(c.Desired, spec.Path)
 	if write || w.same {

@@ -124,15 +124,38 @@ type Exec struct {
 	Env        map[string]string `yaml:"env" json:"env,omitempty"`
 	WorkingDir string            `yaml:"workingDir" json:"workingDir,omitempty"`
 	User       string            `yaml:"user" json:"user,omitempty"` // when cortex-sync runs as root
+	// SecretEnv maps environment variables to host files (absolute, under
+	// --root) whose content is the value, read as the program starts
+	// (like systemd's LoadCredential; one trailing newline dropped). The
+	// values never enter the plan, the snapshot or the logs: output that
+	// shows one is stored and shown as [redacted:NAME]. A change of a
+	// file's content restarts the Process (re-runs the Command).
+	SecretEnv map[string]string `yaml:"secretEnv" json:"secretEnv,omitempty"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// reservedEnv are the variables cortex-sync sets itself.
+var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "CORTEX_SYNC_ROOT": true, "CORTEX_SYNC_UNIT": true}
 
 func (x *Exec) validate(v *resource.Validation) {
 	validateCommand(v, "spec.command", x.Command)
 	for k := range x.Env {
 		if !envName.MatchString(k) {
 			v.Errorf("spec.env."+k, "%q is not a valid environment variable name", k)
+		}
+	}
+	for k, p := range x.SecretEnv {
+		field := secretField(k)
+		switch _, dup := x.Env[k]; {
+		case !envName.MatchString(k):
+			v.Errorf(field, "%q is not a valid environment variable name", k)
+		case dup:
+			v.Errorf(field, "%s is also in spec.env; give it in one of them", k)
+		case reservedEnv[k]:
+			v.Errorf(field, "%s is set by cortex-sync; choose another name", k)
+		default:
+			v.AbsPath(field, p)
 		}
 	}
 	if x.WorkingDir != "" && !path.IsAbs(x.WorkingDir) {
@@ -217,9 +240,14 @@ func extraOf(rec *state.Entry) processExtra {
 
 // effectiveHash names a spec together with the desired state of the
 // resources it restarts (or refreshes) on.
-func effectiveHash(env *Env, r *resource.Resource, on []resource.ID) (string, error) {
+func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (string, error) {
 	h := sha256.New()
 	h.Write([]byte(specHash(r)))
+	secrets, err := secretsDigest(env, x.SecretEnv)
+	if err != nil {
+		return "", err
+	}
+	h.Write([]byte(secrets))
 	for _, id := range on {
 		target := env.Set.Get(id)
 		if target == nil {
@@ -347,7 +375,7 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	o.Desired, o.Ours = true, true
 	hash := x.Hash // recalled: the effective spec last started is the desired one
 	if !env.recalled() {
-		if hash, err = effectiveHash(env, r, spec.RestartOn); err != nil {
+		if hash, err = effectiveHash(env, r, &spec.Exec, spec.RestartOn); err != nil {
 			return nil, err
 		}
 	}
@@ -414,7 +442,7 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		}
 		return e, nil
 	}
-	hash, err := effectiveHash(env, c.Desired, spec.RestartOn)
+	hash, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RestartOn)
 	if err != nil {
 		return nil, err
 	}
@@ -518,9 +546,20 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 	if cg != "" {
 		cg = filepath.Join(cg, name)
 	}
+	secrets, err := readSecrets(env, spec.SecretEnv)
+	if err != nil {
+		return supervise.Spec{}, err
+	}
+	var secretFiles map[string]string
+	for _, s := range secrets {
+		if secretFiles == nil {
+			secretFiles = map[string]string{}
+		}
+		secretFiles[s.name] = s.host // the supervisor reads it; the value stays out of the spec file
+	}
 	stopSig, stopTimeout := spec.stop()
 	return supervise.Spec{
-		ID: string(r.ID()), Name: name, Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir,
+		ID: string(r.ID()), Name: name, Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir, SecretEnv: secretFiles,
 		UID: uid, GID: gid, RestartPolicy: spec.RestartPolicy.OrDefault(), StopSignal: stopSig, StopTimeout: stopTimeout,
 		Backoff: supervise.Backoff{
 			MinUptime: spec.MinUptime.Std(), Delay: spec.RestartDelay.Std(),

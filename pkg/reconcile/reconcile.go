@@ -122,7 +122,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	s.Env = &driver.Env{
 		Root: s.Root, State: s.State, Snapshot: s.Snapshot,
 		Backups:     &driver.Backups{Dir: s.State.Sub("backups")},
-		Concurrency: cfg.Concurrency, Log: cfg.Log,
+		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
 	}
 	if desired != nil {
 		s.Env.Tree, s.Env.Set = desired.Checkout.Tree, desired.Set

@@ -35,6 +35,9 @@ type supervisor struct {
 
 // RunShim is the supervisor's main: cortex-sync __shim PROCS_DIR.
 func RunShim(args []string) int {
+	if len(args) == 1 && args[0] == redactArg {
+		return runRedactor()
+	}
 	if len(args) < 1 {
 		fmt.Fprintln(os.Stderr, "cortex-sync supervisor: no procs directory given")
 		return 2
@@ -490,9 +493,18 @@ func (u *unit) start() error {
 	if err != nil {
 		return fmt.Errorf("%s: not found in PATH %s", spec.Command[0], envPath(spec.Env))
 	}
-	out, err := openLog(spec.LogFile)
+	secrets, err := loadSecrets(spec)
+	if err != nil {
+		return err
+	}
+	log, err := openLog(spec.LogFile)
 	if err != nil {
 		return fmt.Errorf("open the log: %w", err)
+	}
+	defer log.Close()
+	out, err := u.s.reaper.redactTo(log, secrets)
+	if err != nil {
+		return err
 	}
 	defer out.Close()
 	devnull, err := os.Open(os.DevNull)
@@ -504,6 +516,7 @@ func (u *unit) start() error {
 		st.State, st.Process, st.StopSignal, st.StopTimeout, st.Cgroup = Starting, Identity{}, spec.StopSignal, spec.StopTimeout, string(u.cg)
 	})
 	attr := procAttr(spec, []uintptr{devnull.Fd(), out.Fd(), out.Fd()})
+	attr.Env = append(attr.Env, secretEnv(secrets)...)
 	if u.cg != "" {
 		fd, err := u.cg.open()
 		if err == nil {

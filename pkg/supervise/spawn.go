@@ -96,12 +96,19 @@ func (r *reaper) runProbe(ctx context.Context, spec *Spec, argv []string) ([]byt
 		return nil, err
 	}
 	defer devnull.Close()
+	secrets, err := loadSecrets(spec)
+	if err != nil {
+		return nil, err
+	}
+	redact := NewRedactor(secrets)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
 	defer pr.Close()
-	id, exited, err := r.forkExec(path, argv, procAttr(spec, []uintptr{devnull.Fd(), pw.Fd(), pw.Fd()}))
+	attr := procAttr(spec, []uintptr{devnull.Fd(), pw.Fd(), pw.Fd()})
+	attr.Env = append(attr.Env, secretEnv(secrets)...)
+	id, exited, err := r.forkExec(path, argv, attr)
 	pid := id.PID
 	pw.Close()
 	if err != nil {
@@ -109,11 +116,15 @@ func (r *reaper) runProbe(ctx context.Context, spec *Spec, argv []string) ([]byt
 	}
 	out := make(chan []byte, 1)
 	go func() {
-		var b []byte
+		var b, pending []byte
 		buf := make([]byte, 4096)
 		for {
 			n, err := pr.Read(buf)
-			b = append(b, buf[:n]...)
+			var clean []byte
+			// Redacted as it streams, before the window cuts it: a cut
+			// could fall inside a secret.
+			clean, pending = redact.next(append(pending, buf[:n]...), err != nil)
+			b = append(b, clean...)
 			if len(b) > 4096 {
 				b = b[len(b)-4096:]
 			}

@@ -135,6 +135,10 @@ type Spec struct {
 	Name          string         `json:"name"`
 	Command       []string       `json:"command"`
 	Env           []string       `json:"env"`
+	// SecretEnv maps variables to the host files (--root resolved) the
+	// supervisor reads their values from as it starts the process; the
+	// values are never written here.
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
 	Dir           string         `json:"dir,omitempty"`
 	UID           int            `json:"uid"` // -1: as the supervisor
 	GID           int            `json:"gid"`
