@@ -131,26 +131,26 @@ type Resources struct {
 // starts it (sync, the agent, an operator's verb) to procs/<name>.spec
 // before anything starts: the intent, which survives the starter.
 type Spec struct {
-	ID            string         `json:"id"`
-	Name          string         `json:"name"`
-	Command       []string       `json:"command"`
-	Env           []string       `json:"env"`
+	ID      string   `json:"id"`
+	Name    string   `json:"name"`
+	Command []string `json:"command"`
+	Env     []string `json:"env"`
 	// SecretEnv maps variables to the host files (--root resolved) the
 	// supervisor reads their values from as it starts the process; the
 	// values are never written here.
-	SecretEnv map[string]string `json:"secretEnv,omitempty"`
-	Dir           string         `json:"dir,omitempty"`
-	UID           int            `json:"uid"` // -1: as the supervisor
-	GID           int            `json:"gid"`
-	RestartPolicy RestartPolicy  `json:"restartPolicy"`
-	Backoff       Backoff        `json:"backoff"`
-	StopSignal    syscall.Signal `json:"stopSignal"`
-	StopTimeout   time.Duration  `json:"stopTimeout"`
-	Liveness      *health.Probe  `json:"liveness,omitempty"`
-	Readiness     *health.Probe  `json:"readiness,omitempty"`
-	LogFile       string         `json:"logFile"`
-	LogMax        int64          `json:"logMax"` // bytes before the log rotates
-	Hash          string         `json:"hash"`   // the effective spec, echoed in the status
+	SecretEnv     map[string]string `json:"secretEnv,omitempty"`
+	Dir           string            `json:"dir,omitempty"`
+	UID           int               `json:"uid"` // -1: as the supervisor
+	GID           int               `json:"gid"`
+	RestartPolicy RestartPolicy     `json:"restartPolicy"`
+	Backoff       Backoff           `json:"backoff"`
+	StopSignal    syscall.Signal    `json:"stopSignal"`
+	StopTimeout   time.Duration     `json:"stopTimeout"`
+	Liveness      *health.Probe     `json:"liveness,omitempty"`
+	Readiness     *health.Probe     `json:"readiness,omitempty"`
+	LogFile       string            `json:"logFile"`
+	LogMax        int64             `json:"logMax"` // bytes before the log rotates
+	Hash          string            `json:"hash"`   // the effective spec, echoed in the status
 	// Cgroup is the cgroup v2 directory to run it in; empty when there is
 	// no writable cgroup v2 hierarchy (the process group then).
 	Cgroup string `json:"cgroup,omitempty"`
