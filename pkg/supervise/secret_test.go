@@ -12,7 +12,7 @@ func TestRedact(t *testing.T) {
 		{"nothing here", "nothing here"},
 		{"abcab", "[redacted:A]"},
 		{"xabcabcab s3cr3t!", "x[redacted:A]cab [redacted:B]!"},
-		{"abca", "abca"},       // a prefix at the end of all output is not the secret
+		{"abca", "abca"}, // a prefix at the end of all output is not the secret
 		{"s3cr3s3cr3t", "s3cr3[redacted:B]"},
 	} {
 		if got := r.String(tc.in); got != tc.want {
