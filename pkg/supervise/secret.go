@@ -26,7 +26,8 @@ import (
 // MaxSecretSize is the largest secret file read, in bytes.
 const MaxSecretSize = 64 << 10
 
-// redactArg, after ShimArg, makes cortex-sync a redactor.
+// redactArg, after ShimArg, makes cortex-sync a redactor; the process's
+// name follows it.
 const redactArg = "--redact"
 
 // Secret is one secret value and the variable it is known by.
@@ -114,7 +115,7 @@ func secretEnv(secrets []Secret) []string {
 
 // redactTo starts a redactor that appends to log what is written to the
 // returned pipe, secrets replaced. Without secrets it is log itself.
-func (r *reaper) redactTo(log *os.File, secrets []Secret) (*os.File, error) {
+func (r *reaper) redactTo(name string, log *os.File, secrets []Secret) (*os.File, error) {
 	if len(secrets) == 0 {
 		return log, nil
 	}
@@ -144,7 +145,8 @@ func (r *reaper) redactTo(log *os.File, secrets []Secret) (*os.File, error) {
 	// the last of the output.
 	attr := &syscall.ProcAttr{Dir: "/", Env: []string{}, Files: []uintptr{out.Fd(), log.Fd(), devnull.Fd(), sr.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true}}
-	_, _, err = r.forkExec(exe, []string{exe, ShimArg, redactArg}, attr)
+	// The name is for ps only: "cortex-sync __shim --redact web".
+	_, _, err = r.forkExec(exe, []string{os.Args[0], ShimArg, redactArg, name}, attr)
 	if err != nil {
 		in.Close()
 		sw.Close()
@@ -251,6 +253,7 @@ func (r *Redactor) next(b []byte, final bool) (out, rest []byte) {
 	if r.Empty() {
 		return b, nil
 	}
+	out = make([]byte, 0, len(b))
 	i := 0
 	for {
 		at, which := -1, -1
@@ -295,6 +298,7 @@ func failure(p []byte) []int {
 
 // prefixAtEnd is the length of the longest proper prefix of p that ends b.
 func prefixAtEnd(b, p []byte, f []int) int {
+	b = b[max(0, len(b)-(len(p)-1)):] // a proper prefix is shorter than p
 	k := 0
 	for _, c := range b {
 		for k > 0 && (k == len(p) || c != p[k]) {

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,18 @@ func TestSecretValue(t *testing.T) {
 		if _, err := SecretValue([]byte(in)); err == nil {
 			t.Errorf("SecretValue(%q): no error", in)
 		}
+	}
+}
+
+// BenchmarkRedactStream is the redactor's cost on log-like output with two
+// secrets, in 32 KiB reads as the redactor makes them.
+func BenchmarkRedactStream(b *testing.B) {
+	r := NewRedactor([]Secret{{Name: "A", Value: "s3cr3t-TOKEN-4242"}, {Name: "B", Value: "postgres-password-xyz"}})
+	line := []byte("2026-11-30T03:00:00Z GET /api/v1/items?id=42 200 1.2ms user=alice s3cr3t-TOKEN-424\n")
+	chunk := bytes.Repeat(line, 32<<10/len(line))
+	b.SetBytes(int64(len(chunk)))
+	var pending []byte
+	for b.Loop() {
+		_, pending = r.next(append(pending, chunk...), false)
 	}
 }

@@ -35,7 +35,7 @@ type supervisor struct {
 
 // RunShim is the supervisor's main: cortex-sync __shim PROCS_DIR.
 func RunShim(args []string) int {
-	if len(args) == 1 && args[0] == redactArg {
+	if len(args) > 0 && args[0] == redactArg {
 		return runRedactor()
 	}
 	if len(args) < 1 {
@@ -502,7 +502,7 @@ func (u *unit) start() error {
 		return fmt.Errorf("open the log: %w", err)
 	}
 	defer log.Close()
-	out, err := u.s.reaper.redactTo(log, secrets)
+	out, err := u.s.reaper.redactTo(spec.Name, log, secrets)
 	if err != nil {
 		return err
 	}
