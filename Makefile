@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test ./pkg/diff -run '^$$' -fuzz '^FuzzUnified$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/state -run '^$$' -fuzz '^FuzzDecodeIndex$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./pkg/state -run '^$$' -fuzz '^FuzzLoadSnapshot$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./pkg/agent -run '^$$' -fuzz '^FuzzWebhook$$' -fuzztime $(FUZZTIME)
 
 lint:
 	$(GO) vet ./...

@@ -129,11 +129,19 @@ func reloadOptions() (*globals, *runOptions, error) {
 	if got == nil {
 		return nil, nil, errors.New("the command line does not run the agent")
 	}
+	if err := checkRoot(gg.root); err != nil {
+		return nil, nil, err
+	}
 	return gg, got, nil
 }
 
 // runOnce runs one configuration of the agent and its HTTP server.
 func runOnce(ctx context.Context, g *globals, o *runOptions) error {
+	// Like sync, the agent never creates the root: a typo there must stop
+	// it at start (systemd says why), not scatter a host into a new tree.
+	if err := checkRoot(g.root); err != nil {
+		return err
+	}
 	src, err := o.src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
 	if err != nil {
 		return err

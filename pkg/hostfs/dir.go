@@ -110,7 +110,7 @@ func (d *Dir) Open(name string) (*os.File, error) {
 
 // OpenPath opens name itself, even a symlink, for Stat only (O_PATH).
 func (d *Dir) OpenPath(name string) (*os.File, error) {
-	fd, err := unix.Openat(d.fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(d.fd, name, oPathNoFollow|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, d.pathErr("open", name, err)
 	}

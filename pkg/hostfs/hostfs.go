@@ -11,7 +11,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -39,7 +38,7 @@ func Open(dir string, allowed []string) (*Root, error) {
 	if err != nil {
 		return nil, fmt.Errorf("root %s: %w", dir, err)
 	}
-	fd, err := unix.Open(real, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(real, oPath|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open root", Path: real, Err: err}
 	}
@@ -103,31 +102,21 @@ func (r *Root) SyncFS() error {
 		return err
 	}
 	defer unix.Close(fd)
-	return unix.Syncfs(fd)
+	return syncfs(fd)
 }
 
 // resolve opens the in-root directory p (following symlinks inside the root).
 func (r *Root) resolve(p string, flags int) (int, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(flags | unix.O_DIRECTORY | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	}
 	rel := strings.TrimPrefix(p, "/")
 	if rel == "" {
 		rel = "."
 	}
-	for {
-		fd, err := unix.Openat2(r.fd, rel, &how)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		return fd, err
-	}
+	return openInRoot(r.fd, rel, flags|unix.O_DIRECTORY|unix.O_CLOEXEC)
 }
 
 // inRoot maps the host path of an open descriptor back to its in-root path.
 func (r *Root) inRoot(fd int) (string, error) {
-	real, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+	real, err := fdPath(fd)
 	if err != nil {
 		return "", err
 	}
@@ -222,22 +211,13 @@ func (r *Root) Lstat(p string) (Stat, error) {
 // OpenFile opens the in-root path p for reading, following symlinks only
 // inside the root.
 func (r *Root) OpenFile(p string) (*os.File, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(unix.O_RDONLY | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
-	}
 	rel := strings.TrimPrefix(path.Clean("/"+p), "/")
 	if rel == "" {
 		rel = "."
 	}
-	for {
-		fd, err := unix.Openat2(r.fd, rel, &how)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		if err != nil {
-			return nil, &fs.PathError{Op: "open", Path: p, Err: err}
-		}
-		return os.NewFile(uintptr(fd), p), nil
+	fd, err := openInRoot(r.fd, rel, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
+	return os.NewFile(uintptr(fd), p), nil
 }
