@@ -39,7 +39,7 @@ func stampOf(fi os.FileInfo) fileStamp {
 	s := fileStamp{size: fi.Size(), mtime: fi.ModTime()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		s.dev, s.ino = uint64(st.Dev), st.Ino
-		s.ctime = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+		s.ctime = ctime(st)
 	}
 	return s
 }

@@ -34,7 +34,7 @@ type watcher struct {
 	// procs is where supervisors write their status.
 	procs string
 
-	stop int // an eventfd that ends every pidfd wait at close
+	stop, stopped *os.File // a pipe: closing its write end ends every pidfd wait
 
 	mu    sync.Mutex
 	dirs  map[string][]resource.ID // watched host directory → interested keys
@@ -50,12 +50,12 @@ func newWatcher(a *Agent) (*watcher, error) {
 	if err != nil {
 		return nil, err
 	}
-	stop, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	stopped, stop, err := os.Pipe()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	w := &watcher{a: a, fs: f, stop: stop, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
+	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}, runs: map[string]int{}}
 	if err := os.MkdirAll(w.procs, 0o700); err == nil {
 		w.fs.Add(w.procs)
@@ -65,7 +65,7 @@ func newWatcher(a *Agent) (*watcher, error) {
 
 func (w *watcher) close() {
 	w.fs.Close()
-	unix.Write(w.stop, []byte{1, 0, 0, 0, 0, 0, 0, 0}) // every await returns; the fd stays open for them
+	w.stop.Close() // every await returns; the read end stays open for them
 }
 
 // host is an in-root path on the host.
@@ -233,7 +233,7 @@ func (w *watcher) watchShims() {
 		if err != nil || st == nil || st.Shim.PID == 0 || w.shims[name] == st.Shim.PID || !st.Shim.Alive() {
 			continue
 		}
-		fd, err := unix.PidfdOpen(st.Shim.PID, 0)
+		fd, err := pidfdOpen(st.Shim.PID)
 		if err != nil {
 			continue
 		}
@@ -245,7 +245,7 @@ func (w *watcher) watchShims() {
 // await waits for a supervisor to end and queues its process.
 func (w *watcher) await(name string, pid, fd int) {
 	defer unix.Close(fd)
-	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(w.stop), Events: unix.POLLIN}}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(w.stopped.Fd()), Events: unix.POLLIN}}
 	for {
 		if _, err := unix.Poll(fds, -1); err != unix.EINTR {
 			break

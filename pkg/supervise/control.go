@@ -1,3 +1,5 @@
+//go:build linux
+
 package supervise
 
 import (
@@ -17,10 +19,6 @@ import (
 // waits for the status to acknowledge that spec. Whatever moment the
 // starter dies at, the spec on disk and the one supervisor that acts on
 // it leave one process per name, never two.
-
-// ErrNoSpec reports a process with no spec on this host: never started
-// here, or pruned.
-var ErrNoSpec = errors.New("no supervised process by that name on this host")
 
 // procsDir is where specs and statuses live; absolute, as the supervisor
 // runs in /.
@@ -239,23 +237,4 @@ func StopAll(stateDir string) {
 			cg.remove()
 		}
 	}
-}
-
-// LookPath finds a program in the PATH of the environment it will run
-// with, not the caller's.
-func LookPath(name string, env []string) (string, error) {
-	if strings.Contains(name, "/") {
-		return name, nil
-	}
-	for _, kv := range env {
-		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
-			for _, dir := range filepath.SplitList(p) {
-				full := filepath.Join(dir, name)
-				if fi, err := os.Stat(full); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
-					return full, nil
-				}
-			}
-		}
-	}
-	return "", exec.ErrNotFound
 }

@@ -1,3 +1,5 @@
+//go:build linux
+
 package supervise
 
 import (
@@ -11,13 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 )
-
-// Identity names one process for good: a pid alone is reused, a pid with
-// the kernel's start time (clock ticks since boot) is not.
-type Identity struct {
-	PID   int    `json:"pid"`
-	Start uint64 `json:"start"`
-}
 
 // procStat reads a process's state letter and start time from
 // /proc/<pid>/stat. The command name may hold spaces and parentheses, so
