@@ -17,7 +17,8 @@ import (
 // VmRSS counts although supervising never touches most of it again. Two
 // settings keep it small: the supervisor runs with one P, and once started
 // it drops its mappings of the executable, so only what it goes on using
-// comes back. docs/processes.md has the measurements.
+// comes back. A redactor (secret.go), the same binary again, does the
+// same. docs/processes.md has the measurements.
 
 // supervisorEnv is the supervisor's own environment (a process's comes
 // from its spec). GOMAXPROCS=1 from the first instruction, not set later

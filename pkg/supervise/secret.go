@@ -143,7 +143,7 @@ func (r *reaper) redactTo(name string, log *os.File, secrets []Secret) (*os.File
 	defer devnull.Close()
 	// A group of its own: stopping the process's group leaves it to read
 	// the last of the output.
-	attr := &syscall.ProcAttr{Dir: "/", Env: []string{}, Files: []uintptr{out.Fd(), log.Fd(), devnull.Fd(), sr.Fd()},
+	attr := &syscall.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"}, Files: []uintptr{out.Fd(), log.Fd(), devnull.Fd(), sr.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true}}
 	// The name is for ps only: "cortex-sync __shim --redact web".
 	_, _, err = r.forkExec(exe, []string{os.Args[0], ShimArg, redactArg, name}, attr)
@@ -184,6 +184,7 @@ func runRedactor() int {
 		secrets = append(secrets, Secret{Name: w.Name, Value: string(w.Value)})
 	}
 	r := NewRedactor(secrets)
+	releaseExecutable() // as the supervisor does (footprint.go); at worst it keeps them
 	var pending []byte
 	buf := make([]byte, 32<<10)
 	for {
