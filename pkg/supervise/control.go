@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -145,7 +146,7 @@ func ensureSupervisor(stateDir string) (Identity, error) {
 	cmd := exec.Command(exe, ShimArg, procs)
 	cmd.Args[0] = os.Args[0] // the name this binary was run as
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	cmd.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cmd.Env = slices.Clone(supervisorEnv)
 	cmd.Dir = "/"
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -130,6 +130,7 @@ func runRedactor() int {
 		secrets = append(secrets, Secret{Name: w.Name, Value: string(w.Value)})
 	}
 	r := NewRedactor(secrets)
+	releaseExecutable() // as the supervisor does (footprint.go); failing, it keeps them mapped
 	var pending []byte
 	buf := make([]byte, 32<<10)
 	for {

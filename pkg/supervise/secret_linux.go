@@ -37,7 +37,7 @@ func (r *reaper) redactTo(name string, log *os.File, secrets []Secret) (*os.File
 	defer devnull.Close()
 	// A group of its own: stopping the process's group leaves it to read
 	// the last of the output.
-	attr := &syscall.ProcAttr{Dir: "/", Env: []string{}, Files: []uintptr{out.Fd(), log.Fd(), devnull.Fd(), sr.Fd()},
+	attr := &syscall.ProcAttr{Dir: "/", Env: []string{"GOMAXPROCS=1"}, Files: []uintptr{out.Fd(), log.Fd(), devnull.Fd(), sr.Fd()},
 		Sys: &syscall.SysProcAttr{Setpgid: true}}
 	// The name is for ps only: "cortex-sync __shim --redact web".
 	_, _, err = r.forkExec(exe, []string{os.Args[0], ShimArg, redactArg, name}, attr)

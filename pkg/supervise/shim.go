@@ -73,10 +73,14 @@ func RunShim(args []string) int {
 	}()
 	s.announce("running")
 	// What the package inits and the first scan allocated is garbage now;
-	// give it back, and keep the heap small from here on.
+	// give it back, and keep the heap small from here on. So is most of
+	// the binary they touched (see footprint.go).
 	debug.SetGCPercent(50)
 	s.scan()
 	debug.FreeOSMemory()
+	if _, err := releaseExecutable(); err != nil {
+		logLine(s.log, "release the executable's pages: %v", err)
+	}
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
