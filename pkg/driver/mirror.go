@@ -405,21 +405,9 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 	return out, nil
 }
 
-// openRel opens a relative directory below d, one element at a time.
-func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
-	cur := d
-	for i, name := range strings.Split(rel, "/") {
-		next, err := cur.OpenDir(name)
-		if i > 0 {
-			cur.Close()
-		}
-		if err != nil {
-			return nil, err
-		}
-		cur = next
-	}
-	return cur, nil
-}
+// openRel opens a relative directory below d in one call, never through a
+// symlink.
+func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirRel(rel) }
 
 // written is a file staged in a temporary name, waiting for its rename.
 type written struct {
@@ -431,8 +419,8 @@ type written struct {
 }
 
 // applyTree carries out a tree's ops: deletions deepest first, directories
-// parents first, then every file written to a temporary name, one syncfs
-// for all of them, the renames, and an fsync of each touched directory.
+// parents first, then every file written to a temporary name and made
+// durable, the renames, and an fsync of each touched directory.
 func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
 	dirs := map[string]*hostfs.Dir{"": top}
 	defer func() {
@@ -580,8 +568,13 @@ func syncDirs(env *Env, top *hostfs.Dir, dirs map[string]*hostfs.Dir, touched ma
 	return nil
 }
 
+// fsyncBatch is the most staged files made durable by an fsync each rather
+// than by one syncfs.
+const fsyncBatch = 64
+
 // writeStaged writes files to temporary names in parallel, makes them
-// durable with one syncfs, then renames them into place.
+// durable (an fsync each, or one syncfs for a large batch), then renames
+// them into place.
 func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*treeOp, dirOf func(string) (*hostfs.Dir, string, error), touched map[string]bool, w *dirWork) error {
 	out := make([]written, len(stage))
 	for i, op := range stage {
@@ -592,6 +585,10 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		out[i] = written{op: op, dir: d}
 	}
 	a := w.attrs
+	// A few files are synced one by one; a large batch costs less with one
+	// syncfs, which also flushes what other processes wrote to the
+	// filesystem.
+	few := len(out) <= fsyncBatch
 	cleanup := func() {
 		for _, s := range out {
 			if s.tmp != "" {
@@ -616,15 +613,20 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		}
 		defer src.Close()
 		s.tmp, s.sum, err = s.dir.WriteTemp(path.Base(s.op.rel), src, hostfs.Attrs{Mode: s.op.mode, UID: a.uid, GID: a.gid})
+		if err == nil && few {
+			err = s.dir.SyncFile(s.tmp)
+		}
 		return err
 	})
 	if err != nil {
 		cleanup()
 		return err
 	}
-	if err := env.Root.SyncFS(); err != nil {
-		cleanup()
-		return fmt.Errorf("syncfs: %w", err)
+	if !few {
+		if err := env.Root.SyncFS(); err != nil {
+			cleanup()
+			return fmt.Errorf("syncfs: %w", err)
+		}
 	}
 	for i := range out {
 		s := &out[i]
