@@ -79,7 +79,6 @@ type dirTree struct {
 	mu        sync.Mutex
 	cache     *state.Index
 	cacheFile string
-	dirty     bool
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
@@ -125,7 +124,7 @@ func (t *dirTree) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var err error
-	if t.dirty && t.cacheFile != "" {
+	if t.cache.Dirty() && t.cacheFile != "" {
 		err = t.cache.Save(t.cacheFile)
 	}
 	return errors.Join(err, t.root.Close())
@@ -233,8 +232,8 @@ func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 		return "", err
 	}
 	t.mu.Lock()
-	t.cache.Entries[full] = &state.IndexEntry{Stat: st, ContentID: id}
-	t.dirty = true
+	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
+	t.cache.Touch(full) // hashed afresh: no longer racy once saved
 	t.mu.Unlock()
 	return id, nil
 }
@@ -245,8 +244,7 @@ func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 func (t *dirTree) learn(full string, st hostfs.Stat, sum string) string {
 	id := "sha256:" + sum
 	t.mu.Lock()
-	t.cache.Entries[full] = &state.IndexEntry{Stat: st, ContentID: id}
-	t.dirty = true
+	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
 	t.mu.Unlock()
 	return id
 }
