@@ -164,9 +164,8 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			full := path.Join(top, p)
-			e.ContentID = func() (string, error) { return t.contentID(full, st) }
-			e.Digested = func(sum string) string { return t.learn(full, st, sum) }
+			f := &dirFile{t: t, top: top, rel: p, st: st}
+			e.ContentID, e.Digested = f.contentID, f.learn
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(name); err != nil {
 				return err
@@ -189,6 +188,17 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	}
 	return nil
 }
+
+// dirFile is a walked file: one allocation holds what its entry's
+// ContentID and Digested need, a tree of many files being mostly these.
+type dirFile struct {
+	t        *dirTree
+	top, rel string
+	st       hostfs.Stat
+}
+
+func (f *dirFile) contentID() (string, error) { return f.t.contentID(path.Join(f.top, f.rel), f.st) }
+func (f *dirFile) learn(sum string) string    { return f.t.learn(path.Join(f.top, f.rel), f.st, sum) }
 
 func (t *dirTree) ContentID(name string) (string, error) {
 	d, err := t.root.OpenDir(path.Dir(name))
