@@ -425,9 +425,22 @@ func (x *Index) replay(logPath string) error {
 	if err != nil {
 		return fmt.Errorf("read index log: %w", err)
 	}
+	if !x.replayLog(data) {
+		return nil // stale or damaged header: the next save starts a new log
+	}
+	if t := fi.ModTime().UnixNano(); t > x.ref {
+		x.ref = t
+	}
+	return nil
+}
+
+// replayLog applies the frames of a log's bytes up to the first damage and
+// records how far they reached; false when the header does not name the
+// base.
+func (x *Index) replayLog(data []byte) bool {
 	head := x.base.header()
 	if !bytes.HasPrefix(data, head) {
-		return nil // stale or damaged: the next save starts a new log
+		return false
 	}
 	off := len(head)
 	for off < len(data) {
@@ -446,10 +459,7 @@ func (x *Index) replay(logPath string) error {
 		off = start + int(n)
 	}
 	x.logValid, x.logOK = int64(off), true
-	if t := fi.ModTime().UnixNano(); t > x.ref {
-		x.ref = t
-	}
-	return nil
+	return true
 }
 
 // applyFrame decodes a whole frame first, then applies it: a frame counts

@@ -194,3 +194,34 @@ func TestIndexLog(t *testing.T) {
 		t.Fatalf("a stale log was replayed: %d entries, want %d", len(got.Entries), len(w.Entries))
 	}
 }
+
+// FuzzIndexLog feeds replay damaged logs behind a valid header: it must
+// stop at the damage, never panic, never fail the load, and apply only
+// whole frames.
+func FuzzIndexLog(f *testing.F) {
+	x := sampleIndex()
+	x.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
+	x.Delete("c")
+	frame := x.encodeFrame()
+	f.Add(frame)
+	f.Add(frame[:len(frame)-1])
+	f.Add(append(append([]byte{}, frame...), frame...))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, tail []byte) {
+		y := sampleIndex()
+		y.base = baseID{ino: 1, size: 2, mtime: 3}
+		head := y.base.header()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		if !y.replayLog(append(head, tail...)) {
+			t.Fatal("a log with the base's header was refused")
+		}
+		runtime.ReadMemStats(&after)
+		if y.logValid < int64(len(head)) || y.logValid > int64(len(head)+len(tail)) {
+			t.Fatalf("valid length %d outside the log", y.logValid)
+		}
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20+64*uint64(len(tail)) {
+			t.Fatalf("replaying %d bytes allocated %d", len(tail), alloc)
+		}
+	})
+}
