@@ -64,8 +64,7 @@ type directoryDriver struct{}
 type dirWork struct {
 	attrs attrs
 	ops   []treeOp
-	index *state.Index // the new index: entries that need no op
-	dirty bool         // index entries were refreshed
+	index *state.Index // the tree's index, updated in place as entries are checked and written
 	mu    sync.Mutex   // guards index while files are written in parallel
 }
 
@@ -100,7 +99,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if live != nil && !live.Mode.IsDir() {
 		o.WrongType = typeName(live.Mode)
 	}
-	w := &dirWork{index: state.NewIndex()}
+	w := &dirWork{index: old}
 	c.Work = w
 	var top *hostfs.Dir
 	if live != nil && o.WrongType == "" {
@@ -111,7 +110,6 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	}
 	if spec == nil || spec.Ensure.Absent() {
 		o.Declared = spec != nil
-		w.index = old
 		if top != nil && !o.Declared {
 			// A prune deletes what cortex-sync wrote: count it, and what
 			// was changed since and is backed up first.
@@ -199,7 +197,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 			return nil, err
 		}
 	}
-	if spec.tracksContent() && (w.dirty || len(w.ops) > 0 || c.Record == nil) {
+	if spec.tracksContent() && (w.index.Dirty() || c.Record == nil) {
 		if err := w.index.Save(treeIndexFile(env, string(c.ID))); err != nil {
 			return nil, err
 		}

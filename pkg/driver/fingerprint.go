@@ -1,10 +1,7 @@
 package driver
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"io"
 	"io/fs"
 
 	"golang.org/x/sys/unix"
@@ -14,18 +11,7 @@ import (
 )
 
 // hashFile is the SHA-256 of an entry's content, as the fingerprint keeps it.
-func hashFile(d *hostfs.Dir, name string) (string, error) {
-	f, err := d.Open(name)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+func hashFile(d *hostfs.Dir, name string) (string, error) { return d.HashFile(name) }
 
 // unchanged reports whether the live file still holds what the fingerprint
 // recorded: the quick stat check first, a hash only when the stat moved, the

@@ -31,6 +31,7 @@ type treeOp struct {
 	replace bool         // something of another type is in the way
 	backup  bool         // what is there was not written by cortex-sync
 	chmod   bool         // only the mode is wrong
+	seq     int          // the entry's place in the desired walk: ops run in it
 }
 
 // liveEntry is one entry of the live tree.
@@ -91,7 +92,7 @@ func mirrorMode(e source.Entry) fs.FileMode {
 
 // planTree compares the desired tree, the index of what was written and the
 // live tree, entry by entry, hashing only what the quick check cannot clear.
-func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, old *state.Index, w *dirWork) error {
+func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, idx *state.Index, w *dirWork) error {
 	// The live tree and the desired tree are walked at the same time.
 	live := map[string]liveEntry{}
 	liveErr := make(chan error, 1)
@@ -106,7 +107,7 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	var srcErr error
 	switch {
 	case spec.sourcePath != "" && env.recalled():
-		desired = recalledTree(old)
+		desired = recalledTree(idx)
 	case spec.sourcePath != "":
 		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
@@ -121,14 +122,16 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	if srcErr != nil {
 		return fmt.Errorf("read source %s: %w", spec.Source, srcErr)
 	}
-	want := make(map[string]bool, len(desired))
-	ops := make([]*treeOp, len(desired))
-	var files []int // desired files that exist live and need a content check
+	// Only changes are kept: an entry that needs nothing leaves no op, and
+	// its index entry is refreshed in place. What is matched leaves the
+	// live map, so what remains in it is not desired.
+	var ops []treeOp
+	var files []fileCheck // desired files that exist live and need a content check
 	for i, e := range desired {
-		want[e.Path] = true
 		le, ok := live[e.Path]
-		prev := old.Entries[e.Path]
-		op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type(), target: e.Target}
+		delete(live, e.Path)
+		prev := idx.Entries[e.Path]
+		op := treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type(), target: e.Target}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
 			o.WrongType = typeName(le.Mode)
@@ -140,77 +143,97 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 			if le.Mode.Perm() != op.mode {
 				o.Attrs = []diff.Attr{{Field: "mode"}}
 			} else {
-				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat}
+				idx.Set(e.Path, &state.IndexEntry{Stat: le.Stat})
 			}
 		case e.Mode&fs.ModeSymlink != 0:
 			o.Matches = le.target == e.Target
 			o.Ours = prev != nil && prev.Target == le.target
 			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
-				w.index.Entries[e.Path] = &state.IndexEntry{Stat: le.Stat, Target: le.target}
+				idx.Set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target})
 			}
 		default:
-			files = append(files, i)
+			files = append(files, fileCheck{i: i, live: le, prev: prev})
 			continue
 		}
 		if op.decide(&o) {
-			ops[i] = op
+			op.seq = i
+			ops = append(ops, op)
 		}
 	}
-	// Content checks run in parallel: most are a stat comparison and a map
+	// Content checks run in parallel, a directory's files together so that
+	// each directory is opened once: most are a stat comparison and a map
 	// lookup, a few hash a file.
 	var mu sync.Mutex
-	err := parallel(env.Concurrency, len(files), func(j int) error {
-		i := files[j]
-		e := desired[i]
-		op, entry, err := planFile(env, spec.sourcePath, top, e, live[e.Path], old)
-		if err != nil {
-			return fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		if op != nil {
-			ops[i] = op
-		}
-		if entry != nil {
-			if prev := old.Entries[e.Path]; prev == nil || *prev != *entry {
-				w.dirty = true
+	batches := byParent(desired, files)
+	err := parallel(env.Concurrency, len(batches), func(b int) error {
+		var dir *hostfs.Dir
+		parent := path.Dir(desired[batches[b][0].i].Path)
+		opened := func() (*hostfs.Dir, error) {
+			if dir != nil {
+				return dir, nil
 			}
-			w.index.Entries[e.Path] = entry
+			if parent == "." {
+				dir = top
+				return dir, nil
+			}
+			var err error
+			dir, err = openRel(top, parent)
+			return dir, err
+		}
+		defer func() {
+			if dir != nil && dir != top {
+				dir.Close()
+			}
+		}()
+		for _, f := range batches[b] {
+			e := desired[f.i]
+			op, entry, racy, err := planFile(env, spec.sourcePath, opened, e, f.live, f.prev, idx.Racy)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
+			}
+			mu.Lock()
+			if op != nil {
+				op.seq = f.i
+				ops = append(ops, *op)
+			}
+			if entry != nil {
+				idx.Set(e.Path, entry)
+				if racy {
+					idx.Touch(e.Path)
+				}
+			}
+			mu.Unlock()
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
-	for _, op := range ops {
-		if op != nil {
-			w.ops = append(w.ops, *op)
-		}
-	}
+	slices.SortFunc(ops, func(a, b treeOp) int { return a.seq - b.seq })
+	w.ops = ops
 	// Live entries that are not desired: what cortex-sync wrote goes, what it
 	// did not goes only with purge, and never what another resource manages.
-	var gone []string
+	gone := make([]string, 0, len(live))
 	for rel := range live {
-		if !want[rel] {
-			gone = append(gone, rel)
-		}
+		gone = append(gone, rel)
 	}
 	slices.Sort(gone)
 	var removed string // a directory being removed whole
 	for _, rel := range gone {
 		if removed != "" && strings.HasPrefix(rel, removed+"/") {
+			idx.Delete(rel) // goes with the directory
 			continue
 		}
 		le := live[rel]
-		prev := old.Entries[rel]
+		prev := idx.Entries[rel]
 		op := treeOp{rel: rel, action: diff.Delete, typ: le.Mode.Type()}
 		switch {
 		case hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular():
 			op.reason = diff.Drifted // left by an interrupted write
 		case prev != nil:
 			op.reason = diff.RemovedFromGit
-			op.backup = !ownedBelow(rel, live, old)
+			op.backup = !ownedBelow(rel, live, idx)
 		case spec.Purge && !env.Set.ManagesWithin(path.Join(spec.Path, rel), r.ID()):
 			op.reason, op.backup = diff.Unmanaged, true
 		default:
@@ -221,10 +244,46 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 		}
 		w.ops = append(w.ops, op)
 	}
-	if len(old.Entries) != len(w.index.Entries) {
-		w.dirty = true
+	// Recorded entries that are neither desired nor on the host are
+	// forgotten.
+	paths := make([]string, len(desired))
+	for i, e := range desired {
+		paths[i] = e.Path
+	}
+	slices.Sort(paths)
+	var forget []string
+	for rel := range idx.Entries {
+		if _, ok := live[rel]; ok {
+			continue
+		}
+		if _, ok := slices.BinarySearch(paths, rel); !ok {
+			forget = append(forget, rel)
+		}
+	}
+	for _, rel := range forget {
+		idx.Delete(rel)
 	}
 	return nil
+}
+
+// fileCheck is a desired file that exists on the host.
+type fileCheck struct {
+	i    int // in the desired entries
+	live liveEntry
+	prev *state.IndexEntry // as recorded; nil when not
+}
+
+// byParent splits the file checks into runs of one directory's files.
+func byParent(desired []source.Entry, files []fileCheck) [][]fileCheck {
+	var out [][]fileCheck
+	start := 0
+	for j := 1; j <= len(files); j++ {
+		if j == len(files) || path.Dir(desired[files[j].i].Path) != path.Dir(desired[files[start].i].Path) {
+			out = append(out, files[start:j])
+			start = j
+		}
+	}
+	return out
 }
 
 // recalledTree is the desired tree as last written, from its index: what
@@ -269,30 +328,12 @@ func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
 }
 
 // planFile observes one regular file that exists on both sides. It returns
-// the op to perform, or the index entry that stands when none is needed.
-// Directories are opened only when a file must be read.
-func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveEntry, old *state.Index) (*treeOp, *state.IndexEntry, error) {
-	prev := old.Entries[e.Path]
+// the op to perform, or the index entry that stands when none is needed
+// (racy: it was verified by its hash and is to be recorded anew). The
+// file's directory is opened only when a file must be read.
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, isRacy func(*state.IndexEntry) bool) (*treeOp, *state.IndexEntry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
-	var dir *hostfs.Dir
 	name := path.Base(e.Path)
-	opened := func() (*hostfs.Dir, error) {
-		if dir != nil {
-			return dir, nil
-		}
-		var err error
-		if parent := path.Dir(e.Path); parent == "." {
-			dir = top
-		} else {
-			dir, err = openRel(top, parent)
-		}
-		return dir, err
-	}
-	defer func() {
-		if dir != nil && dir != top {
-			dir.Close()
-		}
-	}()
 	hash := func() (string, error) {
 		d, err := opened()
 		if err != nil {
@@ -301,13 +342,14 @@ func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveE
 		return hashFile(d, name)
 	}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: true}
+	racy := prev != nil && isRacy(prev)
 	var err error
-	if o.Ours, err = unchanged(le.Stat, prev, prev != nil && old.Racy(prev), env.Verify, hash); err != nil {
-		return nil, nil, err
+	if o.Ours, err = unchanged(le.Stat, prev, racy, env.Verify, hash); err != nil {
+		return nil, nil, false, err
 	}
 	id, err := e.ContentID()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	o.GitChanged = prev == nil || prev.ContentID != id
 	switch {
@@ -318,25 +360,25 @@ func planFile(env *Env, srcDir string, top *hostfs.Dir, e source.Entry, le liveE
 	default:
 		d, err := opened()
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		if o.Matches, err = sameContent(d, name, func() (io.ReadCloser, error) { return env.Tree.Open(path.Join(srcDir, e.Path)) }); err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 	}
 	if le.Mode.Perm() != op.mode {
 		o.Attrs = []diff.Attr{{Field: "mode"}}
 	}
 	if op.decide(&o) {
-		return op, nil, nil
+		return op, nil, false, nil
 	}
 	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
 	if o.Ours {
 		entry.SHA256 = prev.SHA256
 	} else if entry.SHA256, err = hash(); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return nil, entry, nil
+	return nil, entry, racy, nil
 }
 
 // decide turns an entry's observation into its op; false when nothing is
@@ -405,21 +447,9 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 	return out, nil
 }
 
-// openRel opens a relative directory below d, one element at a time.
-func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) {
-	cur := d
-	for i, name := range strings.Split(rel, "/") {
-		next, err := cur.OpenDir(name)
-		if i > 0 {
-			cur.Close()
-		}
-		if err != nil {
-			return nil, err
-		}
-		cur = next
-	}
-	return cur, nil
-}
+// openRel opens a relative directory below d in one call, never through a
+// symlink.
+func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirRel(rel) }
 
 // written is a file staged in a temporary name, waiting for its rename.
 type written struct {
@@ -431,8 +461,8 @@ type written struct {
 }
 
 // applyTree carries out a tree's ops: deletions deepest first, directories
-// parents first, then every file written to a temporary name, one syncfs
-// for all of them, the renames, and an fsync of each touched directory.
+// parents first, then every file written to a temporary name and made
+// durable, the renames, and an fsync of each touched directory.
 func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
 	dirs := map[string]*hostfs.Dir{"": top}
 	defer func() {
@@ -480,7 +510,7 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 		if err := d.RemoveAll(name); err != nil {
 			return err
 		}
-		delete(w.index.Entries, op.rel)
+		w.index.Delete(op.rel)
 		touched[path.Dir(op.rel)] = true
 	}
 	// Directories and symlinks, parents first; files are staged.
@@ -514,7 +544,7 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			if err != nil {
 				return err
 			}
-			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id}
+			w.index.Set(op.rel, &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id})
 		case op.typ == fs.ModeDir:
 			if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
 				return err
@@ -528,7 +558,7 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			if err != nil {
 				return err
 			}
-			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st}
+			w.index.Set(op.rel, &state.IndexEntry{Stat: st})
 			touched[path.Dir(op.rel)] = true
 		case op.typ == fs.ModeSymlink:
 			if op.backup && !op.replace {
@@ -543,7 +573,7 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			if err != nil {
 				return err
 			}
-			w.index.Entries[op.rel] = &state.IndexEntry{Stat: st, Target: op.target}
+			w.index.Set(op.rel, &state.IndexEntry{Stat: st, Target: op.target})
 			touched[path.Dir(op.rel)] = true
 		default:
 			stage = append(stage, op)
@@ -580,8 +610,13 @@ func syncDirs(env *Env, top *hostfs.Dir, dirs map[string]*hostfs.Dir, touched ma
 	return nil
 }
 
+// fsyncBatch is the most staged files made durable by an fsync each rather
+// than by one syncfs.
+const fsyncBatch = 64
+
 // writeStaged writes files to temporary names in parallel, makes them
-// durable with one syncfs, then renames them into place.
+// durable (an fsync each, or one syncfs for a large batch), then renames
+// them into place.
 func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*treeOp, dirOf func(string) (*hostfs.Dir, string, error), touched map[string]bool, w *dirWork) error {
 	out := make([]written, len(stage))
 	for i, op := range stage {
@@ -592,6 +627,10 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		out[i] = written{op: op, dir: d}
 	}
 	a := w.attrs
+	// A few files are synced one by one; a large batch costs less with one
+	// syncfs, which also flushes what other processes wrote to the
+	// filesystem.
+	few := len(out) <= fsyncBatch
 	cleanup := func() {
 		for _, s := range out {
 			if s.tmp != "" {
@@ -616,15 +655,20 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		}
 		defer src.Close()
 		s.tmp, s.sum, err = s.dir.WriteTemp(path.Base(s.op.rel), src, hostfs.Attrs{Mode: s.op.mode, UID: a.uid, GID: a.gid})
+		if err == nil && few {
+			err = s.dir.SyncFile(s.tmp)
+		}
 		return err
 	})
 	if err != nil {
 		cleanup()
 		return err
 	}
-	if err := env.Root.SyncFS(); err != nil {
-		cleanup()
-		return fmt.Errorf("syncfs: %w", err)
+	if !few {
+		if err := env.Root.SyncFS(); err != nil {
+			cleanup()
+			return fmt.Errorf("syncfs: %w", err)
+		}
 	}
 	for i := range out {
 		s := &out[i]
@@ -661,7 +705,7 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		}
 		e := &state.IndexEntry{Stat: st, SHA256: s.sum, ContentID: id}
 		w.mu.Lock()
-		w.index.Entries[s.op.rel] = e
+		w.index.Set(s.op.rel, e)
 		w.mu.Unlock()
 		return nil
 	})

@@ -1,6 +1,9 @@
 package hostfs
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -137,5 +140,48 @@ func TestRemoveAllDoesNotFollowSymlinks(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(rootDir, "tree")); !os.IsNotExist(err) {
 		t.Fatalf("tree not removed: %v", err)
+	}
+}
+
+func TestHashFileAndOpenDirRel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := bytes.Repeat([]byte("cortex"), 50000) // larger than one read buffer
+	if err := os.WriteFile(filepath.Join(dir, "a", "b", "f"), body, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("a", filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	top, err := r.OpenDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer top.Close()
+	sub, err := top.OpenDirRel("a/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got, err := sub.HashFile("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(body)
+	if got != hex.EncodeToString(want[:]) {
+		t.Errorf("HashFile = %s, want %x", got, want)
+	}
+	if _, err := top.OpenDirRel("link/b"); err == nil {
+		t.Error("OpenDirRel followed a symlink")
+	}
+	if _, err := sub.OpenDirRel("../../.."); err == nil {
+		t.Error("OpenDirRel left the directory")
 	}
 }

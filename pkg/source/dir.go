@@ -79,7 +79,6 @@ type dirTree struct {
 	mu        sync.Mutex
 	cache     *state.Index
 	cacheFile string
-	dirty     bool
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
@@ -125,7 +124,7 @@ func (t *dirTree) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var err error
-	if t.dirty && t.cacheFile != "" {
+	if t.cache.Dirty() && t.cacheFile != "" {
 		err = t.cache.Save(t.cacheFile)
 	}
 	return errors.Join(err, t.root.Close())
@@ -165,9 +164,8 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			full := path.Join(top, p)
-			e.ContentID = func() (string, error) { return t.contentID(full, st) }
-			e.Digested = func(sum string) string { return t.learn(full, st, sum) }
+			f := &dirFile{t: t, top: top, rel: p, st: st}
+			e.ContentID, e.Digested = f.contentID, f.learn
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(name); err != nil {
 				return err
@@ -190,6 +188,17 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	}
 	return nil
 }
+
+// dirFile is a walked file: one allocation holds what its entry's
+// ContentID and Digested need, a tree of many files being mostly these.
+type dirFile struct {
+	t        *dirTree
+	top, rel string
+	st       hostfs.Stat
+}
+
+func (f *dirFile) contentID() (string, error) { return f.t.contentID(path.Join(f.top, f.rel), f.st) }
+func (f *dirFile) learn(sum string) string    { return f.t.learn(path.Join(f.top, f.rel), f.st, sum) }
 
 func (t *dirTree) ContentID(name string) (string, error) {
 	d, err := t.root.OpenDir(path.Dir(name))
@@ -233,8 +242,8 @@ func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 		return "", err
 	}
 	t.mu.Lock()
-	t.cache.Entries[full] = &state.IndexEntry{Stat: st, ContentID: id}
-	t.dirty = true
+	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
+	t.cache.Touch(full) // hashed afresh: no longer racy once saved
 	t.mu.Unlock()
 	return id, nil
 }
@@ -245,8 +254,7 @@ func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 func (t *dirTree) learn(full string, st hostfs.Stat, sum string) string {
 	id := "sha256:" + sum
 	t.mu.Lock()
-	t.cache.Entries[full] = &state.IndexEntry{Stat: st, ContentID: id}
-	t.dirty = true
+	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
 	t.mu.Unlock()
 	return id
 }

@@ -67,11 +67,11 @@ func (d Dir) Check() []Finding {
 			case err != nil && sub == "trees":
 				out = append(out, Finding{File: rel, What: err.Error(), Repairable: true,
 					Fix:    "delete it: the next sync re-hashes the tree and adopts the files that match Git; files removed from Git meanwhile are no longer known as cortex-sync's and stay on the host",
-					repair: func() error { return os.Remove(p) }})
+					repair: func() error { return removeIndex(p) }})
 			case err != nil:
 				out = append(out, Finding{File: rel, What: err.Error(), Repairable: true,
 					Fix:    "delete it: it is a cache of the source's file hashes, rebuilt by the next run",
-					repair: func() error { return os.Remove(p) }})
+					repair: func() error { return removeIndex(p) }})
 			case sub == "trees" && !corrupt && snap != nil && !owned[filepath.Base(p)]:
 				out = append(out, Finding{File: rel, OK: true, What: fmt.Sprintf("%s, of no resource in the inventory (unused)", plural(len(x.Entries), "entry"))})
 			default:
@@ -131,4 +131,13 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
+}
+
+// removeIndex deletes an index and its log.
+func removeIndex(p string) error {
+	err := os.Remove(p)
+	if err := os.Remove(p + logSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return err
 }

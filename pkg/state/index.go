@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math"
 	"os"
 	"sort"
+	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -17,11 +19,24 @@ import (
 // mirrored tree, or the stat cache of a directory source. It is a compact
 // binary file (about 100 bytes an entry) because decoding JSON for ten
 // thousand entries costs more than the drift check it serves.
+//
+// On disk an index is a base file and a log beside it (the base's name and
+// ".log"): Save appends only the entries set or deleted since the index was
+// loaded, and rewrites the base whole once the log outgrows a share of it.
 type Index struct {
+	// Entries is read directly; changes go through Set and Delete so that
+	// Save can write only them.
 	Entries map[string]*IndexEntry
-	// ref is the index file's mtime when loaded: entries whose timestamps are
-	// not older are racily clean (git's rule) and must be hashed.
+	// ref is the index files' newest mtime when loaded: entries whose
+	// timestamps are not older are racily clean (git's rule) and must be
+	// hashed.
 	ref int64
+	// changed holds the paths set or deleted since the load or last save.
+	changed map[string]struct{}
+	// base is what the log extends, as loaded; zero when there was none.
+	base     baseID
+	logValid int64 // bytes of the log that decoded; a torn tail is cut off
+	logOK    bool  // the log exists, extends the base, and can be appended to
 }
 
 // IndexEntry is one file's fingerprint.
@@ -33,7 +48,38 @@ type IndexEntry struct {
 }
 
 // NewIndex is an empty index.
-func NewIndex() *Index { return &Index{Entries: map[string]*IndexEntry{}} }
+func NewIndex() *Index {
+	return &Index{Entries: map[string]*IndexEntry{}, changed: map[string]struct{}{}}
+}
+
+// Set records p's entry; Save writes it unless it equals the one there.
+func (x *Index) Set(p string, e *IndexEntry) {
+	if prev := x.Entries[p]; prev != nil && *prev == *e {
+		return
+	}
+	x.Entries[p] = e
+	x.changed[p] = struct{}{}
+}
+
+// Touch makes Save write p's entry again although it did not change: a
+// racily clean entry verified by its hash is recorded anew, newer than its
+// timestamps.
+func (x *Index) Touch(p string) {
+	if x.Entries[p] != nil {
+		x.changed[p] = struct{}{}
+	}
+}
+
+// Delete forgets p.
+func (x *Index) Delete(p string) {
+	if _, ok := x.Entries[p]; ok {
+		delete(x.Entries, p)
+		x.changed[p] = struct{}{}
+	}
+}
+
+// Dirty reports whether Save has anything to write.
+func (x *Index) Dirty() bool { return len(x.changed) > 0 }
 
 // Racy reports whether a file whose stat matches e may still have changed
 // unseen: its timestamps are as new as the index itself.
@@ -46,34 +92,49 @@ const indexMagic = "CSIX\x01"
 // ErrCorruptIndex reports an index file that is truncated or damaged.
 var ErrCorruptIndex = errors.New("index is corrupt")
 
-// LoadIndex reads an index; a missing file is an empty index. A damaged one
-// is an error wrapping ErrCorruptIndex and naming the file.
+// LoadIndex reads an index and replays its log; a missing file is an empty
+// index. A damaged base is an error wrapping ErrCorruptIndex and naming the
+// file; a damaged log ends where the damage starts (it only ever loses the
+// last writes, as a torn append would).
 func LoadIndex(path string) (*Index, error) {
-	f, err := os.Open(path)
+	data, fi, err := readBounded(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return NewIndex(), nil
+		x := NewIndex()
+		return x, nil
 	}
 	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	x, err := decodeIndex(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
+	}
+	x.base = baseOf(fi)
+	x.ref = fi.ModTime().UnixNano()
+	if err := x.replay(path + logSuffix); err != nil {
 		return nil, err
+	}
+	return x, nil
+}
+
+// readBounded reads a file whole: its real size, never a count inside it,
+// bounds what decoding allocates.
+func readBounded(path string) ([]byte, fs.FileInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// Read whole: the file's real size, never a count inside it, bounds what
-	// decoding allocates.
 	var buf bytes.Buffer
 	buf.Grow(int(min(max(fi.Size(), 0), 64<<20)) + bytes.MinRead)
 	if _, err := buf.ReadFrom(f); err != nil {
-		return nil, fmt.Errorf("read index: %w", err)
+		return nil, nil, err
 	}
-	x, err := decodeIndex(buf.Bytes())
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
-	}
-	x.ref = fi.ModTime().UnixNano()
-	return x, nil
+	return buf.Bytes(), fi, nil
 }
 
 // minIndexEntry is the fewest bytes an encoded entry takes: one for each of
@@ -96,7 +157,7 @@ func decodeIndex(data []byte) (*Index, error) {
 	}
 	// Sized by the bytes that remain, and no more than a modest start: the
 	// map grows if a large index is real.
-	x := &Index{Entries: make(map[string]*IndexEntry, min(n, 1<<16))}
+	x := &Index{Entries: make(map[string]*IndexEntry, min(n, 1<<16)), changed: map[string]struct{}{}}
 	prev := ""
 	for i := range n {
 		d.entry = i + 1
@@ -105,20 +166,7 @@ func decodeIndex(data []byte) (*Index, error) {
 		if d.err == nil && i > 0 && p <= prev {
 			d.fail("path %q out of order", p)
 		}
-		e := &IndexEntry{}
-		e.Ino = d.uvarint("inode")
-		e.Mode = fs.FileMode(d.uint32("mode"))
-		e.UID = d.uint32("uid")
-		e.GID = d.uint32("gid")
-		e.Size = d.varint("size")
-		e.Mtime = d.varint("mtime")
-		e.Ctime = d.varint("ctime")
-		if e.Mode&fs.ModeSymlink != 0 {
-			e.Target = d.str("target")
-		} else {
-			e.SHA256 = d.str("sha256")
-		}
-		e.ContentID = d.str("content ID")
+		e := d.indexEntry()
 		if d.err != nil {
 			return nil, d.err
 		}
@@ -131,6 +179,25 @@ func decodeIndex(data []byte) (*Index, error) {
 		return nil, d.err
 	}
 	return x, nil
+}
+
+// indexEntry decodes an entry's fields after its path.
+func (d *indexDecoder) indexEntry() *IndexEntry {
+	e := &IndexEntry{}
+	e.Ino = d.uvarint("inode")
+	e.Mode = fs.FileMode(d.uint32("mode"))
+	e.UID = d.uint32("uid")
+	e.GID = d.uint32("gid")
+	e.Size = d.varint("size")
+	e.Mtime = d.varint("mtime")
+	e.Ctime = d.varint("ctime")
+	if e.Mode&fs.ModeSymlink != 0 {
+		e.Target = d.str("target")
+	} else {
+		e.SHA256 = d.str("sha256")
+	}
+	e.ContentID = d.str("content ID")
+	return e
 }
 
 // indexDecoder reads the index encoding from memory. After the first fault
@@ -210,13 +277,239 @@ func (d *indexDecoder) str(what string) string {
 	return s
 }
 
-// Save writes the index atomically.
+// Save writes what changed since the load: appended to the log when the
+// log extends the base on disk and stays small beside it, else as a new
+// base (atomically) that makes the log stale.
 func (x *Index) Save(path string) error {
-	if err := WriteFile(path, x.encode()); err != nil {
+	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	if fi, err := os.Stat(path); err == nil {
+	clear(x.changed)
+	return nil
+}
+
+func (x *Index) save(path string) error {
+	logPath := path + logSuffix
+	if x.base != (baseID{}) {
+		fi, err := os.Stat(path)
+		if err == nil && baseOf(fi) == x.base {
+			frame := x.encodeFrame()
+			if x.logValid+int64(len(frame)) <= max(minLogCap, x.base.size/4) {
+				return x.appendLog(logPath, frame)
+			}
+		}
+	}
+	// A new base, written whole; the log it replaces names the old base, so
+	// should the removal below not happen, the next load ignores it.
+	if err := WriteFile(path, x.encode()); err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	x.base, x.ref = baseOf(fi), fi.ModTime().UnixNano()
+	x.logValid, x.logOK = 0, false
+	if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// appendLog adds a frame to the log and fsyncs it; a log that does not yet
+// extend the base is started anew, atomically, with its header.
+func (x *Index) appendLog(logPath string, frame []byte) error {
+	if !x.logOK {
+		data := append(x.base.header(), frame...)
+		if err := WriteFile(logPath, data); err != nil {
+			return err
+		}
+		x.logValid, x.logOK = int64(len(data)), true
+	} else {
+		f, err := os.OpenFile(logPath, os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		// Cut a torn tail first, so the frame follows the last good one.
+		if err := f.Truncate(x.logValid); err != nil {
+			f.Close()
+			return err
+		}
+		if _, err := f.WriteAt(frame, x.logValid); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		x.logValid += int64(len(frame))
+	}
+	if fi, err := os.Stat(logPath); err == nil {
 		x.ref = fi.ModTime().UnixNano()
+	}
+	return nil
+}
+
+const (
+	logSuffix = ".log"
+	logMagic  = "CSIL\x01"
+	// minLogCap is the size a log may reach before the base is rewritten,
+	// or a quarter of the base when that is more.
+	minLogCap = 64 << 10
+)
+
+// baseID names a base file: a log extends the base whose inode, size and
+// mtime its header repeats. A rewritten base is a new file (a new inode,
+// created while the old one still exists), so a stale log never matches.
+type baseID struct {
+	ino, size, mtime int64
+}
+
+func baseOf(fi fs.FileInfo) baseID {
+	id := baseID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.ino = int64(st.Ino)
+	}
+	return id
+}
+
+func (b baseID) header() []byte {
+	out := []byte(logMagic)
+	out = binary.AppendVarint(out, b.ino)
+	out = binary.AppendVarint(out, b.size)
+	return binary.AppendVarint(out, b.mtime)
+}
+
+// encodeFrame is one save's changes: a uvarint length, the CRC-32C of the
+// payload, and the payload: the record count, then per record a path, a
+// flag (0: set, 1: deleted) and, when set, the entry as in the base.
+func (x *Index) encodeFrame() []byte {
+	paths := make([]string, 0, len(x.changed))
+	for p := range x.changed {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var b bytes.Buffer
+	w := entryWriter{b: &b}
+	w.uv(uint64(len(paths)))
+	for _, p := range paths {
+		w.str(p)
+		e := x.Entries[p]
+		if e == nil {
+			b.WriteByte(1)
+			continue
+		}
+		b.WriteByte(0)
+		w.entry(e)
+	}
+	payload := b.Bytes()
+	out := binary.AppendUvarint(nil, uint64(len(payload)))
+	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(payload, crcTable))
+	return append(out, payload...)
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// replay applies the log's frames in order. A log that names another base
+// is ignored; a frame that is cut short or fails its checksum ends the log
+// (a torn last append); nothing in a log can make loading fail.
+func (x *Index) replay(logPath string) error {
+	data, fi, err := readBounded(logPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read index log: %w", err)
+	}
+	if !x.replayLog(data) {
+		return nil // stale or damaged header: the next save starts a new log
+	}
+	if t := fi.ModTime().UnixNano(); t > x.ref {
+		x.ref = t
+	}
+	return nil
+}
+
+// replayLog applies the frames of a log's bytes up to the first damage and
+// records how far they reached; false when the header does not name the
+// base.
+func (x *Index) replayLog(data []byte) bool {
+	head := x.base.header()
+	if !bytes.HasPrefix(data, head) {
+		return false
+	}
+	off := len(head)
+	for off < len(data) {
+		n, k := binary.Uvarint(data[off:])
+		if k <= 0 || len(data)-off-k < 4 || n > uint64(len(data)-off-k-4) {
+			break
+		}
+		start := off + k + 4
+		payload := data[start : start+int(n)]
+		if crc32.Checksum(payload, crcTable) != binary.BigEndian.Uint32(data[off+k:]) {
+			break
+		}
+		if x.applyFrame(payload) != nil {
+			break
+		}
+		off = start + int(n)
+	}
+	x.logValid, x.logOK = int64(off), true
+	return true
+}
+
+// applyFrame decodes a whole frame first, then applies it: a frame counts
+// whole or not at all.
+func (x *Index) applyFrame(payload []byte) error {
+	d := &indexDecoder{b: payload}
+	n := d.uvarint("record count")
+	if d.err == nil && n > uint64(len(payload))/2 {
+		d.fail("%d records claimed in %d bytes", n, len(payload))
+	}
+	type rec struct {
+		p string
+		e *IndexEntry
+	}
+	var recs []rec
+	for i := range n {
+		d.entry = i + 1
+		p := d.str("path")
+		if d.err != nil {
+			return d.err
+		}
+		if d.off >= len(payload) {
+			d.fail("truncated in flag")
+			return d.err
+		}
+		flag := payload[d.off]
+		d.off++
+		var e *IndexEntry
+		switch flag {
+		case 0:
+			e = d.indexEntry()
+		case 1:
+		default:
+			d.fail("bad flag %d", flag)
+		}
+		if d.err != nil {
+			return d.err
+		}
+		recs = append(recs, rec{p, e})
+	}
+	if d.off != len(payload) {
+		d.fail("%d bytes of trailing data", len(payload)-d.off)
+		return d.err
+	}
+	for _, r := range recs {
+		if r.e == nil {
+			delete(x.Entries, r.p)
+		} else {
+			x.Entries[r.p] = r.e
+		}
 	}
 	return nil
 }
@@ -234,27 +527,41 @@ func (x *Index) encode() []byte {
 	var b bytes.Buffer
 	b.Grow(len(paths) * 128)
 	b.WriteString(indexMagic)
-	var tmp [binary.MaxVarintLen64]byte
-	uv := func(v uint64) { b.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
-	sv := func(v int64) { b.Write(tmp[:binary.PutVarint(tmp[:], v)]) }
-	str := func(s string) { uv(uint64(len(s))); b.WriteString(s) }
-	uv(uint64(len(paths)))
+	w := entryWriter{b: &b}
+	w.uv(uint64(len(paths)))
 	for _, p := range paths {
-		e := x.Entries[p]
-		str(p)
-		uv(e.Ino)
-		uv(uint64(e.Mode))
-		uv(uint64(e.UID))
-		uv(uint64(e.GID))
-		sv(e.Size)
-		sv(e.Mtime)
-		sv(e.Ctime)
-		if e.Mode&fs.ModeSymlink != 0 {
-			str(e.Target)
-		} else {
-			str(e.SHA256)
-		}
-		str(e.ContentID)
+		w.str(p)
+		w.entry(x.Entries[p])
 	}
 	return b.Bytes()
+}
+
+// entryWriter writes the index encoding.
+type entryWriter struct {
+	b   *bytes.Buffer
+	tmp [binary.MaxVarintLen64]byte
+}
+
+func (w *entryWriter) uv(v uint64) { w.b.Write(w.tmp[:binary.PutUvarint(w.tmp[:], v)]) }
+func (w *entryWriter) sv(v int64)  { w.b.Write(w.tmp[:binary.PutVarint(w.tmp[:], v)]) }
+func (w *entryWriter) str(s string) {
+	w.uv(uint64(len(s)))
+	w.b.WriteString(s)
+}
+
+// entry writes an entry's fields after its path.
+func (w *entryWriter) entry(e *IndexEntry) {
+	w.uv(e.Ino)
+	w.uv(uint64(e.Mode))
+	w.uv(uint64(e.UID))
+	w.uv(uint64(e.GID))
+	w.sv(e.Size)
+	w.sv(e.Mtime)
+	w.sv(e.Ctime)
+	if e.Mode&fs.ModeSymlink != 0 {
+		w.str(e.Target)
+	} else {
+		w.str(e.SHA256)
+	}
+	w.str(e.ContentID)
 }

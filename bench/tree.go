@@ -1,0 +1,153 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// copyTree fills kb with the tree, or with scale copies of it side by side
+// (kb/0, kb/1, ...) to measure a larger tree of the same shape.
+func copyTree(tree, kb string, scale int) error {
+	if scale <= 1 {
+		if out, err := exec.Command("cp", "-a", tree, kb).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy %s: %v: %s", tree, err, out)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(kb, 0o755); err != nil {
+		return err
+	}
+	for i := range scale {
+		if out, err := exec.Command("cp", "-a", tree, filepath.Join(kb, strconv.Itoa(i))).CombinedOutput(); err != nil {
+			return fmt.Errorf("copy %s: %v: %s", tree, err, out)
+		}
+	}
+	return nil
+}
+
+// treeRows measures the converged mirror beyond its check: hashing every
+// host file (--verify) against rsync -a -c -n, which hashes both sides, and
+// what a one-file change costs in the state dir. It runs after the diff rows,
+// with both destinations converged.
+func treeRows(bin, kb, dst, state string, runs int, cs func(...string) []string, row func(string, []sample, []sample, float64) bool) (bool, error) {
+	rsyncC, csVerify, err := pair(runs,
+		job{nil, "rsync", []string{"-a", "-c", "--dry-run", kb + "/", dst + "/"}},
+		job{nil, bin, cs("diff", "--exit-code", "--verify")})
+	if err != nil {
+		return false, err
+	}
+	ok := row("diff --verify (vs rsync -a -c -n)", rsyncC, csVerify, 1.0)
+
+	// One file of the source changes, then a sync: what the state dir gained
+	// is counted from its files, a file with a new inode whole, one that
+	// grew in place by its growth (an append). Writes through a temp file
+	// and rename always show as new inodes, so nothing written is missed.
+	var written, wchar []int64
+	var files []int
+	p := firstFile(kb)
+	if p == "" {
+		return ok, fmt.Errorf("no file in %s", kb)
+	}
+	for n := range runs {
+		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			return false, err
+		}
+		fmt.Fprintf(f, "\n// change %d\n", n)
+		f.Close()
+		before, err := statTree(state)
+		if err != nil {
+			return false, err
+		}
+		// The shell reads its own I/O counters after the sync: they
+		// include those of the child it waited for.
+		script := `"$@" >/dev/null 2>&1 || exit $?; grep '^wchar' /proc/$$/io`
+		out, err := exec.Command("sh", append([]string{"-c", script, "sh", bin}, cs("sync")...)...).Output()
+		if err != nil {
+			return false, fmt.Errorf("one-file sync: %v", err)
+		}
+		after, err := statTree(state)
+		if err != nil {
+			return false, err
+		}
+		b, k := grew(before, after)
+		written, files = append(written, b), append(files, k)
+		w, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(string(out), "wchar:")), 10, 64)
+		wchar = append(wchar, w)
+	}
+	fmt.Printf("%-34s %10s %10s   state dir: %s in %d files; all writes of the process (wchar): %s\n",
+		"one-file sync, bytes written", "-", "-", kB(medianInt(written)), files[len(files)/2], kB(medianInt(wchar)))
+	return ok, nil
+}
+
+type fileID struct {
+	ino   uint64
+	size  int64
+	mtime time.Time
+}
+
+func statTree(dir string) (map[string]fileID, error) {
+	out := map[string]fileID{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil || !fi.Mode().IsRegular() {
+			return err
+		}
+		out[p] = fileID{ino: fi.Sys().(*syscall.Stat_t).Ino, size: fi.Size(), mtime: fi.ModTime()}
+		return nil
+	})
+	return out, err
+}
+
+// grew is the bytes written between two listings, and how many files.
+func grew(before, after map[string]fileID) (int64, int) {
+	var n int64
+	k := 0
+	for p, a := range after {
+		b, ok := before[p]
+		switch {
+		case !ok || b.ino != a.ino:
+			n += a.size
+		case a.mtime.Equal(b.mtime):
+			continue
+		case a.size > b.size:
+			n += a.size - b.size
+		default:
+			n += a.size // rewritten in place: counted whole
+		}
+		k++
+	}
+	return n, k
+}
+
+func firstFile(dir string) string {
+	var found string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && found == "" && fi.Mode().IsRegular() && strings.HasSuffix(p, ".go") {
+			found = p
+		}
+		return nil
+	})
+	return found
+}
+
+func medianInt(v []int64) int64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func kB(n int64) string { return fmt.Sprintf("%.1f kB", float64(n)/1000) }
+
+func verdict(ok bool) error {
+	if !ok {
+		return fmt.Errorf("a target was missed")
+	}
+	return nil
+}
