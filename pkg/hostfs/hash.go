@@ -44,20 +44,11 @@ func (d *Dir) HashFile(name string) (string, error) {
 // OpenDirRel opens the directory rel below d (slash-separated, several
 // elements) in one call, refusing symlinks on the way and any escape.
 func (d *Dir) OpenDirRel(rel string) (*Dir, error) {
-	how := unix.OpenHow{
-		Flags:   uint64(unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC),
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	fd, err := openBeneath(d.fd, rel, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, d.pathErr("open", rel, err)
 	}
-	for {
-		fd, err := unix.Openat2(d.fd, rel, &how)
-		if err == unix.EINTR || err == unix.EAGAIN {
-			continue
-		}
-		if err != nil {
-			return nil, d.pathErr("open", rel, err)
-		}
-		return &Dir{root: d.root, fd: fd, path: path.Join(d.path, rel)}, nil
-	}
+	return &Dir{root: d.root, fd: fd, path: path.Join(d.path, rel)}, nil
 }
 
 func openat(dirfd int, name string, flags int) (int, error) {

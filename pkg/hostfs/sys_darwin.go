@@ -20,6 +20,11 @@ func openInRoot(rootfd int, rel string, flags int) (int, error) {
 	return walkInRoot(rootfd, rel, flags)
 }
 
+// openBeneath opens rel below dirfd refusing any symlink and any escape.
+func openBeneath(dirfd int, rel string, flags int) (int, error) {
+	return walkBeneath(dirfd, rel, flags)
+}
+
 // fdPath is the host path an open descriptor resolved to (F_GETPATH).
 func fdPath(fd int) (string, error) {
 	buf := make([]byte, unix.PathMax)

@@ -34,6 +34,25 @@ func openInRoot(rootfd int, rel string, flags int) (int, error) {
 	}
 }
 
+// openBeneath opens rel below dirfd refusing any symlink and any escape
+// (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, or a walk before 5.6).
+func openBeneath(dirfd int, rel string, flags int) (int, error) {
+	how := unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	}
+	for {
+		fd, err := unix.Openat2(dirfd, rel, &how)
+		switch err {
+		case unix.EINTR, unix.EAGAIN:
+			continue
+		case unix.ENOSYS:
+			return walkBeneath(dirfd, rel, flags)
+		}
+		return fd, err
+	}
+}
+
 // fdPath is the host path an open descriptor resolved to.
 func fdPath(fd int) (string, error) { return os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)) }
 

@@ -1,6 +1,7 @@
 package hostfs
 
 import (
+	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -94,4 +95,39 @@ func walkInRoot(rootfd int, rel string, flags int) (int, error) {
 	fd, err := unix.Openat(cur, ".", flags, 0)
 	closeAll()
 	return fd, err
+}
+
+// walkBeneath opens rel below dirfd a component at a time, each with
+// O_NOFOLLOW: any symlink on the way, or an escape, is refused, as openat2
+// RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS does. With no symlink followed, ".."
+// means what it says lexically, so the path is cleaned first.
+func walkBeneath(dirfd int, rel string, flags int) (int, error) {
+	rel = path.Clean(rel)
+	if rel == ".." || strings.HasPrefix(rel, "../") || path.IsAbs(rel) {
+		return -1, unix.EXDEV
+	}
+	parts := strings.Split(rel, "/")
+	cur := dirfd
+	defer func() {
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+	}()
+	for i, name := range parts {
+		f := unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		if i == len(parts)-1 {
+			f = flags | unix.O_NOFOLLOW
+		}
+		next, err := unix.Openat(cur, name, f, 0)
+		if err != nil {
+			return -1, err
+		}
+		if cur != dirfd {
+			unix.Close(cur)
+		}
+		cur = next
+	}
+	fd := cur
+	cur = dirfd // handed over, not closed
+	return fd, nil
 }

@@ -73,4 +73,16 @@ func TestWalkInRootMatchesOpenat2(t *testing.T) {
 			t.Errorf("%s: the walk gives %q, openat2 %q", c.rel, got, want)
 		}
 	}
+	// The walk beneath refuses what openat2 RESOLVE_BENEATH|NO_SYMLINKS does.
+	for _, rel := range []string{"a", "a/b/c", "abs", "abs/c", "a/rel", "a/../a", "../a", "a/b/../../x", "/a", "a/f", "missing"} {
+		how := unix.OpenHow{Flags: uint64(dirFlags), Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS}
+		_, werr := unix.Openat2(rootfd, rel, &how)
+		fd, gerr := walkBeneath(rootfd, rel, dirFlags)
+		if gerr == nil {
+			unix.Close(fd)
+		}
+		if (werr == nil) != (gerr == nil) {
+			t.Errorf("beneath %s: the walk gives %v, openat2 %v", rel, gerr, werr)
+		}
+	}
 }
