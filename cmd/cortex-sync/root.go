@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -183,7 +184,16 @@ applied, and takes the smallest action that closes the gap.`,
 					return err
 				}
 			}
-			return g.setup(io)
+			if err := g.setup(io); err != nil {
+				return err
+			}
+			// Bars for long operations (a first fetch, a large tree), only
+			// for a person at a terminal: never in a pipe, a log file or
+			// the agent's journal.
+			if cmd.Name() != "run" && g.logFormat == "text" && isTerminal(io.Err) {
+				cmd.SetContext(progress.With(cmd.Context(), progress.Bars(io.Err)))
+			}
+			return nil
 		},
 	}
 	cmd.SetOut(io.Out)
