@@ -13,6 +13,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -617,6 +618,9 @@ const fsyncBatch = 64
 // writeStaged writes files to temporary names in parallel, makes them
 // durable (an fsync each, or one syncfs for a large batch), then renames
 // them into place.
+// progressFiles is how many files to write make a bar worth drawing.
+const progressFiles = 1000
+
 func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*treeOp, dirOf func(string) (*hostfs.Dir, string, error), touched map[string]bool, w *dirWork) error {
 	out := make([]written, len(stage))
 	for i, op := range stage {
@@ -631,6 +635,11 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 	// syncfs, which also flushes what other processes wrote to the
 	// filesystem.
 	few := len(out) <= fsyncBatch
+	task := progress.None
+	if len(out) >= progressFiles {
+		task = progress.Start(ctx, "writing "+spec.Path, int64(len(out)))
+	}
+	defer task.Done()
 	cleanup := func() {
 		for _, s := range out {
 			if s.tmp != "" {
@@ -658,6 +667,7 @@ func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*tr
 		if err == nil && few {
 			err = s.dir.SyncFile(s.tmp)
 		}
+		task.Add(1)
 		return err
 	})
 	if err != nil {

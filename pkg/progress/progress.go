@@ -43,6 +43,9 @@ func Start(ctx context.Context, desc string, total int64) Task {
 	return nop{}
 }
 
+// None is a task that reports nothing: for work too small for a bar.
+var None Task = nop{}
+
 type nop struct{}
 
 func (nop) Add(int) {}
