@@ -98,10 +98,13 @@ type Agent struct {
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
 	watch     *watcher
-	gauging   atomic.Bool    // the resources gauges are being refreshed
-	bg        sync.WaitGroup // such refreshes, waited for before closing
-	rewatch   bool           // an apply made paths: the watches follow
-	history   []Reconcile
+	gauging   atomic.Bool // the resources gauges are being refreshed
+	// inflight counts keys a worker took off the queue and has not
+	// finished: the queue's length leaves them out.
+	inflight atomic.Int32
+	bg       sync.WaitGroup // such refreshes, waited for before closing
+	rewatch  bool           // an apply made paths: the watches follow
+	history  []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows
 	lock    *state.Lock

@@ -19,20 +19,26 @@ import (
 const waitAgain = 250 * time.Millisecond
 
 // work takes one key off the queue and reconciles it; false once the queue
-// shut down.
+// shut down. Once ctx ends, what is still queued is left for the next
+// start, which re-plans everything.
 func (a *Agent) work(ctx context.Context) bool {
 	id, shutdown := a.queue.Get()
 	if shutdown {
 		return false
 	}
+	a.inflight.Add(1)
+	defer a.settle()
+	defer a.inflight.Add(-1)
 	defer a.queue.Done(id)
+	if ctx.Err() != nil {
+		return true
+	}
 	switch err := a.reconcile(ctx, id); {
 	case err != nil:
 		a.queue.AddRateLimited(id) // transient: again, later and later
 	default:
 		a.queue.Forget(id)
 	}
-	a.settle()
 	return true
 }
 
@@ -97,7 +103,10 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	a.mu.Lock()
 	env := a.env(d)
 	a.mu.Unlock()
-	entry, err := driver.Host{Env: env}.Apply(ctx, c)
+	// An apply begun is finished even when the agent is told to stop: a
+	// mirror cut short would leave the host half updated until the next
+	// start.
+	entry, err := driver.Host{Env: env}.Apply(context.WithoutCancel(ctx), c)
 	a.mu.Lock()
 	res := apply.Record(a.sess.Snapshot, d.Set, c, entry, err)
 	noteAttempt(a.sess.Snapshot, d.Revision(), res)
