@@ -289,9 +289,13 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		snap.Source = d.Ref
 	}
 	keys := a.changedKeys(old, d)
+	hold := a.pruneHold
+	if rb := snap.Rollback(); rb != nil && hold == "" {
+		hold = rb.Error()
+	}
 	a.mu.Unlock()
-	if a.pruneHold != "" && a.opts.Prune {
-		a.log.Warn("not pruning", "reason", a.pruneHold)
+	if hold != "" && a.opts.Prune {
+		a.log.Warn("not pruning", "reason", hold)
 	}
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
 	trigger := t

@@ -70,6 +70,9 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	}
 	a.mu.Lock()
 	suspended, hold := a.suspended, a.pruneHold
+	if rb := a.sess.Snapshot.Rollback(); rb != nil && hold == "" {
+		hold = rb.Error() // until the user accepts it (state accept-rollback)
+	}
 	a.mu.Unlock()
 	switch {
 	case suspended:
