@@ -156,17 +156,18 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 // noteAttempt keeps the snapshot's last attempt current with one outcome:
 // a failure is listed (shown by status even for a resource never applied),
 // a success takes it off.
+// The attempt is replaced, never changed in place: a status view copied
+// the snapshot under mu and reads the old one after letting go of it.
 func noteAttempt(snap *state.Snapshot, revision string, res *apply.Result) {
-	a := snap.LastAttempt
-	if a == nil || a.Revision != revision {
-		a = &state.Attempt{Revision: revision}
-		snap.LastAttempt = a
+	a := &state.Attempt{Revision: revision}
+	if old := snap.LastAttempt; old != nil && old.Revision == revision {
+		a.Failed = slices.DeleteFunc(slices.Clone(old.Failed), func(f state.Failure) bool { return f.ID == string(res.ID) })
 	}
 	a.Time = time.Now().UTC().Truncate(time.Millisecond)
-	a.Failed = slices.DeleteFunc(a.Failed, func(f state.Failure) bool { return f.ID == string(res.ID) })
 	if res.Outcome == apply.Failed {
 		a.Failed = append(a.Failed, state.Failure{ID: string(res.ID), Kind: res.Kind, Path: res.Path, Action: string(res.Action), Error: res.Error})
 	}
+	snap.LastAttempt = a
 }
 
 // observe reads the current desired state and record of id and looks at

@@ -1,0 +1,219 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Churn's shape: 1,000 Files in 10 manifests of 100, changed for
+// churnFor by source edits and host edits at once.
+const (
+	churnFiles     = 1000
+	churnManifests = 10
+	churnFor       = 3 * time.Second
+)
+
+// churnRepo is the desired state under churn: each manifest's generation
+// gives its Files' content.
+type churnRepo struct {
+	dir string
+	gen [churnManifests]int
+}
+
+func churnPath(i int) string { return fmt.Sprintf("/etc/churn/d%02d/f%04d.conf", i%20, i) }
+
+func (r *churnRepo) content(i int) string {
+	return fmt.Sprintf("file %d generation %d\n", i, r.gen[i%churnManifests])
+}
+
+// write replaces manifest m atomically, so the agent never reads half of
+// it.
+func (r *churnRepo) write(t *testing.T, m int) {
+	var b strings.Builder
+	for i := m; i < churnFiles; i += churnManifests {
+		fmt.Fprintf(&b, "---\napiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f%04d}\nspec: {path: %s, content: %q}\n", i, churnPath(i), r.content(i))
+	}
+	p := filepath.Join(r.dir, fmt.Sprintf("m%02d.yaml", m))
+	if err := os.WriteFile(p+".tmp", []byte(b.String()), 0o644); err != nil {
+		t.Error(err)
+		return
+	}
+	if err := os.Rename(p+".tmp", p); err != nil {
+		t.Error(err)
+	}
+}
+
+// TestQueueUnderChurn drives the agent's work queue with 1,000 Files while
+// their desired content changes in the source and their host copies are
+// edited and deleted, all at once, with status read meanwhile: the race
+// detector watches (make race), and once the churn stops the host must
+// converge to the last desired state with nothing lost: every file
+// holding its last content, every resource in the saved inventory, no
+// temp file left, and a fresh plan empty.
+func TestQueueUnderChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("drives 1,000 resources for seconds")
+	}
+	started := time.Now()
+	repo := &churnRepo{dir: t.TempDir()}
+	for m := range churnManifests {
+		repo.write(t, m)
+	}
+	root, stateDir := t.TempDir(), t.TempDir()
+	engine := reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 4, LockTimeout: 30 * time.Second}
+	a := agent.New(agent.Options{
+		Engine: engine, Source: &source.Dir{Dir: repo.dir, Path: "."},
+		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
+		FightThreshold: 1 << 30, // the host edits are on purpose
+		RetryBase:      10 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stopAgent := sync.OnceValue(func() error { cancel(); return <-done })
+	defer func() {
+		if err := stopAgent(); err != nil {
+			t.Error(err)
+		}
+	}()
+	waitFor(t, time.Minute, "the first reconcile", func() bool { ok, _ := a.Ready(); return ok })
+
+	// The churn: one goroutine edits the source, one the host, one reads
+	// status; the counts say what they did.
+	var edits, deletes, commits, reads int
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 1))
+		for tick := time.NewTicker(100 * time.Millisecond); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			m := rng.IntN(churnManifests)
+			repo.gen[m]++
+			repo.write(t, m)
+			a.Reconcile(agent.TriggerManual)
+			commits++
+		}
+	})
+	wg.Go(func() {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for tick := time.NewTicker(3 * time.Millisecond); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			p := filepath.Join(root, churnPath(rng.IntN(churnFiles)))
+			if rng.IntN(4) == 0 {
+				if os.Remove(p) == nil {
+					deletes++
+				}
+				continue
+			}
+			if os.WriteFile(p, []byte("a hand edit\n"), 0o644) == nil {
+				edits++
+			}
+		}
+	})
+	wg.Go(func() {
+		for tick := time.NewTicker(100 * time.Millisecond); ; {
+			select {
+			case <-stop:
+				tick.Stop()
+				return
+			case <-tick.C:
+			}
+			a.Status(ctx)
+			reads++
+		}
+	})
+	time.Sleep(churnFor) // the churn's length; convergence is polled below
+	close(stop)
+	wg.Wait()
+	churned := time.Now()
+	t.Logf("churn for %s: %d source commits, %d host edits, %d deletions, %d status reads", churnFor, commits, edits, deletes, reads)
+
+	// The last word: a fetch and full scan, as a poll would do.
+	a.Reconcile(agent.TriggerManual)
+	waitFor(t, time.Minute, "convergence after the churn", func() bool {
+		wrong := 0
+		for i := range churnFiles {
+			if got, err := os.ReadFile(filepath.Join(root, churnPath(i))); err != nil || string(got) != repo.content(i) {
+				wrong++
+			}
+		}
+		ok, _ := a.Ready()
+		return wrong == 0 && ok
+	})
+	t.Logf("converged %s after the churn stopped (%s in all)", time.Since(churned).Round(time.Millisecond), time.Since(started).Round(time.Millisecond))
+
+	// Stopped, the agent has saved: the inventory holds every File as
+	// created with its last spec, and a fresh plan finds nothing to do.
+	if err := stopAgent(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := state.Dir{Path: stateDir}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := 0
+	for i := range churnFiles {
+		if e := snap.Find(fmt.Sprintf("File/f%04d", i)); e == nil || !e.Created {
+			missing++
+		}
+	}
+	if missing > 0 || len(snap.Inventory) != churnFiles {
+		t.Errorf("inventory: %d entries, %d of %d Files missing or not created by cortex-sync", len(snap.Inventory), missing, churnFiles)
+	}
+	var temps []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && hostfs.IsTemp(d.Name()) {
+			temps = append(temps, p)
+		}
+		return nil
+	})
+	if len(temps) > 0 {
+		t.Errorf("%d temp files left, e.g. %s", len(temps), temps[0])
+	}
+	d, err := reconcile.Load(context.Background(), &source.Dir{Dir: repo.dir, Path: "."}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s, err := reconcile.Open(context.Background(), engine, d, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if plan := s.Plan(context.Background()); plan.HasChanges() {
+		t.Errorf("after convergence the plan has changes: %+v", plan.Summary())
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %s", what, limit)
+		}
+	}
+}
