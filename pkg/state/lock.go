@@ -28,7 +28,7 @@ type Holder struct {
 }
 
 // maxCommand bounds the command line kept in the lock file.
-const maxCommand = 200
+const maxCommand = 400
 
 func thisHolder(now time.Time) Holder {
 	cmd := strings.Join(os.Args, " ")
