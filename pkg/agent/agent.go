@@ -288,6 +288,8 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if a.pruneHold == "" {
 		snap.Source = d.Ref
 	}
+	// Creations intended for what left Git are owed no more.
+	snap.Settle(func(id string) bool { return d.Set.Get(resource.ID(id)) != nil })
 	keys := a.changedKeys(old, d)
 	hold := a.pruneHold
 	if rb := snap.Rollback(); rb != nil && hold == "" {

@@ -58,7 +58,7 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		a.note(0, 1)
 		log.Error("cannot observe", "error", c.Err)
 		return nil
-	case !c.Pending():
+	case !due(c):
 		log.Debug("in sync")
 		a.unhint(id)
 		return nil
@@ -100,8 +100,14 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		return err
 	}
 	defer a.release()
-	if c, d = a.observe(ctx, id); c == nil || !c.Pending() || c.Err != nil {
+	if c, d = a.observe(ctx, id); c == nil || !due(c) || c.Err != nil {
 		return nil // changed while the lock was taken
+	}
+	if creates(c) {
+		if err := a.intend(ctx, d, c); err != nil {
+			log.Error("cannot record what is about to be created", "error", err)
+			return err
+		}
 	}
 	a.mu.Lock()
 	env := a.env(d)
@@ -113,8 +119,17 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	a.mu.Lock()
 	res := apply.Record(a.sess.Snapshot, d.Set, c, entry, err)
 	noteAttempt(a.sess.Snapshot, d.Revision(), res)
+	settled(a.sess.Snapshot, c.ID)
 	a.mu.Unlock()
 	a.markDirty()
+	if c.Action == diff.NoOp {
+		if err != nil {
+			log.Error("cannot record", "error", res.Error)
+			return err
+		}
+		log.Info("recorded: found on the host as desired", "created_by_us", entry != nil && entry.Created)
+		return nil
+	}
 
 	result := ResultSuccess
 	if err != nil {
@@ -151,6 +166,66 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		a.opts.Metrics.ProcessRestarted(reason)
 	}
 	return nil
+}
+
+// due reports whether c needs the state lock: a pending change, or a
+// resource found on the host as desired but never recorded (there before,
+// or made by an agent killed before it recorded it). That one is recorded
+// as a sync records it, so it enters the inventory, as created when its
+// creation was intended.
+func due(c *diff.Change) bool {
+	return c.Pending() || (c.Err == nil && !c.Suspended && c.Desired != nil && c.Record == nil)
+}
+
+// creates reports whether applying c makes something new on the host.
+func creates(c *diff.Change) bool {
+	return c.Pending() && c.Desired != nil && c.Record == nil && !c.Observed.Exists
+}
+
+// intend names c in the snapshot's creations and saves it before the host
+// is touched, as a sync does for each group: an agent killed between a
+// creation and its record must not forget it made the thing (prune would
+// never delete it). With c go all the creations the revision still owes,
+// found by one plan, so a burst of them costs one save, not one each.
+// Called holding the state lock.
+func (a *Agent) intend(ctx context.Context, d *reconcile.Desired, c *diff.Change) error {
+	a.mu.Lock()
+	if a.sess.Snapshot.Intended(string(c.ID), c.Path) {
+		a.mu.Unlock()
+		return nil
+	}
+	env := a.env(d)
+	snap := a.sess.Snapshot.WithInventory(append([]*state.Entry(nil), a.sess.Snapshot.Inventory...))
+	a.mu.Unlock()
+	creating := []state.Creation{{ID: string(c.ID), Path: c.Path}}
+	for _, o := range diff.Make(ctx, driver.Host{Env: env}, d.Set, snap, a.opts.Engine.Concurrency).Changes {
+		if creates(o) && o.ID != c.ID {
+			creating = append(creating, state.Creation{ID: string(o.ID), Path: o.Path})
+		}
+	}
+	a.mu.Lock()
+	added := a.sess.Snapshot.Intend(creating)
+	a.mu.Unlock()
+	if !added {
+		return nil
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.dirty = true
+	return a.save()
+}
+
+// settled drops id's creation once its record is in the inventory. (The
+// snapshot's Settle judges every creation, too slow for one key at a time;
+// refresh calls it once a revision.)
+func settled(snap *state.Snapshot, id resource.ID) {
+	if len(snap.Creating) == 0 || snap.Find(string(id)) == nil {
+		return
+	}
+	snap.Creating = slices.DeleteFunc(slices.Clone(snap.Creating), func(k state.Creation) bool { return k.ID == string(id) })
+	if len(snap.Creating) == 0 {
+		snap.Creating = nil
+	}
 }
 
 // noteAttempt keeps the snapshot's last attempt current with one outcome:

@@ -217,3 +217,48 @@ func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 		}
 	}
 }
+
+// TestAgentOwnsWhatItWasCreating: an agent killed after it created a File
+// and before it recorded it left the File on the host and its intent in
+// the snapshot. The next agent must record it as created (so prune may
+// delete it), while a user's file that already held the desired content
+// is recorded as taken over (prune leaves it). Before, both stayed out of
+// the inventory: found as desired, they were never recorded at all.
+func TestAgentOwnsWhatItWasCreating(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, name := range []string{"ours", "theirs"} {
+		writeFile(t, filepath.Join(repo, name+".yaml"), fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: %s}\nspec: {path: /etc/%s.conf, content: \"desired\\n\"}\n", name, name))
+		writeFile(t, filepath.Join(root, "etc", name+".conf"), "desired\n")
+	}
+	d := state.Dir{Path: stateDir}
+	snap, err := d.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Intend([]state.Creation{{ID: "File/ours", Path: "/etc/ours.conf"}})
+	if err := d.Save(snap); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, repo, root, stateDir)
+	waitFor(t, 30*time.Second, "both Files recorded", func() bool {
+		n := 0
+		for _, r := range a.Status(context.Background()).Resources {
+			if r.LastApplied != nil {
+				n++
+			}
+		}
+		return n == 2
+	})
+	a.Reconcile(agent.TriggerManual) // nothing to do; the burst is saved
+	waitFor(t, 30*time.Second, "the saved inventory", func() bool {
+		snap, err := d.Load()
+		return err == nil && snap.Find("File/ours") != nil && snap.Find("File/theirs") != nil && len(snap.Creating) == 0
+	})
+	snap, _ = d.Load()
+	if e := snap.Find("File/ours"); !e.Created {
+		t.Error("File/ours, created by a killed agent that intended it, is recorded as taken over: prune would never delete it")
+	}
+	if e := snap.Find("File/theirs"); e.Created {
+		t.Error("File/theirs, the user's own, is recorded as created: prune would delete it")
+	}
+}
