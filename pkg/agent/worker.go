@@ -169,12 +169,18 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 }
 
 // due reports whether c needs the state lock: a pending change, or a
-// resource found on the host as desired but never recorded (there before,
-// or made by an agent killed before it recorded it). That one is recorded
-// as a sync records it, so it enters the inventory, as created when its
-// creation was intended.
+// resource found on the host as desired whose record is missing or out of
+// date (there before; or made, or mirrored, by an agent killed before it
+// recorded it). That one is applied as the no-op it is, as every sync does,
+// which records it: it enters the inventory (as created when its creation
+// was intended), its recorded spec is the one applied, a tree index holds
+// every file cortex-sync wrote.
 func due(c *diff.Change) bool {
-	return c.Pending() || (c.Err == nil && !c.Suspended && c.Desired != nil && c.Record == nil)
+	if c.Pending() {
+		return true
+	}
+	o := &c.Observed
+	return c.Err == nil && !c.Suspended && c.Desired != nil && o.Desired && (c.Record == nil || o.GitChanged || o.Stale)
 }
 
 // creates reports whether applying c makes something new on the host.

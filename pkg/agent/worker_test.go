@@ -262,3 +262,42 @@ func TestAgentOwnsWhatItWasCreating(t *testing.T) {
 		t.Error("File/theirs, the user's own, is recorded as created: prune would delete it")
 	}
 }
+
+// TestAgentIndexesWhatItWasMirroring: an agent killed after it wrote a
+// mirrored file and before it saved the tree index left the file on the
+// host as desired and out of the index. The next agent must index it, or
+// removing it from Git would leave it on the host forever.
+func TestAgentIndexesWhatItWasMirroring(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(repo, "kb.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n")
+	writeFile(t, filepath.Join(repo, "kb/old.md"), "old\n")
+	syncOnce(t, repo, root, stateDir)
+	// The new revision's file, as the killed agent left it.
+	writeFile(t, filepath.Join(repo, "kb/new.md"), "new\n")
+	writeFile(t, filepath.Join(root, "srv/kb/new.md"), "new\n")
+	startAgent(t, repo, root, stateDir)
+	waitFor(t, 30*time.Second, "new.md in the tree index", func() bool {
+		x, err := state.LoadIndex(filepath.Join(stateDir, "trees", "Directory.kb.idx"))
+		return err == nil && x.Entries["new.md"] != nil
+	})
+}
+
+// syncOnce runs one sync --prune of a directory source, in-process.
+func syncOnce(t *testing.T, repo, root, stateDir string) {
+	t.Helper()
+	ctx := context.Background()
+	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s, err := reconcile.Open(ctx, reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}, d, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rep, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{Prune: true})
+	if err != nil || rep.Failed() {
+		t.Fatalf("sync: %v %+v", err, rep)
+	}
+}
