@@ -89,7 +89,7 @@ func TestQueueUnderChurn(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	waitFor(t, time.Minute, "the first reconcile", func() bool { ok, _ := a.Ready(); return ok })
+	waitFor(t, 2*time.Minute, "the first reconcile", func() bool { ok, _ := a.Ready(); return ok })
 
 	// The churn: one goroutine edits the source, one the host, one reads
 	// status; the counts say what they did.
@@ -153,7 +153,7 @@ func TestQueueUnderChurn(t *testing.T) {
 
 	// The last word: a fetch and full scan, as a poll would do.
 	a.Reconcile(agent.TriggerManual)
-	waitFor(t, time.Minute, "convergence after the churn", func() bool {
+	waitFor(t, 2*time.Minute, "convergence after the churn", func() bool {
 		wrong := 0
 		for i := range churnFiles {
 			if got, err := os.ReadFile(filepath.Join(root, churnPath(i))); err != nil || string(got) != repo.content(i) {
