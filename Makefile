@@ -28,8 +28,9 @@ race: check-tools
 	$(GO) test -race ./...
 
 # SIGKILL syncs at seeded moments (30 a scenario: a 10,000-file Directory
-# and 2,000 Files, first sync and update, and a Process): nothing torn or
-# lost, the next sync converges. About 45 minutes; CRASH_FLAGS narrows it,
+# and 2,000 Files, first sync and update, and a Process), and the agent
+# while it applies the same updates: nothing torn or lost, the next sync (or
+# restarted agent) converges. About an hour; CRASH_FLAGS narrows it,
 # e.g. CRASH_FLAGS='-crash.kills=3 -crash.files=200 -crash.dirfiles=1000'.
 CRASH_FLAGS ?=
 test-crash:

@@ -25,7 +25,7 @@ type diffOptions struct {
 	against  string
 	// allow mirrors sync's --allow-* flags under sync --dry-run, so the
 	// warning names only a refusal that sync would meet.
-	allowEmpty, allowSourceChange bool
+	allowEmpty, allowSourceChange, acceptRollback bool
 }
 
 func newDiffCmd(g *globals, io streams) *cobra.Command {
@@ -97,7 +97,7 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 	}
 	plan := s.Plan(ctx)
 	// Warn of the refusal sync --prune would meet, before anyone runs it.
-	check := reconcile.SyncOptions{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}
+	check := reconcile.SyncOptions{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback}
 	if err := s.Check(plan, check); err != nil {
 		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
 	}

@@ -111,6 +111,9 @@ func statusText(io streams, doc *reconcile.Status) error {
 		}
 		fmt.Fprintf(&b, "Attempt:    the last sync%s failed: %s did not apply\n", rev, plural(len(a.Failed), "resource"))
 	}
+	if doc.RolledBack != "" {
+		fmt.Fprintf(&b, "Rollback:   prune is refused: %s\n", doc.RolledBack)
+	}
 	fmt.Fprintf(&b, "Sync:       %s\nHealth:     %s\n", doc.Sync, doc.Health)
 	if len(doc.Resources) > 0 {
 		b.WriteString("\n")

@@ -68,7 +68,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	}
 	ctx := cmd.Context()
 	if o.dryRun {
-		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify, allowEmpty: o.allowEmpty, allowSourceChange: o.allowSourceChange}, io)
+		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify, allowEmpty: o.allowEmpty, allowSourceChange: o.allowSourceChange, acceptRollback: o.state.acceptRollback}, io)
 	}
 	s, done, err := g.session(ctx, &o.src, true, true)
 	if err != nil {

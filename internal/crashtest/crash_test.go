@@ -154,8 +154,8 @@ func (tl tally) String() string {
 
 // afterKill checks the host a killed sync left: the snapshot and tree
 // indexes load, and every file is absent, old or new, by hash (or a user's
-// own content not yet replaced).
-func afterKill(t *testing.T, s *sandbox, from, to *version, users map[string]string, tl *tally) {
+// own content not yet replaced). It returns the host's files by hash.
+func afterKill(t *testing.T, s *sandbox, from, to *version, users map[string]string, tl *tally) map[string]string {
 	t.Helper()
 	if _, err := s.loads(); err != nil {
 		t.Errorf("after a kill the state does not load: %v", err)
@@ -178,6 +178,7 @@ func afterKill(t *testing.T, s *sandbox, from, to *version, users map[string]str
 		}
 	}
 	tl.tempsLeft += len(temps(s.State))
+	return files
 }
 
 // afterSync checks the host after the sync that follows a kill: converged,

@@ -98,10 +98,13 @@ type Agent struct {
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
 	watch     *watcher
-	gauging   atomic.Bool    // the resources gauges are being refreshed
-	bg        sync.WaitGroup // such refreshes, waited for before closing
-	rewatch   bool           // an apply made paths: the watches follow
-	history   []Reconcile
+	gauging   atomic.Bool // the resources gauges are being refreshed
+	// inflight counts keys a worker took off the queue and has not
+	// finished: the queue's length leaves them out.
+	inflight atomic.Int32
+	bg       sync.WaitGroup // such refreshes, waited for before closing
+	rewatch  bool           // an apply made paths: the watches follow
+	history  []Reconcile
 
 	wmu     sync.Mutex // guards the state lock and what follows
 	lock    *state.Lock
@@ -285,10 +288,16 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if a.pruneHold == "" {
 		snap.Source = d.Ref
 	}
+	// Creations intended for what left Git are owed no more.
+	snap.Settle(func(id string) bool { return d.Set.Get(resource.ID(id)) != nil })
 	keys := a.changedKeys(old, d)
+	hold := a.pruneHold
+	if rb := snap.Rollback(); rb != nil && hold == "" {
+		hold = rb.Error()
+	}
 	a.mu.Unlock()
-	if a.pruneHold != "" && a.opts.Prune {
-		a.log.Warn("not pruning", "reason", a.pruneHold)
+	if hold != "" && a.opts.Prune {
+		a.log.Warn("not pruning", "reason", hold)
 	}
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
 	trigger := t

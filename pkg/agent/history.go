@@ -87,7 +87,7 @@ func (a *Agent) note(changes, errs int) {
 // settle closes the running reconcile when nothing is left to do: the
 // queue is empty and no key is in flight or waiting.
 func (a *Agent) settle() {
-	if a.queue.Len() > 0 {
+	if a.queue.Len() > 0 || a.inflight.Load() > 0 {
 		return
 	}
 	a.wmu.Lock()

@@ -19,20 +19,26 @@ import (
 const waitAgain = 250 * time.Millisecond
 
 // work takes one key off the queue and reconciles it; false once the queue
-// shut down.
+// shut down. Once ctx ends, what is still queued is left for the next
+// start, which re-plans everything.
 func (a *Agent) work(ctx context.Context) bool {
 	id, shutdown := a.queue.Get()
 	if shutdown {
 		return false
 	}
+	a.inflight.Add(1)
+	defer a.settle()
+	defer a.inflight.Add(-1)
 	defer a.queue.Done(id)
+	if ctx.Err() != nil {
+		return true
+	}
 	switch err := a.reconcile(ctx, id); {
 	case err != nil:
 		a.queue.AddRateLimited(id) // transient: again, later and later
 	default:
 		a.queue.Forget(id)
 	}
-	a.settle()
 	return true
 }
 
@@ -52,7 +58,7 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		a.note(0, 1)
 		log.Error("cannot observe", "error", c.Err)
 		return nil
-	case !c.Pending():
+	case !due(c):
 		log.Debug("in sync")
 		a.unhint(id)
 		return nil
@@ -64,6 +70,9 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	}
 	a.mu.Lock()
 	suspended, hold := a.suspended, a.pruneHold
+	if rb := a.sess.Snapshot.Rollback(); rb != nil && hold == "" {
+		hold = rb.Error() // until the user accepts it (state accept-rollback)
+	}
 	a.mu.Unlock()
 	switch {
 	case suspended:
@@ -91,18 +100,36 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 		return err
 	}
 	defer a.release()
-	if c, d = a.observe(ctx, id); c == nil || !c.Pending() || c.Err != nil {
+	if c, d = a.observe(ctx, id); c == nil || !due(c) || c.Err != nil {
 		return nil // changed while the lock was taken
+	}
+	if creates(c) {
+		if err := a.intend(ctx, d, c); err != nil {
+			log.Error("cannot record what is about to be created", "error", err)
+			return err
+		}
 	}
 	a.mu.Lock()
 	env := a.env(d)
 	a.mu.Unlock()
-	entry, err := driver.Host{Env: env}.Apply(ctx, c)
+	// An apply begun is finished even when the agent is told to stop: a
+	// mirror cut short would leave the host half updated until the next
+	// start.
+	entry, err := driver.Host{Env: env}.Apply(context.WithoutCancel(ctx), c)
 	a.mu.Lock()
 	res := apply.Record(a.sess.Snapshot, d.Set, c, entry, err)
 	noteAttempt(a.sess.Snapshot, d.Revision(), res)
+	settled(a.sess.Snapshot, c.ID)
 	a.mu.Unlock()
 	a.markDirty()
+	if c.Action == diff.NoOp {
+		if err != nil {
+			log.Error("cannot record", "error", res.Error)
+			return err
+		}
+		log.Info("recorded: found on the host as desired", "created_by_us", entry != nil && entry.Created)
+		return nil
+	}
 
 	result := ResultSuccess
 	if err != nil {
@@ -141,20 +168,87 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) error {
 	return nil
 }
 
+// due reports whether c needs the state lock: a pending change, or a
+// resource found on the host as desired whose record is missing or out of
+// date (there before; or made, or mirrored, by an agent killed before it
+// recorded it). That one is applied as the no-op it is, as every sync does,
+// which records it: it enters the inventory (as created when its creation
+// was intended), its recorded spec is the one applied, a tree index holds
+// every file cortex-sync wrote.
+func due(c *diff.Change) bool {
+	if c.Pending() {
+		return true
+	}
+	o := &c.Observed
+	return c.Err == nil && !c.Suspended && c.Desired != nil && o.Desired && (c.Record == nil || o.GitChanged || o.Stale)
+}
+
+// creates reports whether applying c makes something new on the host.
+func creates(c *diff.Change) bool {
+	return c.Pending() && c.Desired != nil && c.Record == nil && !c.Observed.Exists
+}
+
+// intend names c in the snapshot's creations and saves it before the host
+// is touched, as a sync does for each group: an agent killed between a
+// creation and its record must not forget it made the thing (prune would
+// never delete it). With c go all the creations the revision still owes,
+// found by one plan, so a burst of them costs one save, not one each.
+// Called holding the state lock.
+func (a *Agent) intend(ctx context.Context, d *reconcile.Desired, c *diff.Change) error {
+	a.mu.Lock()
+	if a.sess.Snapshot.Intended(string(c.ID), c.Path) {
+		a.mu.Unlock()
+		return nil
+	}
+	env := a.env(d)
+	snap := a.sess.Snapshot.WithInventory(append([]*state.Entry(nil), a.sess.Snapshot.Inventory...))
+	a.mu.Unlock()
+	creating := []state.Creation{{ID: string(c.ID), Path: c.Path}}
+	for _, o := range diff.Make(ctx, driver.Host{Env: env}, d.Set, snap, a.opts.Engine.Concurrency).Changes {
+		if creates(o) && o.ID != c.ID {
+			creating = append(creating, state.Creation{ID: string(o.ID), Path: o.Path})
+		}
+	}
+	a.mu.Lock()
+	added := a.sess.Snapshot.Intend(creating)
+	a.mu.Unlock()
+	if !added {
+		return nil
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	a.dirty = true
+	return a.save()
+}
+
+// settled drops id's creation once its record is in the inventory. (The
+// snapshot's Settle judges every creation, too slow for one key at a time;
+// refresh calls it once a revision.)
+func settled(snap *state.Snapshot, id resource.ID) {
+	if len(snap.Creating) == 0 || snap.Find(string(id)) == nil {
+		return
+	}
+	snap.Creating = slices.DeleteFunc(slices.Clone(snap.Creating), func(k state.Creation) bool { return k.ID == string(id) })
+	if len(snap.Creating) == 0 {
+		snap.Creating = nil
+	}
+}
+
 // noteAttempt keeps the snapshot's last attempt current with one outcome:
 // a failure is listed (shown by status even for a resource never applied),
 // a success takes it off.
+// The attempt is replaced, never changed in place: a status view copied
+// the snapshot under mu and reads the old one after letting go of it.
 func noteAttempt(snap *state.Snapshot, revision string, res *apply.Result) {
-	a := snap.LastAttempt
-	if a == nil || a.Revision != revision {
-		a = &state.Attempt{Revision: revision}
-		snap.LastAttempt = a
+	a := &state.Attempt{Revision: revision}
+	if old := snap.LastAttempt; old != nil && old.Revision == revision {
+		a.Failed = slices.DeleteFunc(slices.Clone(old.Failed), func(f state.Failure) bool { return f.ID == string(res.ID) })
 	}
 	a.Time = time.Now().UTC().Truncate(time.Millisecond)
-	a.Failed = slices.DeleteFunc(a.Failed, func(f state.Failure) bool { return f.ID == string(res.ID) })
 	if res.Outcome == apply.Failed {
 		a.Failed = append(a.Failed, state.Failure{ID: string(res.ID), Kind: res.Kind, Path: res.Path, Action: string(res.Action), Error: res.Error})
 	}
+	snap.LastAttempt = a
 }
 
 // observe reads the current desired state and record of id and looks at

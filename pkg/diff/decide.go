@@ -38,6 +38,11 @@ type Observation struct {
 	// Held: an operator stopped it until told to start it again
 	// (cortex-sync stop): it is Suspended, as if reconcile were disabled.
 	Held bool
+	// Stale: the host is as desired but the record does not say all of it
+	// (a tree index missing files found as desired, say, after a kill
+	// between their write and the index's). No action: an apply of the
+	// no-op refreshes the record.
+	Stale bool
 }
 
 // Verbs say how a kind carries out a create and an update: a process is

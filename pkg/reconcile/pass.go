@@ -44,8 +44,12 @@ func (o SyncOptions) apply(s *Session) apply.Options {
 }
 
 // Check is the refusal a sync with these options would meet before it
-// touches anything (an empty desired set to prune, a changed source).
+// touches anything (a rolled-back snapshot, an empty desired set to prune,
+// a changed source).
 func (s *Session) Check(plan *diff.Plan, o SyncOptions) error {
+	if rb := s.Snapshot.Rollback(); rb != nil && o.Prune && !o.AcceptRollback {
+		return rb
+	}
 	return apply.Check(plan, s.Desired.Set, s.Snapshot, s.Desired.Ref, o.apply(s))
 }
 

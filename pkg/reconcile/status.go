@@ -20,10 +20,14 @@ type Status struct {
 	Revision     string     `json:"revision"`
 	LastSyncTime *time.Time `json:"lastSyncTime"`
 	// LastAttempt is the last sync that ran, with what did not apply.
-	LastAttempt *state.Attempt   `json:"lastAttempt,omitempty"`
-	Sync        health.Sync      `json:"sync"`
-	Health      health.Status    `json:"health"`
-	Resources   []ResourceStatus `json:"resources"`
+	LastAttempt *state.Attempt `json:"lastAttempt,omitempty"`
+	// RolledBack says why the snapshot is older than the last one this
+	// state dir wrote (a backup put back): prune is refused until the user
+	// accepts it.
+	RolledBack string           `json:"rolledBack,omitempty"`
+	Sync       health.Sync      `json:"sync"`
+	Health     health.Status    `json:"health"`
+	Resources  []ResourceStatus `json:"resources"`
 }
 
 type ResourceStatus struct {
@@ -43,7 +47,7 @@ type ResourceStatus struct {
 // source when one is given, else against what was last applied (recalled
 // from the snapshot).
 func (s *Session) Status(ctx context.Context) *Status {
-	doc := &Status{StateDir: s.State.Path, Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, Resources: []ResourceStatus{}}
+	doc := &Status{StateDir: s.State.Path, Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, RolledBack: s.Snapshot.RolledBack, Resources: []ResourceStatus{}}
 	if !s.Snapshot.LastSyncTime.IsZero() {
 		doc.LastSyncTime = &s.Snapshot.LastSyncTime
 	}

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -18,8 +19,60 @@ var ErrLocked = errors.New("state dir is locked")
 // Lock is the exclusive lock on a state dir, held until Unlock.
 type Lock struct{ f *os.File }
 
+// Holder is who holds a state dir's lock, as its holder wrote it into the
+// lock file: so that the one kept waiting can say who it waits for.
+type Holder struct {
+	PID     int       `json:"pid"`
+	Command string    `json:"command"` // its command line, as ps shows it
+	Since   time.Time `json:"since"`
+}
+
+// maxCommand bounds the command line kept in the lock file.
+const maxCommand = 400
+
+func thisHolder(now time.Time) Holder {
+	cmd := strings.Join(os.Args, " ")
+	if len(cmd) > maxCommand {
+		cmd = cmd[:maxCommand] + "..."
+	}
+	return Holder{PID: os.Getpid(), Command: cmd, Since: now.UTC().Truncate(time.Second)}
+}
+
+// readHolder reads the lock file's holder; ok is false when it names none
+// (let go, or being written). A bare pid is what older versions wrote.
+func readHolder(name string) (h Holder, ok bool) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return Holder{}, false
+	}
+	if json.Unmarshal(data, &h) == nil && h.PID > 0 {
+		return h, true
+	}
+	if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 {
+		return Holder{PID: pid}, true
+	}
+	return Holder{}, false
+}
+
+// describe says who the holder is, for a message: its pid, command and
+// since when.
+func (h Holder) describe(now time.Time) string {
+	s := "pid " + strconv.Itoa(h.PID)
+	var more []string
+	if h.Command != "" {
+		more = append(more, h.Command)
+	}
+	if !h.Since.IsZero() {
+		more = append(more, fmt.Sprintf("since %s, %s ago", h.Since.Format(time.RFC3339), now.Sub(h.Since).Round(time.Second)))
+	}
+	if len(more) > 0 {
+		s += " (" + strings.Join(more, ", ") + ")"
+	}
+	return s
+}
+
 // Lock takes the state dir's lock, waiting up to timeout for another holder
-// to let go. The error then names the holder's pid.
+// to let go. The error then says who holds it: pid, command, since when.
 func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
@@ -40,13 +93,12 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 			return nil, fmt.Errorf("lock %s: %w", name, err)
 		}
 		if time.Now().After(deadline) {
-			holder, _ := os.ReadFile(name)
 			f.Close()
-			pid := strings.TrimSpace(string(holder))
-			if pid == "" {
-				pid = "unknown"
+			who := "an unknown process"
+			if h, ok := readHolder(name); ok {
+				who = h.describe(time.Now())
 			}
-			return nil, fmt.Errorf("%w: %s is held by pid %s (waited %s; raise --lock-timeout or stop that process)", ErrLocked, name, pid, timeout)
+			return nil, fmt.Errorf("%w: %s is held by %s (waited %s; raise --lock-timeout or stop that process)", ErrLocked, name, who, timeout)
 		}
 		select {
 		case <-ctx.Done():
@@ -55,8 +107,9 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+	rec, _ := json.Marshal(thisHolder(time.Now()))
 	f.Truncate(0)
-	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	f.WriteAt(append(rec, '\n'), 0)
 	// The one writer now: what a killed writer left half-written goes.
 	if _, err := d.RemoveTemps(); err != nil {
 		f.Close()

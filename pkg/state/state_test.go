@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -224,8 +227,10 @@ func TestLockNamesHolder(t *testing.T) {
 	}
 	start := time.Now()
 	_, err = d.Lock(ctx, 150*time.Millisecond)
-	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "held by pid "+strconv.Itoa(os.Getpid())) {
-		t.Fatalf("second lock: %v, want ErrLocked naming pid %d", err, os.Getpid())
+	// Who holds it: pid, command line and since when.
+	who := regexp.MustCompile(`held by pid ` + strconv.Itoa(os.Getpid()) + ` \(` + regexp.QuoteMeta(os.Args[0]) + `.*, since \d{4}-\d\d-\d\dT[0-9:]+Z, \d+s ago\)`)
+	if !errors.Is(err, ErrLocked) || !who.MatchString(err.Error()) {
+		t.Fatalf("second lock: %v, want ErrLocked matching %s", err, who)
 	}
 	if waited := time.Since(start); waited < 150*time.Millisecond {
 		t.Fatalf("gave up after %s, before the timeout", waited)
@@ -236,6 +241,31 @@ func TestLockNamesHolder(t *testing.T) {
 		t.Fatalf("lock after release: %v", err)
 	}
 	second.Unlock()
+}
+
+// A lock file an older version wrote holds a bare pid; one being written
+// holds nothing.
+func TestLockHolderFormats(t *testing.T) {
+	for _, tc := range []struct{ content, want string }{
+		{"4242\n", "held by pid 4242 (waited"},
+		{"", "held by an unknown process (waited"},
+		{`{"pid":7,"command":"cortex-sync run --config /etc/cortex-sync/agent.yaml","since":"2026-01-02T03:04:05Z"}`, "held by pid 7 (cortex-sync run --config /etc/cortex-sync/agent.yaml, since 2026-01-02T03:04:05Z, "},
+	} {
+		d := Dir{Path: t.TempDir()}
+		f, err := os.Create(d.Sub("lock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(tc.content)
+		_, err = d.Lock(context.Background(), 0)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("lock file %q: %v, want %q", tc.content, err, tc.want)
+		}
+	}
 }
 
 // BenchmarkLoadIndex decodes the index of an 11,500-file tree, the size of
