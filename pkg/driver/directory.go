@@ -137,7 +137,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		if err := planTree(env, r, spec, top, old, w); err != nil {
 			return nil, err
 		}
-		o.Stale = w.dirty
+		o.Stale = w.index.Dirty()
 	}
 	for _, op := range w.ops {
 		c.Files = append(c.Files, diff.FileChange{Path: op.rel, Action: op.action, Reason: op.reason})
