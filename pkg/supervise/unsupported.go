@@ -78,4 +78,3 @@ func RunShim([]string) int {
 
 // RunAsInit: cortex-sync is never an init here.
 func RunAsInit([]string) (int, bool) { return 0, false }
-
