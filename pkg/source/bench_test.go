@@ -73,7 +73,7 @@ func goSourceDaemon(b *testing.B) string {
 	}
 	repo.Commit("tree", nil)
 	url, _ := repo.Daemon(b)
-	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: time.Minute}
+	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
 	if _, err := g.Fetch(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func goSourceDaemon(b *testing.B) string {
 func BenchmarkColdFetch(b *testing.B) {
 	url := goSourceDaemon(b)
 	for b.Loop() {
-		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: time.Minute}
+		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
 		co, err := g.Fetch(context.Background())
 		if err != nil {
 			b.Fatal(err)
@@ -98,7 +98,7 @@ func BenchmarkColdFetch(b *testing.B) {
 func BenchmarkColdFetchRead(b *testing.B) {
 	url := goSourceDaemon(b)
 	for b.Loop() {
-		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: time.Minute}
+		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
 		co, err := g.Fetch(context.Background())
 		if err != nil {
 			b.Fatal(err)

@@ -413,7 +413,7 @@ func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase,
 			if err != nil {
 				return err
 			}
-			return ix.resolveChildren(f, r, o, data)
+			return ix.resolveChildren(f, r, o, data, 0)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -438,7 +438,7 @@ func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase,
 				return nil, err
 			}
 			o := &packObj{typ: obj.Type(), hash: h}
-			if err := ix.resolveChildren(f, new(objReader), o, data); err != nil {
+			if err := ix.resolveChildren(f, new(objReader), o, data, 0); err != nil {
 				return nil, err
 			}
 			ext = append(ext, extBase{typ: o.typ, hash: h, data: data})
@@ -505,9 +505,15 @@ func readEncoded(obj plumbing.EncodedObject) ([]byte, error) {
 	return readAllSized(rc, obj.Size())
 }
 
-// resolveChildren applies the deltas based on o (content data), depth
-// first.
-func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, data []byte) error {
+// maxDeltaDepth is git's own limit on delta chains (pack-objects.h).
+const maxDeltaDepth = 4095
+
+// resolveChildren applies the deltas based on o (content data, depth deltas
+// deep), depth first.
+func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, data []byte, depth int) error {
+	if depth >= maxDeltaDepth && (len(o.children) > 0 || len(ix.byRef[o.hash]) > 0) {
+		return malformed("object at %d: a delta chain deeper than %d", o.off, maxDeltaDepth)
+	}
 	kids := append(o.children[:len(o.children):len(o.children)], ix.byRef[o.hash]...)
 	for _, k := range kids {
 		c := &ix.objs[k]
@@ -528,7 +534,7 @@ func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, dat
 		c.delta = nil
 		c.typ, c.size = o.typ, int64(len(out))
 		c.hash = plumbing.ComputeHash(c.typ, out)
-		if err := ix.resolveChildren(f, r, c, out); err != nil {
+		if err := ix.resolveChildren(f, r, c, out, depth+1); err != nil {
 			return err
 		}
 	}
