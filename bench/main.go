@@ -218,9 +218,11 @@ func run(bin, tree string, runs int, keep, gitOnly bool) error {
 	if err != nil {
 		return err
 	}
-	ok = row("initial fetch (vs clone --depth 1 -n)", g.clone, g.fetch, 2.5) && ok
-	ok = row("fetch + sync (vs clone --depth 1 + rsync)", g.cloneSync, g.fetchSync, 1.5) && ok
-	ok = row("new commit (vs git pull + rsync)", g.pullSync, g.commitSync, 1.5) && ok
+	// Issue 10's targets. A new commit measured 0.43x on a quiet machine
+	// before the pack indexer; 0.5 leaves room for noise.
+	ok = row("initial fetch (vs clone --depth 1 -n)", g.clone, g.fetch, 1.3) && ok
+	ok = row("fetch + sync (vs clone --depth 1 + rsync)", g.cloneSync, g.fetchSync, 1.0) && ok
+	ok = row("new commit (vs git pull + rsync)", g.pullSync, g.commitSync, 0.5) && ok
 	row("no-op poll, whole process (vs git ls-remote)", g.lsRemote, g.noop, 0)
 	if !ok {
 		return fmt.Errorf("a target was missed")
