@@ -30,6 +30,7 @@ func main() {
 	keep := flag.Bool("keep", false, "keep the work directory")
 	flag.BoolVar(&gitRows, "git", true, "measure the Git source too")
 	flag.IntVar(&scale, "scale", 1, "copies of the tree side by side in the source (4: about 45,000 files)")
+	gitOnly := flag.Bool("git-only", false, "measure only the rows served from git daemon")
 	flag.Parse()
 	if *tree == "" {
 		out, err := exec.Command("go", "env", "GOROOT").Output()
@@ -39,7 +40,7 @@ func main() {
 		}
 		*tree = filepath.Join(strings.TrimSpace(string(out)), "src")
 	}
-	if err := run(*bin, *tree, *runs, *keep); err != nil {
+	if err := run(*bin, *tree, *runs, *keep, *gitOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -130,7 +131,7 @@ func median(s []sample) (time.Duration, int64) {
 	return walls[len(walls)/2], rss
 }
 
-func run(bin, tree string, runs int, keep bool) error {
+func run(bin, tree string, runs int, keep, gitOnly bool) error {
 	if _, err := exec.LookPath("rsync"); err != nil {
 		return fmt.Errorf("rsync is needed to compare against (apt-get install -y rsync)")
 	}
@@ -180,20 +181,6 @@ func run(bin, tree string, runs int, keep bool) error {
 		return append(args, "--dir", repo, "--root", root, "--state-dir", state)
 	}
 
-	rsyncSync, csSync, err := pair(runs,
-		job{fresh(root, dst), "rsync", []string{"-a", kb + "/", dst + "/"}},
-		job{fresh(root, root, state), bin, cs("sync")})
-	if err != nil {
-		return err
-	}
-	// Converged: both destinations hold the tree already.
-	rsyncDiff, csDiff, err := pair(runs,
-		job{nil, "rsync", []string{"-a", "--dry-run", kb + "/", dst + "/"}},
-		job{nil, bin, cs("diff", "--exit-code")})
-	if err != nil {
-		return err
-	}
-
 	fmt.Printf("%-34s %10s %10s %8s %8s %10s\n", "measurement", "rsync", "cortex", "ratio", "target", "peak RSS")
 	row := func(name string, base, ours []sample, target float64) bool {
 		b, _ := median(base)
@@ -209,13 +196,29 @@ func run(bin, tree string, runs int, keep bool) error {
 		fmt.Printf("%-34s %10s %10s %7.2fx %7.2fx %8.1f MB  %s\n", name, b.Round(time.Millisecond), o.Round(time.Millisecond), ratio, target, float64(rss)/1024, verdict)
 		return !strings.Contains(verdict, "OVER")
 	}
-	ok := row("initial sync (vs rsync -a)", rsyncSync, csSync, 1.5)
-	ok = row("diff, converged (vs rsync -n)", rsyncDiff, csDiff, 1.25) && ok
-	treeOK, err := treeRows(bin, kb, dst, state, runs, cs, row)
-	if err != nil {
-		return err
+	ok := true
+	if !gitOnly {
+		rsyncSync, csSync, err := pair(runs,
+			job{fresh(root, dst), "rsync", []string{"-a", kb + "/", dst + "/"}},
+			job{fresh(root, root, state), bin, cs("sync")})
+		if err != nil {
+			return err
+		}
+		// Converged: both destinations hold the tree already.
+		rsyncDiff, csDiff, err := pair(runs,
+			job{nil, "rsync", []string{"-a", "--dry-run", kb + "/", dst + "/"}},
+			job{nil, bin, cs("diff", "--exit-code")})
+		if err != nil {
+			return err
+		}
+		ok = row("initial sync (vs rsync -a)", rsyncSync, csSync, 1.5)
+		ok = row("diff, converged (vs rsync -n)", rsyncDiff, csDiff, 1.25) && ok
+		treeOK, err := treeRows(bin, kb, dst, state, runs, cs, row)
+		if err != nil {
+			return err
+		}
+		ok = ok && treeOK
 	}
-	ok = ok && treeOK
 
 	if !gitRows {
 		return verdict(ok)
@@ -225,14 +228,13 @@ func run(bin, tree string, runs int, keep bool) error {
 	if err != nil {
 		return err
 	}
-	ok = row("initial fetch (vs clone --depth 1 -n)", g.clone, g.fetch, 2.5) && ok
-	ok = row("fetch + sync (vs clone --depth 1 + rsync)", g.cloneSync, g.fetchSync, 1.5) && ok
-	ok = row("new commit (vs git pull + rsync)", g.pullSync, g.commitSync, 1.5) && ok
+	// Issue 10's targets. A new commit measured 0.43x on a quiet machine
+	// before the pack indexer; 0.5 leaves room for noise.
+	ok = row("initial fetch (vs clone --depth 1 -n)", g.clone, g.fetch, 1.3) && ok
+	ok = row("fetch + sync (vs clone --depth 1 + rsync)", g.cloneSync, g.fetchSync, 1.0) && ok
+	ok = row("new commit (vs git pull + rsync)", g.pullSync, g.commitSync, 0.5) && ok
 	row("no-op poll, whole process (vs git ls-remote)", g.lsRemote, g.noop, 0)
-	if !ok {
-		return fmt.Errorf("a target was missed")
-	}
-	return nil
+	return verdict(ok)
 }
 
 type gitSamples struct {

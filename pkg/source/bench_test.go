@@ -2,13 +2,20 @@ package source_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"go/build"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/storage/memory"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -53,5 +60,69 @@ func BenchmarkRefListing(b *testing.B) {
 		if _, err := r.List(&git.ListOptions{}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// goSourceDaemon serves a commit of GOROOT/src (about 11,000 files) from
+// git daemon, as the bench command does, its first pack already made once.
+func goSourceDaemon(b *testing.B) string {
+	repo := gittest.NewRepo(b)
+	src := filepath.Join(build.Default.GOROOT, "src")
+	if out, err := exec.Command("cp", "-a", src, filepath.Join(repo.Dir, "kb")).CombinedOutput(); err != nil {
+		b.Skipf("copy %s: %v: %s", src, err, out)
+	}
+	repo.Commit("tree", nil)
+	url, _ := repo.Daemon(b)
+	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+	if _, err := g.Fetch(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return url
+}
+
+// BenchmarkColdFetch is a first fetch of GOROOT/src into an empty cache.
+func BenchmarkColdFetch(b *testing.B) {
+	url := goSourceDaemon(b)
+	for b.Loop() {
+		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+		co, err := g.Fetch(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		co.Close()
+	}
+}
+
+// BenchmarkColdFetchRead is a first fetch that then reads every file, as
+// a first sync does (on as many goroutines as cores), without the writes.
+func BenchmarkColdFetchRead(b *testing.B) {
+	url := goSourceDaemon(b)
+	for b.Loop() {
+		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+		co, err := g.Fetch(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		var eg errgroup.Group
+		eg.SetLimit(runtime.GOMAXPROCS(0))
+		err = co.Tree.Walk(".", func(e source.Entry) error {
+			if e.Open == nil {
+				return nil
+			}
+			eg.Go(func() error {
+				rc, err := e.Open()
+				if err != nil {
+					return err
+				}
+				defer rc.Close()
+				_, err = io.Copy(io.Discard, rc)
+				return err
+			})
+			return nil
+		})
+		if err := errors.Join(err, eg.Wait()); err != nil {
+			b.Fatal(err)
+		}
+		co.Close()
 	}
 }

@@ -217,7 +217,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if err != nil {
 		return nil, err
 	}
-	remote := git.NewRemote(c.storage, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+	remote := git.NewRemote(&packStore{Storage: c.storage, dir: c.dir}, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
 
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
@@ -255,6 +255,10 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return nil, explain(err, g.Timeout)
 		}
+		// The new pack was installed behind go-git's back: its storages
+		// load the pack indexes again.
+		c.storage.Reindex()
+		g.readers = readers(dir)
 		if fresh {
 			recordSize(dir)
 		}

@@ -1,0 +1,195 @@
+package source
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+
+	"github.com/cortex-sync/cortex-sync/internal/gittest"
+)
+
+// similarFiles makes n files of a few KB that differ a little, so that git
+// stores most of them as deltas.
+func similarFiles(n int, seed uint64) map[string]*string {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var base strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&base, "line %d of the shared text %d\n", i, rng.IntN(1000))
+	}
+	files := map[string]*string{}
+	for i := range n {
+		s := fmt.Sprintf("file %d\n%s", i, base.String())
+		files[fmt.Sprintf("d%d/f%d.txt", i%7, i)] = &s
+	}
+	return files
+}
+
+func gitOut(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("git", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// TestPackIndexAgreesWithGit fetches a pack full of deltas, then a thin pack
+// of one change on top, and has git check the cache (pack, index, loose
+// objects) and the files read back.
+func TestPackIndexAgreesWithGit(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := similarFiles(300, 1)
+	// By commit: the first fetch is a full one, not shallow, and git
+	// daemon uses what the cache holds as delta bases only then.
+	g := &Git{Branch: "main", Commit: repo.Commit("tree", files), CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	check := func(files map[string]*string) {
+		t.Helper()
+		co, err := g.Fetch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer co.Close()
+		for name, want := range files {
+			got, err := fs.ReadFile(co.Tree, name)
+			if err != nil || string(got) != *want {
+				t.Fatalf("%s: %q, %v; want %d bytes", name, got, err, len(*want))
+			}
+		}
+		gitOut(t, "--git-dir", g.cacheDir(), "fsck", "--full", "--strict")
+	}
+	check(files)
+	idx, _ := filepath.Glob(filepath.Join(g.cacheDir(), "objects", "pack", "pack-*.idx"))
+	if len(idx) != 1 {
+		t.Fatalf("packs: %v", idx)
+	}
+	if v := gitOut(t, "verify-pack", "-v", idx[0]); !strings.Contains(v, "chain length = 1") {
+		t.Fatalf("the pack holds no deltas, so this test tests nothing:\n%s", v)
+	}
+
+	// One line more in one file: git daemon sends a thin pack, the new blob
+	// a delta on the one the cache holds.
+	changed := *files["d0/f0.txt"] + "one more line\n"
+	files["d0/f0.txt"] = &changed
+	g.Commit = repo.Commit("change", map[string]*string{"d0/f0.txt": &changed})
+	check(files)
+}
+
+// TestThinPack stores a thin pack, deltas on objects of an earlier pack:
+// their bases are appended to it, and git finds all in order.
+func TestThinPack(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := similarFiles(20, 3)
+	repo.Commit("tree", files)
+	dir := t.TempDir()
+	if err := writePack(dir, packOf(t, repo, "HEAD"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	changed := *files["d0/f0.txt"] + "one more line\n"
+	head := repo.Commit("change", map[string]*string{"d0/f0.txt": &changed})
+	thin := packOf(t, repo, "--thin", "HEAD", "^HEAD~1")
+	if err := writePack(dir, thin, 100); err != nil {
+		t.Fatal(err)
+	}
+	gitOut(t, "--git-dir", dir, "fsck", "--full", "--strict", head)
+	if got := gitOut(t, "--git-dir", dir, "show", head+":d0/f0.txt"); got != changed {
+		t.Fatalf("d0/f0.txt reads %q", got)
+	}
+
+	// The same pack without the earlier one: its delta base is nowhere (and
+	// so it was thin).
+	err := writePack(t.TempDir(), thin, 100)
+	if !errors.Is(err, packfile.ErrReferenceDeltaNotFound) {
+		t.Fatalf("a thin pack without its base: %v", err)
+	}
+}
+
+// packOf has git pack the objects of revs, as a server would send them.
+func packOf(t *testing.T, repo *gittest.Repo, revs ...string) []byte {
+	t.Helper()
+	args := []string{"-C", repo.Dir, "pack-objects", "--stdout", "--revs", "--delta-base-offset"}
+	if revs[0] == "--thin" {
+		args, revs = append(args, revs[0]), revs[1:]
+	}
+	cmd := exec.Command("git", args...)
+	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func writePack(dir string, pack []byte, chunk int) error {
+	s, _, err := openCache(dir)
+	if err != nil {
+		return err
+	}
+	w, err := (&packStore{Storage: s.storage, dir: dir}).PackfileWriter()
+	if err != nil {
+		return err
+	}
+	for len(pack) > 0 {
+		n := min(chunk, len(pack))
+		if _, err := w.Write(pack[:n]); err != nil {
+			w.Close()
+			return err
+		}
+		pack = pack[n:]
+	}
+	return w.Close()
+}
+
+// TestPackWriterRejectsDamage feeds the pack writer a good pack in small
+// writes, then damaged copies: each is refused and leaves no pack behind.
+func TestPackWriterRejectsDamage(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	repo.Commit("tree", similarFiles(50, 2))
+	pack := packOf(t, repo, "HEAD")
+
+	dir := t.TempDir()
+	if err := writePack(dir, pack, 1000); err != nil {
+		t.Fatal(err)
+	}
+	c, _, err := openCache(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := plumbing.NewHash(repo.Head())
+	if _, err := c.storage.EncodedObject(plumbing.CommitObject, head); err != nil {
+		t.Fatalf("the commit is not readable from the cache: %v", err)
+	}
+	gitOut(t, "--git-dir", dir, "fsck", "--full", "--strict", head.String())
+
+	for name, damage := range map[string]func([]byte) []byte{
+		"truncated":      func(p []byte) []byte { return p[:len(p)/2] },
+		"bit flipped":    func(p []byte) []byte { p[len(p)/2] ^= 0x10; return p },
+		"trailer":        func(p []byte) []byte { p[len(p)-1] ^= 1; return p },
+		"trailing bytes": func(p []byte) []byte { return append(p, "extra"...) },
+		"no signature":   func(p []byte) []byte { copy(p, "KCAP"); return p },
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			err := writePack(dir, damage(bytes.Clone(pack)), 4096)
+			if err == nil {
+				t.Fatal("a damaged pack was accepted")
+			}
+			left, _ := os.ReadDir(filepath.Join(dir, "objects", "pack"))
+			if len(left) != 0 {
+				t.Fatalf("left behind: %v", left)
+			}
+		})
+	}
+}
