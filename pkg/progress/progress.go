@@ -53,11 +53,12 @@ func (nop) Done()   {}
 
 // Lines is an io.Writer for a task of unknown length that shows the last
 // line written to it, such as a Git server's "Counting objects: 45%": a
-// spinner that says what the other side is doing.
+// spinner that says what the other side is doing. It is nil when nobody
+// watches, so that the other side is not asked to report at all.
 func Lines(ctx context.Context, desc string) io.WriteCloser {
 	r, ok := ctx.Value(key{}).(Reporter)
 	if !ok {
-		return nopWriter{}
+		return nil
 	}
 	t := r.Start(desc, -1)
 	lw := &lines{task: t}
@@ -66,11 +67,6 @@ func Lines(ctx context.Context, desc string) io.WriteCloser {
 	}
 	return lw
 }
-
-type nopWriter struct{}
-
-func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
-func (nopWriter) Close() error                { return nil }
 
 type lines struct {
 	task     Task
@@ -111,15 +107,19 @@ func Bars(w io.Writer) Reporter { return bars{w: w} }
 type bars struct{ w io.Writer }
 
 func (b bars) Start(desc string, total int64) Task {
-	return &bar{pb: progressbar.NewOptions64(total,
+	opts := []progressbar.Option{
 		progressbar.OptionSetWriter(b.w),
 		progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(),
 		progressbar.OptionSetWidth(30),
-		progressbar.OptionThrottle(100*time.Millisecond),
+		progressbar.OptionThrottle(100 * time.Millisecond),
 		progressbar.OptionClearOnFinish(),
 		progressbar.OptionSetPredictTime(total > 0),
-	)}
+		progressbar.OptionSetElapsedTime(total > 0),
+	}
+	if total > 0 {
+		opts = append(opts, progressbar.OptionShowCount())
+	}
+	return &bar{pb: progressbar.NewOptions64(total, opts...)}
 }
 
 type bar struct{ pb *progressbar.ProgressBar }

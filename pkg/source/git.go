@@ -26,6 +26,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -246,12 +247,19 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		}
 		spec := config.RefSpec("+" + want.ref.String() + ":" + want.ref.String())
 		g.Stats.Fetches++
-		err = bounded(ctx, func() error {
-			return remote.FetchContext(ctx, &git.FetchOptions{
-				RefSpecs: []config.RefSpec{spec}, Depth: depth, Auth: auth, CABundle: ca,
-				Tags: git.NoTags, Force: true,
-			})
-		})
+		opts := &git.FetchOptions{
+			RefSpecs: []config.RefSpec{spec}, Depth: depth, Auth: auth, CABundle: ca,
+			Tags: git.NoTags, Force: true,
+		}
+		// The first fetch is the long one: at a terminal, a spinner says
+		// what the server reports (never the URL, which may hold a token).
+		if fresh {
+			if w := progress.Lines(ctx, "fetching "+want.ref.Short()); w != nil {
+				opts.Progress = w
+				defer w.Close()
+			}
+		}
+		err = bounded(ctx, func() error { return remote.FetchContext(ctx, opts) })
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return nil, explain(err, g.Timeout)
 		}
