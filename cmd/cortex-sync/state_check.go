@@ -12,10 +12,11 @@ import (
 )
 
 func newStateCheckCmd(g *globals, io streams) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use: "check",
 		Example: `  cortex-sync state check
-  cortex-sync state check --state-dir /var/lib/cortex-sync`,
+  cortex-sync state check --state-dir /var/lib/cortex-sync -o json`,
 		Short: "Verify the snapshot, its serial and the tree indexes; exit 1 on a problem",
 		Long: `check reads everything cortex-sync keeps in the state dir and changes
 nothing: state.json (whole, checksummed, not older than the last snapshot
@@ -24,14 +25,22 @@ written here), the tree indexes (trees/*.idx), the source stat caches
 'cortex-sync state repair' would do about it, or what you must do.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			findings := state.Dir{Path: g.stateDir}.Check()
-			bad := 0
+			docs, bad := findingDocs(findings)
+			if output == "json" {
+				if err := printJSON(io.Out, checkDoc{StateDir: g.stateDir, Problems: bad, Findings: docs}); err != nil {
+					return err
+				}
+				findings = nil // said
+			}
 			for _, f := range findings {
 				if f.OK {
 					fmt.Fprintf(io.Out, "ok       %s: %s\n", f.File, f.What)
 					continue
 				}
-				bad++
 				verb := "repair:"
 				if !f.Repairable {
 					verb = "to do:"
@@ -44,6 +53,8 @@ written here), the tree indexes (trees/*.idx), the source stat caches
 			return nil
 		},
 	}
+	addOutputFlag(cmd, &output)
+	return cmd
 }
 
 func newStateRepairCmd(g *globals, io streams) *cobra.Command {
@@ -126,19 +137,27 @@ trusts it.`,
 }
 
 func newStateBackupsCmd(g *globals, io streams) *cobra.Command {
-	return &cobra.Command{
-		Use:     "backups",
-		Example: `  cortex-sync state backups`,
-		Short:   "List the backups of what cortex-sync overwrote or deleted",
+	var output string
+	cmd := &cobra.Command{
+		Use: "backups",
+		Example: `  cortex-sync state backups
+  cortex-sync state backups -o json`,
+		Short: "List the backups of what cortex-sync overwrote or deleted",
 		Long: `backups lists the backup runs under the state dir's backups/, newest first:
 each holds, at its in-root path, what one sync overwrote or deleted that
 cortex-sync had not written itself. After every successful sync, runs
 beyond --backup-keep and older than --backup-max-age are deleted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
 			runs, err := state.Dir{Path: g.stateDir}.Backups()
 			if err != nil {
 				return err
+			}
+			if output == "json" {
+				return printJSON(io.Out, backupsDoc{StateDir: g.stateDir, Backups: backupDocs(runs)})
 			}
 			if len(runs) == 0 {
 				fmt.Fprintln(io.Out, "No backups.")
@@ -152,6 +171,8 @@ beyond --backup-keep and older than --backup-max-age are deleted.`,
 			return errors.Join(tw.Flush())
 		},
 	}
+	addOutputFlag(cmd, &output)
+	return cmd
 }
 
 func plural(n int, thing string) string {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -70,9 +69,7 @@ func statusRun(cmd *cobra.Command, g *globals, o *statusOptions, io streams) err
 	s.Env.Verify = o.verify
 	doc := s.Status(ctx)
 	if o.output == "json" {
-		enc := json.NewEncoder(io.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(doc); err != nil {
+		if err := printJSON(io.Out, doc); err != nil {
 			return err
 		}
 	} else if err := statusText(io, doc); err != nil {

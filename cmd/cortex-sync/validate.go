@@ -13,7 +13,8 @@ import (
 )
 
 type validateOptions struct {
-	src sourceFlags
+	src    sourceFlags
+	output string
 }
 
 func newValidateCmd(g *globals, io streams) *cobra.Command {
@@ -33,7 +34,10 @@ field.`,
   cortex-sync validate ./repo --allowed-path /etc/app --allowed-path /srv
 
   # Check a branch of a remote repository
-  cortex-sync validate --repo https://git.example.com/infra.git --branch main --path hosts/web1`,
+  cortex-sync validate --repo https://git.example.com/infra.git --branch main --path hosts/web1
+
+  # Every problem as JSON (file, line, document, resource, field, message)
+  cortex-sync validate ./repo -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
@@ -43,10 +47,14 @@ field.`,
 		},
 	}
 	o.src.add(cmd)
+	addOutputFlag(cmd, &o.output)
 	return cmd
 }
 
 func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams) error {
+	if err := checkOutput(o.output, "text", "json"); err != nil {
+		return err
+	}
 	if !o.src.given() {
 		o.src.dir = "."
 	}
@@ -76,8 +84,22 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	}
 	defer co.Close()
 	set, err := resource.Options{AllowedPaths: g.allowed}.Load(co.Tree, co.Path, driver.Kinds())
+	if o.output == "json" {
+		doc := validateDoc{Valid: err == nil, Source: s.Ref().URL, Revision: co.Revision, Problems: []problemDoc{}}
+		if err != nil {
+			doc.Problems = problemDocs(err)
+		} else {
+			doc.Resources = set.Len()
+		}
+		if perr := printJSON(io.Out, doc); perr != nil {
+			return perr
+		}
+	}
 	if err != nil {
 		return &reconcile.ManifestError{Err: err}
+	}
+	if o.output == "json" {
+		return nil
 	}
 	at := s.Ref().URL
 	if co.Revision != "" {

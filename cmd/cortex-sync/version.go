@@ -77,7 +77,8 @@ func (b buildInfo) String() string {
 }
 
 func newVersionCmd(io streams) *cobra.Command {
-	return &cobra.Command{
+	var output string
+	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the version",
 		Long: `version prints the release, the commit it was built from and when, and the
@@ -85,12 +86,22 @@ Go toolchain and platform. Release binaries and packages carry what the
 release stamped; "go install" builds carry the module version; a build in
 a Git checkout carries the commit.`,
 		Example: `  cortex-sync version
-  cortex-sync --version`,
+  cortex-sync --version
+  cortex-sync version -o json`,
 		Args: cobra.NoArgs,
-		Run: func(cmd *cobra.Command, args []string) {
-			fmt.Fprintln(io.Out, currentBuild())
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			if output == "json" {
+				return printJSON(io.Out, currentBuild().doc())
+			}
+			_, err := fmt.Fprintln(io.Out, currentBuild())
+			return err
 		},
 	}
+	addOutputFlag(cmd, &output)
+	return cmd
 }
 
 // addVersionFlag gives the root command --version, printing exactly what
