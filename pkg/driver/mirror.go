@@ -131,7 +131,7 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	for i, e := range desired {
 		le, ok := live[e.Path]
 		delete(live, e.Path)
-		prev := idx.Entries[e.Path]
+		prev := idx.Get(e.Path)
 		op := treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type(), target: e.Target}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
@@ -227,7 +227,7 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 			continue
 		}
 		le := live[rel]
-		prev := idx.Entries[rel]
+		prev := idx.Get(rel)
 		op := treeOp{rel: rel, action: diff.Delete, typ: le.Mode.Type()}
 		switch {
 		case hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular():
@@ -253,7 +253,7 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	}
 	slices.Sort(paths)
 	var forget []string
-	for rel := range idx.Entries {
+	for rel := range idx.All() {
 		if _, ok := live[rel]; ok {
 			continue
 		}
@@ -290,19 +290,14 @@ func byParent(desired []source.Entry, files []fileCheck) [][]fileCheck {
 // recalledTree is the desired tree as last written, from its index: what
 // status without a source compares the host with.
 func recalledTree(old *state.Index) []source.Entry {
-	rels := make([]string, 0, len(old.Entries))
-	for rel := range old.Entries {
-		rels = append(rels, rel)
-	}
-	slices.Sort(rels)
-	out := make([]source.Entry, len(rels))
-	for i, rel := range rels {
-		prev := old.Entries[rel]
-		out[i] = source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
+	out := make([]source.Entry, 0, old.Len())
+	for rel, prev := range old.All() {
+		e := source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
 			ContentID: func() (string, error) { return prev.ContentID, nil }}
 		if prev.Mode&fs.ModeSymlink != 0 {
-			out[i].Target = prev.Target
+			e.Target = prev.Target
 		}
+		out = append(out, e)
 	}
 	return out
 }
@@ -311,7 +306,7 @@ func recalledTree(old *state.Index) []source.Entry {
 // wrote it, so deleting it loses nothing of anyone else's.
 func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
 	check := func(p string, le liveEntry) bool {
-		prev := old.Entries[p]
+		prev := old.Get(p)
 		return prev != nil && (le.Mode.IsDir() || le.Stat.Same(prev.Stat))
 	}
 	if !check(rel, live[rel]) {
@@ -403,16 +398,12 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 	if err := walkHost(top, "", live); err != nil {
 		return nil, err
 	}
-	rels := make([]string, 0, len(old.Entries))
-	for rel := range old.Entries {
-		if _, ok := live[rel]; ok {
-			rels = append(rels, rel)
-		}
-	}
-	slices.Sort(rels)
 	var out []diff.FileChange
-	for _, rel := range rels {
-		le, prev := live[rel], old.Entries[rel]
+	for rel, prev := range old.All() {
+		le, ok := live[rel]
+		if !ok {
+			continue
+		}
 		op := treeOp{rel: rel, action: diff.Delete, reason: diff.RemovedFromGit, typ: le.Mode.Type()}
 		switch {
 		case le.Mode.IsDir():
