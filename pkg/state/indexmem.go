@@ -370,9 +370,22 @@ func (x *Index) fold(saved bool) {
 	clear(x.added)
 }
 
-// saved marks everything written.
+// saved marks everything written: rows deleted or added make new rows,
+// else only the marks are cleared (a log replayed at load changes rows in
+// place, and copying them all would double the index's peak).
 func (x *Index) saved() {
-	if len(x.added) > 0 || x.Dirty() {
+	fold := len(x.added) > 0
+	for i := range x.rows {
+		if x.rows[i].flags&fDead != 0 {
+			fold = true
+			break
+		}
+	}
+	if fold {
 		x.fold(true)
+		return
+	}
+	for i := range x.rows {
+		x.rows[i].flags &^= fChanged
 	}
 }
