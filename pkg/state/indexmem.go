@@ -389,3 +389,73 @@ func (x *Index) saved() {
 		x.rows[i].flags &^= fChanged
 	}
 }
+
+// Child is a name directly in an index directory: its entry, nil when only
+// entries below it are recorded, and whether there are any.
+type Child struct {
+	Entry *IndexEntry
+	Below bool
+}
+
+// Children lists the names directly in dir ("" is the top): a contiguous
+// run of rows, whose subdirectories are stepped over by search.
+func (x *Index) Children(dir string) map[string]Child {
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
+	}
+	out := map[string]Child{}
+	add := func(rest string, e func() *IndexEntry) (sub string) {
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			c := out[rest[:j]]
+			c.Below = true
+			out[rest[:j]] = c
+			return rest[:j]
+		}
+		c := out[rest]
+		c.Entry = e()
+		out[rest] = c
+		return ""
+	}
+	i, _ := x.find(prefix)
+	for i < len(x.rows) {
+		r := &x.rows[i]
+		p := x.arena.get(r.path)
+		if !strings.HasPrefix(p, prefix) {
+			break
+		}
+		if r.flags&fDead != 0 {
+			i++
+			continue
+		}
+		if sub := add(p[len(prefix):], func() *IndexEntry { return x.entryOf(r) }); sub != "" {
+			i, _ = x.find(prefix + sub + "0") // '0' follows '/': past sub's entries
+			continue
+		}
+		i++
+	}
+	for p, e := range x.added {
+		if strings.HasPrefix(p, prefix) {
+			add(p[len(prefix):], func() *IndexEntry { c := *e; return &c })
+		}
+	}
+	return out
+}
+
+// DeleteBelow forgets every entry below dir.
+func (x *Index) DeleteBelow(dir string) {
+	prefix := dir + "/"
+	i, _ := x.find(prefix)
+	for ; i < len(x.rows) && strings.HasPrefix(x.arena.get(x.rows[i].path), prefix); i++ {
+		if x.rows[i].flags&fDead == 0 {
+			x.rows[i].flags |= fDead | fChanged
+			x.n--
+		}
+	}
+	for p := range x.added {
+		if strings.HasPrefix(p, prefix) {
+			delete(x.added, p)
+			x.n--
+		}
+	}
+}
