@@ -323,51 +323,43 @@ func (x *Index) ownerOf(o owner) uint32 {
 	return uint32(len(x.owners) - 1)
 }
 
-// fold merges the added entries into the rows, in a new arena. Saved, the
-// dead rows go and nothing is left to write; else both stay marked.
+// fold merges the added entries into the rows, in place: their strings
+// join the arena and the rows move up from the back, so the index never
+// exists twice. Saved, the dead rows go and nothing is left to write; else
+// both stay marked.
 func (x *Index) fold(saved bool) {
 	added := make([]string, 0, len(x.added))
 	for p := range x.added {
 		added = append(added, p)
 	}
 	slices.Sort(added)
-	y := &Index{owners: x.owners, ownerIdx: x.ownerIdx}
-	y.rows = make([]row, 0, len(x.rows)+len(added))
-	y.arena.b = &strings.Builder{}
-	if x.arena.b != nil {
-		y.arena.b.Grow(x.arena.b.Len() + len(added)*48)
-	}
-	i, j := 0, 0
-	for i < len(x.rows) || j < len(added) {
-		if j == len(added) || i < len(x.rows) && x.arena.get(x.rows[i].path) < added[j] {
-			r := x.rows[i]
-			i++
-			if saved && r.flags&fDead != 0 {
-				continue
-			}
-			r.path = y.arena.put(x.arena.get(r.path))
-			if r.flags&fStr != 0 {
-				r.str = y.arena.put(x.arena.get(r.str))
-			}
-			if r.flags&(fCidGit|fCidStr) != 0 {
-				r.cid = y.arena.put(x.arena.get(r.cid))
-			}
-			if saved {
-				r.flags &^= fChanged
-			}
-			y.rows = append(y.rows, r)
+	n, k := len(x.rows), len(added)
+	x.rows = slices.Grow(x.rows, k)[:n+k]
+	i, j := n-1, k-1
+	for out := n + k - 1; j >= 0; out-- {
+		if i >= 0 && x.arena.get(x.rows[i].path) > added[j] {
+			x.rows[out] = x.rows[i]
+			i--
 			continue
 		}
-		r := row{path: y.arena.put(added[j])}
-		if !saved {
-			r.flags = fChanged
-		}
-		y.fill(&r, x.added[added[j]])
-		y.rows = append(y.rows, r)
-		j++
+		r := row{path: x.arena.put(added[j]), flags: fChanged}
+		x.fill(&r, x.added[added[j]])
+		x.rows[out] = r
+		j--
 	}
-	x.rows, x.arena, x.owners, x.ownerIdx = y.rows, y.arena, y.owners, y.ownerIdx
 	clear(x.added)
+	if !saved {
+		return
+	}
+	live := x.rows[:0]
+	for _, r := range x.rows {
+		if r.flags&fDead == 0 {
+			r.flags &^= fChanged
+			live = append(live, r)
+		}
+	}
+	clear(x.rows[len(live):])
+	x.rows = live
 }
 
 // saved marks everything written: rows deleted or added make new rows,
