@@ -97,7 +97,7 @@ spec:
 		}
 		missing := 0
 		for p := range v.host {
-			if x.Entries[strings.TrimPrefix(p, "/srv/kb/")] == nil {
+			if x.Get(strings.TrimPrefix(p, "/srv/kb/")) == nil {
 				missing++
 			}
 		}

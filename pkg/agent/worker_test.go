@@ -278,7 +278,7 @@ func TestAgentIndexesWhatItWasMirroring(t *testing.T) {
 	startAgent(t, repo, root, stateDir)
 	waitFor(t, 30*time.Second, "new.md in the tree index", func() bool {
 		x, err := state.LoadIndex(filepath.Join(stateDir, "trees", "Directory.kb.idx"))
-		return err == nil && x.Entries["new.md"] != nil
+		return err == nil && x.Get("new.md") != nil
 	})
 }
 

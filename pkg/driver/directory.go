@@ -214,7 +214,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	e.Live = &state.Fingerprint{Stat: st}
 	e.Created = !o.Exists || (c.Record != nil && c.Record.Created)
 	if spec.tracksContent() {
-		e.Extra, _ = json.Marshal(dirExtra{Files: len(w.index.Entries)})
+		e.Extra, _ = json.Marshal(dirExtra{Files: w.index.Len()})
 	}
 	return e, nil
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -17,6 +18,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -92,50 +94,179 @@ func mirrorMode(e source.Entry) fs.FileMode {
 }
 
 // planTree compares the desired tree, the index of what was written and the
-// live tree, entry by entry, hashing only what the quick check cannot clear.
+// live tree directory by directory: the source's walk is cut into its
+// directories as it goes, and each directory is compared with the host's
+// entries in it and the index's, in parallel, hashing only what the quick
+// check cannot clear. Only changes are kept; no side is held whole.
 func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, idx *state.Index, w *dirWork) error {
-	// The live tree and the desired tree are walked at the same time.
-	live := map[string]liveEntry{}
-	liveErr := make(chan error, 1)
-	go func() {
-		if top == nil {
-			liveErr <- nil
-			return
+	p := &treePlanner{env: env, r: r, spec: spec, top: top, idx: idx}
+	var g errgroup.Group
+	g.SetLimit(max(1, env.Concurrency))
+	var failed atomic.Bool
+	dispatch := func(f *dirFrame) {
+		g.Go(func() error {
+			err := p.dir(f)
+			if err != nil {
+				failed.Store(true)
+			}
+			return err
+		})
+	}
+	// The open directories of the walk, top first: a directory is complete
+	// when the walk leaves it.
+	stack := []*dirFrame{{}}
+	seq := 0
+	add := func(e source.Entry) error {
+		if failed.Load() {
+			return errStopped
 		}
-		liveErr <- walkHost(top, "", live)
-	}()
-	var desired []source.Entry
+		parent := path.Dir(e.Path)
+		if parent == "." {
+			parent = ""
+		}
+		for len(stack) > 1 && !within(parent, stack[len(stack)-1].rel) {
+			dispatch(stack[len(stack)-1])
+			stack = stack[:len(stack)-1]
+		}
+		for f := stack[len(stack)-1]; f.rel != parent; f = stack[len(stack)-1] {
+			// A directory the walk did not name (an index without its
+			// directory's entry): its entries are compared all the same.
+			next := parent
+			if i := strings.IndexByte(parent[len(f.rel):][min(1, len(f.rel)):], '/'); i >= 0 {
+				next = parent[:len(f.rel)+min(1, len(f.rel))+i]
+			}
+			if f.implied == nil {
+				f.implied = map[string]bool{}
+			}
+			f.implied[path.Base(next)] = true
+			stack = append(stack, &dirFrame{rel: next})
+		}
+		f := stack[len(stack)-1]
+		f.entries = append(f.entries, desiredEntry{Entry: e, seq: seq})
+		seq++
+		if e.Mode.IsDir() {
+			stack = append(stack, &dirFrame{rel: e.Path})
+		}
+		return nil
+	}
 	var srcErr error
 	switch {
 	case spec.sourcePath != "" && env.recalled():
-		desired = recalledTree(idx)
+		srcErr = recalledWalk(idx, add)
 	case spec.sourcePath != "":
 		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
-				desired = append(desired, e)
+				return add(e)
 			}
 			return nil
 		})
 	}
-	if err := <-liveErr; err != nil {
+	if srcErr == nil || errors.Is(srcErr, errStopped) {
+		for i := len(stack) - 1; i >= 0; i-- {
+			dispatch(stack[i])
+		}
+	}
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	if srcErr != nil {
 		return fmt.Errorf("read source %s: %w", spec.Source, srcErr)
 	}
-	// Only changes are kept: an entry that needs nothing leaves no op, and
-	// its index entry is refreshed in place. What is matched leaves the
-	// live map, so what remains in it is not desired.
+	if env.recalled() {
+		// Recalled entries came in path order before they came by
+		// directory: their changes are listed in it.
+		slices.SortFunc(p.ops, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
+	} else {
+		slices.SortFunc(p.ops, func(a, b treeOp) int { return a.seq - b.seq })
+	}
+	// Live entries that are not desired go last, in path order.
+	slices.SortFunc(p.gone, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
+	w.ops = append(p.ops, p.gone...)
+	return nil
+}
+
+// errStopped ends the source's walk once a directory's comparison failed.
+var errStopped = errors.New("stopped")
+
+// within reports whether dir is top or below it.
+func within(dir, top string) bool {
+	return top == "" || dir == top || strings.HasPrefix(dir, top+"/")
+}
+
+// treePlanner holds what the directories of one tree's plan share.
+type treePlanner struct {
+	env  *Env
+	r    *resource.Resource
+	spec *DirectorySpec
+	top  *hostfs.Dir // nil when the tree is not on the host
+
+	mu   sync.Mutex // guards idx, ops and gone
+	idx  *state.Index
+	ops  []treeOp // for desired entries
+	gone []treeOp // for live entries that are not desired
+}
+
+// dirFrame is a directory of the desired tree and its entries.
+type dirFrame struct {
+	rel     string
+	entries []desiredEntry
+	implied map[string]bool // subdirectories with frames of their own though not entries
+}
+
+// desiredEntry is an entry of the desired walk and its place in it: ops
+// run in that order.
+type desiredEntry struct {
+	source.Entry
+	seq int
+}
+
+// dir compares a desired directory with the host's.
+func (p *treePlanner) dir(f *dirFrame) error {
+	host := p.top
+	if host != nil && f.rel != "" {
+		var err error
+		host, err = openRel(p.top, f.rel)
+		switch {
+		case missing(err) || errors.Is(err, unix.ELOOP):
+			host = nil // not a directory on the host
+		case err != nil:
+			return err
+		default:
+			defer host.Close()
+		}
+	}
+	return p.compare(host, f.rel, f.entries, f.implied)
+}
+
+// compare decides a directory's entries: the desired ones against what the
+// host and the index hold, then the host's that are not desired, and
+// forgets recorded entries that are on neither side.
+func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
+	live, err := listHost(host)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	recorded := p.idx.Children(rel)
+	p.mu.Unlock()
+	want := make(map[string]fs.FileMode, len(desired))
 	var ops []treeOp
-	var files []fileCheck // desired files that exist live and need a content check
-	for i, e := range desired {
-		le, ok := live[e.Path]
-		delete(live, e.Path)
-		prev := idx.Entries[e.Path]
-		op := treeOp{rel: e.Path, mode: mirrorMode(e), entry: e, typ: e.Mode.Type(), target: e.Target}
+	for _, e := range desired {
+		name := path.Base(e.Path)
+		want[name] = e.Mode
+		le, ok := live[name]
+		prev := recorded[name].Entry
+		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
 			o.WrongType = typeName(le.Mode)
+			if le.Mode.IsDir() {
+				// What is inside goes with it: its entries are weighed as
+				// entries that are not desired.
+				if err := p.hostOnly(host, e.Path); err != nil {
+					return err
+				}
+			}
 		}
 		switch {
 		case !ok || o.WrongType != "":
@@ -144,188 +275,218 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 			if le.Mode.Perm() != op.mode {
 				o.Attrs = []diff.Attr{{Field: "mode"}}
 			} else {
-				idx.Set(e.Path, &state.IndexEntry{Stat: le.Stat})
+				p.set(e.Path, &state.IndexEntry{Stat: le.Stat}, false)
 			}
 		case e.Mode&fs.ModeSymlink != 0:
 			o.Matches = le.target == e.Target
 			o.Ours = prev != nil && prev.Target == le.target
 			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
-				idx.Set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target})
+				p.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
-			files = append(files, fileCheck{i: i, live: le, prev: prev})
+			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.idx.Racy)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
+			}
+			if fop != nil {
+				fop.seq = e.seq
+				ops = append(ops, *fop)
+			}
+			if entry != nil {
+				p.set(e.Path, entry, racy)
+			}
 			continue
 		}
 		if op.decide(&o) {
-			op.seq = i
 			ops = append(ops, op)
 		}
 	}
-	// Content checks run in parallel, a directory's files together so that
-	// each directory is opened once: most are a stat comparison and a map
-	// lookup, a few hash a file.
-	var mu sync.Mutex
-	batches := byParent(desired, files)
-	err := parallel(env.Concurrency, len(batches), func(b int) error {
-		var dir *hostfs.Dir
-		parent := path.Dir(desired[batches[b][0].i].Path)
-		opened := func() (*hostfs.Dir, error) {
-			if dir != nil {
-				return dir, nil
-			}
-			if parent == "." {
-				dir = top
-				return dir, nil
-			}
-			var err error
-			dir, err = openRel(top, parent)
-			return dir, err
-		}
-		defer func() {
-			if dir != nil && dir != top {
-				dir.Close()
-			}
-		}()
-		for _, f := range batches[b] {
-			e := desired[f.i]
-			op, entry, racy, err := planFile(env, spec.sourcePath, opened, e, f.live, f.prev, idx.Racy)
-			if err != nil {
-				return fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
-			}
-			mu.Lock()
-			if op != nil {
-				op.seq = f.i
-				ops = append(ops, *op)
-			}
-			if entry != nil {
-				idx.Set(e.Path, entry)
-				if racy {
-					idx.Touch(e.Path)
-				}
-			}
-			mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	slices.SortFunc(ops, func(a, b treeOp) int { return a.seq - b.seq })
-	w.ops = ops
-	// Live entries that are not desired: what cortex-sync wrote goes, what it
-	// did not goes only with purge, and never what another resource manages.
-	gone := make([]string, 0, len(live))
-	for rel := range live {
-		gone = append(gone, rel)
-	}
-	slices.Sort(gone)
-	var removed string // a directory being removed whole
-	for _, rel := range gone {
-		if removed != "" && strings.HasPrefix(rel, removed+"/") {
-			idx.Delete(rel) // goes with the directory
+	// Live entries that are not desired: what cortex-sync wrote goes, what
+	// it did not goes only with purge, and never what another resource
+	// manages.
+	var gone []treeOp
+	for name, le := range live {
+		if _, ok := want[name]; ok {
 			continue
 		}
-		le := live[rel]
-		prev := idx.Entries[rel]
-		op := treeOp{rel: rel, action: diff.Delete, typ: le.Mode.Type()}
+		sub := path.Join(rel, name)
+		prev := recorded[name].Entry
+		op := treeOp{rel: sub, action: diff.Delete, typ: le.Mode.Type()}
 		switch {
-		case hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular():
+		case hostfs.IsTemp(name) && le.Mode.IsRegular():
 			op.reason = diff.Drifted // left by an interrupted write
 		case prev != nil:
 			op.reason = diff.RemovedFromGit
-			op.backup = !ownedBelow(rel, live, idx)
-		case spec.Purge && !env.Set.ManagesWithin(path.Join(spec.Path, rel), r.ID()):
+			owned, err := p.ownedBelow(host, name, sub, le)
+			if err != nil {
+				return err
+			}
+			op.backup = !owned
+		case p.spec.Purge && !p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
 			op.reason, op.backup = diff.Unmanaged, true
 		default:
-			continue // not cortex-sync's, and no purge: left alone
+			// Not cortex-sync's, and no purge: left alone, and what is
+			// inside is weighed entry by entry.
+			if le.Mode.IsDir() && !implied[name] {
+				if err := p.hostOnly(host, sub); err != nil {
+					return err
+				}
+			}
+			continue
 		}
-		if le.Mode.IsDir() {
-			removed = rel
+		if le.Mode.IsDir() && !implied[name] {
+			p.mu.Lock()
+			p.idx.DeleteBelow(sub) // goes with the directory
+			p.mu.Unlock()
 		}
-		w.ops = append(w.ops, op)
+		gone = append(gone, op)
 	}
 	// Recorded entries that are neither desired nor on the host are
 	// forgotten.
-	paths := make([]string, len(desired))
-	for i, e := range desired {
-		paths[i] = e.Path
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, c := range recorded {
+		sub := path.Join(rel, name)
+		le, isLive := live[name]
+		mode, isWanted := want[name]
+		if c.Entry != nil && !isLive && !isWanted {
+			p.idx.Delete(sub)
+		}
+		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
+			p.idx.DeleteBelow(sub)
+		}
 	}
-	slices.Sort(paths)
-	var forget []string
-	for rel := range idx.Entries {
-		if _, ok := live[rel]; ok {
+	p.ops = append(p.ops, ops...)
+	p.gone = append(p.gone, gone...)
+	return nil
+}
+
+// hostOnly weighs the entries of a live directory that is not desired.
+func (p *treePlanner) hostOnly(parent *hostfs.Dir, rel string) error {
+	sub, err := parent.OpenDir(path.Base(rel))
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return p.compare(sub, rel, nil, nil)
+}
+
+// set records an entry that stands.
+func (p *treePlanner) set(rel string, e *state.IndexEntry, touch bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.idx.Set(rel, e)
+	if touch {
+		p.idx.Touch(rel)
+	}
+}
+
+// ownedBelow reports whether rel and everything below it is as
+// cortex-sync wrote it, so deleting it loses nothing of anyone else's.
+func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEntry) (bool, error) {
+	p.mu.Lock()
+	prev := p.idx.Get(rel)
+	p.mu.Unlock()
+	if prev == nil || !le.Mode.IsDir() && !le.Stat.Same(prev.Stat) {
+		return false, nil
+	}
+	if !le.Mode.IsDir() {
+		return true, nil
+	}
+	sub, err := parent.OpenDir(name)
+	if missing(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer sub.Close()
+	live, err := listHost(sub)
+	if err != nil {
+		return false, err
+	}
+	for n, le := range live {
+		if ok, err := p.ownedBelow(sub, n, rel+"/"+n, le); !ok || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// listHost lists a live directory's entries, never following symlinks;
+// nothing when d is nil.
+func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
+	if d == nil {
+		return nil, nil
+	}
+	entries, err := d.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]liveEntry, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		st, err := d.Lstat(name)
+		if missing(err) {
 			continue
 		}
-		if _, ok := slices.BinarySearch(paths, rel); !ok {
-			forget = append(forget, rel)
+		if err != nil {
+			return nil, err
 		}
+		le := liveEntry{Stat: st}
+		if st.Mode&fs.ModeSymlink != 0 {
+			if le.target, err = d.Readlink(name); err != nil {
+				return nil, err
+			}
+		}
+		out[name] = le
 	}
-	for _, rel := range forget {
-		idx.Delete(rel)
+	return out, nil
+}
+
+// recalledWalk walks the desired tree as last written, from its index:
+// what status without a source compares the host with. It goes directory
+// by directory, as a source's walk does.
+func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
+	var out []source.Entry
+	for rel, prev := range old.All() {
+		e := source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
+			ContentID: func() (string, error) { return prev.ContentID, nil }}
+		if prev.Mode&fs.ModeSymlink != 0 {
+			e.Target = prev.Target
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b source.Entry) int { return byComponent(a.Path, b.Path) })
+	for _, e := range out {
+		if err := fn(e); err != nil {
+			return err
+		}
 	}
 	return nil
 }
 
-// fileCheck is a desired file that exists on the host.
-type fileCheck struct {
-	i    int // in the desired entries
-	live liveEntry
-	prev *state.IndexEntry // as recorded; nil when not
-}
-
-// byParent splits the file checks into runs of one directory's files.
-func byParent(desired []source.Entry, files []fileCheck) [][]fileCheck {
-	var out [][]fileCheck
-	start := 0
-	for j := 1; j <= len(files); j++ {
-		if j == len(files) || path.Dir(desired[files[j].i].Path) != path.Dir(desired[files[start].i].Path) {
-			out = append(out, files[start:j])
-			start = j
+// byComponent orders paths as a walk meets them: a directory's entries
+// right after it.
+func byComponent(a, b string) int {
+	for {
+		ha, ta, _ := strings.Cut(a, "/")
+		hb, tb, _ := strings.Cut(b, "/")
+		if c := strings.Compare(ha, hb); c != 0 || ta == "" && tb == "" {
+			return c
 		}
-	}
-	return out
-}
-
-// recalledTree is the desired tree as last written, from its index: what
-// status without a source compares the host with.
-func recalledTree(old *state.Index) []source.Entry {
-	rels := make([]string, 0, len(old.Entries))
-	for rel := range old.Entries {
-		rels = append(rels, rel)
-	}
-	slices.Sort(rels)
-	out := make([]source.Entry, len(rels))
-	for i, rel := range rels {
-		prev := old.Entries[rel]
-		out[i] = source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
-			ContentID: func() (string, error) { return prev.ContentID, nil }}
-		if prev.Mode&fs.ModeSymlink != 0 {
-			out[i].Target = prev.Target
+		if ta == "" {
+			return -1
 		}
-	}
-	return out
-}
-
-// ownedBelow reports whether rel and everything below it is as cortex-sync
-// wrote it, so deleting it loses nothing of anyone else's.
-func ownedBelow(rel string, live map[string]liveEntry, old *state.Index) bool {
-	check := func(p string, le liveEntry) bool {
-		prev := old.Entries[p]
-		return prev != nil && (le.Mode.IsDir() || le.Stat.Same(prev.Stat))
-	}
-	if !check(rel, live[rel]) {
-		return false
-	}
-	if !live[rel].Mode.IsDir() {
-		return true
-	}
-	for p, le := range live {
-		if strings.HasPrefix(p, rel+"/") && !check(p, le) {
-			return false
+		if tb == "" {
+			return 1
 		}
+		a, b = ta, tb
 	}
-	return true
 }
 
 // planFile observes one regular file that exists on both sides. It returns
@@ -403,16 +564,12 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 	if err := walkHost(top, "", live); err != nil {
 		return nil, err
 	}
-	rels := make([]string, 0, len(old.Entries))
-	for rel := range old.Entries {
-		if _, ok := live[rel]; ok {
-			rels = append(rels, rel)
-		}
-	}
-	slices.Sort(rels)
 	var out []diff.FileChange
-	for _, rel := range rels {
-		le, prev := live[rel], old.Entries[rel]
+	for rel, prev := range old.All() {
+		le, ok := live[rel]
+		if !ok {
+			continue
+		}
 		op := treeOp{rel: rel, action: diff.Delete, reason: diff.RemovedFromGit, typ: le.Mode.Type()}
 		switch {
 		case le.Mode.IsDir():

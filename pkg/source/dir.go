@@ -227,7 +227,7 @@ func (t *dirTree) ContentID(name string) (string, error) {
 // (and is not racily new), else hashes the file and caches the result.
 func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 	t.mu.Lock()
-	e := t.cache.Entries[full]
+	e := t.cache.Get(full)
 	t.mu.Unlock()
 	if e != nil && e.Stat.Same(st) && !t.cache.Racy(e) {
 		return e.ContentID, nil

@@ -73,9 +73,9 @@ func (d Dir) Check() []Finding {
 					Fix:    "delete it: it is a cache of the source's file hashes, rebuilt by the next run",
 					repair: func() error { return removeIndex(p) }})
 			case sub == "trees" && !corrupt && snap != nil && !owned[filepath.Base(p)]:
-				out = append(out, Finding{File: rel, OK: true, What: fmt.Sprintf("%s, of no resource in the inventory (unused)", plural(len(x.Entries), "entry"))})
+				out = append(out, Finding{File: rel, OK: true, What: fmt.Sprintf("%s, of no resource in the inventory (unused)", plural(x.Len(), "entry"))})
 			default:
-				out = append(out, Finding{File: rel, OK: true, What: plural(len(x.Entries), "entry")})
+				out = append(out, Finding{File: rel, OK: true, What: plural(x.Len(), "entry")})
 			}
 		}
 	}

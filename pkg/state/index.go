@@ -9,10 +9,10 @@ import (
 	"io/fs"
 	"math"
 	"os"
-	"sort"
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"golang.org/x/sys/unix"
 )
 
 // Index maps relative paths to fingerprints: the per-file memory of a
@@ -24,15 +24,18 @@ import (
 // ".log"): Save appends only the entries set or deleted since the index was
 // loaded, and rewrites the base whole once the log outgrows a share of it.
 type Index struct {
-	// Entries is read directly; changes go through Set and Delete so that
-	// Save can write only them.
-	Entries map[string]*IndexEntry
+	// The entries, read with Get and All, changed with Set, Touch and
+	// Delete so that Save can write only what changed (see indexmem.go).
+	rows     []row
+	arena    arena
+	owners   []owner
+	ownerIdx map[owner]uint32 // of owners, once there are many
+	added    map[string]*IndexEntry
+	n        int // entries
 	// ref is the index files' newest mtime when loaded: entries whose
 	// timestamps are not older are racily clean (git's rule) and must be
 	// hashed.
 	ref int64
-	// changed holds the paths set or deleted since the load or last save.
-	changed map[string]struct{}
 	// base is what the log extends, as loaded; zero when there was none.
 	base     baseID
 	logValid int64 // bytes of the log that decoded; a torn tail is cut off
@@ -49,37 +52,8 @@ type IndexEntry struct {
 
 // NewIndex is an empty index.
 func NewIndex() *Index {
-	return &Index{Entries: map[string]*IndexEntry{}, changed: map[string]struct{}{}}
+	return &Index{added: map[string]*IndexEntry{}}
 }
-
-// Set records p's entry; Save writes it unless it equals the one there.
-func (x *Index) Set(p string, e *IndexEntry) {
-	if prev := x.Entries[p]; prev != nil && *prev == *e {
-		return
-	}
-	x.Entries[p] = e
-	x.changed[p] = struct{}{}
-}
-
-// Touch makes Save write p's entry again although it did not change: a
-// racily clean entry verified by its hash is recorded anew, newer than its
-// timestamps.
-func (x *Index) Touch(p string) {
-	if x.Entries[p] != nil {
-		x.changed[p] = struct{}{}
-	}
-}
-
-// Delete forgets p.
-func (x *Index) Delete(p string) {
-	if _, ok := x.Entries[p]; ok {
-		delete(x.Entries, p)
-		x.changed[p] = struct{}{}
-	}
-}
-
-// Dirty reports whether Save has anything to write.
-func (x *Index) Dirty() bool { return len(x.changed) > 0 }
 
 // Racy reports whether a file whose stat matches e may still have changed
 // unseen: its timestamps are as new as the index itself.
@@ -97,7 +71,7 @@ var ErrCorruptIndex = errors.New("index is corrupt")
 // file; a damaged log ends where the damage starts (it only ever loses the
 // last writes, as a torn append would).
 func LoadIndex(path string) (*Index, error) {
-	data, fi, err := readBounded(path)
+	data, fi, unmap, err := mapFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		x := NewIndex()
 		return x, nil
@@ -106,6 +80,7 @@ func LoadIndex(path string) (*Index, error) {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
 	x, err := decodeIndex(data)
+	unmap()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
 	}
@@ -115,6 +90,30 @@ func LoadIndex(path string) (*Index, error) {
 		return nil, err
 	}
 	return x, nil
+}
+
+// mapFile maps a base read-only: decoding copies what it keeps, so the
+// file's bytes never join the heap (at 45,000 entries they are 5 MB, and
+// the heap's pacing would double them). A base is only ever replaced by a
+// rename, never cut short in place, so the mapping stays whole. Where
+// mapping fails the file is read.
+func mapFile(path string) ([]byte, fs.FileInfo, func(), error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if size := fi.Size(); size > 0 && size < 1<<30 {
+		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			return data, fi, func() { unix.Munmap(data) }, nil
+		}
+	}
+	data, fi, err := readBounded(path)
+	return data, fi, func() {}, err
 }
 
 // readBounded reads a file whole: its real size, never a count inside it,
@@ -157,7 +156,8 @@ func decodeIndex(data []byte) (*Index, error) {
 	}
 	// Sized by the bytes that remain, and no more than a modest start: the
 	// map grows if a large index is real.
-	x := &Index{Entries: make(map[string]*IndexEntry, min(n, 1<<16)), changed: map[string]struct{}{}}
+	x := NewIndex()
+	x.rows = make([]row, 0, min(n, 1<<16))
 	prev := ""
 	for i := range n {
 		d.entry = i + 1
@@ -170,7 +170,9 @@ func decodeIndex(data []byte) (*Index, error) {
 		if d.err != nil {
 			return nil, d.err
 		}
-		x.Entries[p] = e
+		r := row{path: x.arena.put(p)}
+		x.fill(&r, e)
+		x.rows = append(x.rows, r)
 		prev = p
 	}
 	if d.off != len(data) {
@@ -178,6 +180,7 @@ func decodeIndex(data []byte) (*Index, error) {
 		d.fail("%d bytes of trailing data", len(data)-d.off)
 		return nil, d.err
 	}
+	x.n = len(x.rows)
 	return x, nil
 }
 
@@ -284,7 +287,7 @@ func (x *Index) Save(path string) error {
 	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	clear(x.changed)
+	x.saved()
 	return nil
 }
 
@@ -388,17 +391,15 @@ func (b baseID) header() []byte {
 // payload, and the payload: the record count, then per record a path, a
 // flag (0: set, 1: deleted) and, when set, the entry as in the base.
 func (x *Index) encodeFrame() []byte {
-	paths := make([]string, 0, len(x.changed))
-	for p := range x.changed {
-		paths = append(paths, p)
+	count := 0
+	for range x.changes() {
+		count++
 	}
-	sort.Strings(paths)
 	var b bytes.Buffer
 	w := entryWriter{b: &b}
-	w.uv(uint64(len(paths)))
-	for _, p := range paths {
+	w.uv(uint64(count))
+	for p, e := range x.changes() {
 		w.str(p)
-		e := x.Entries[p]
 		if e == nil {
 			b.WriteByte(1)
 			continue
@@ -458,6 +459,7 @@ func (x *Index) replayLog(data []byte) bool {
 		}
 		off = start + int(n)
 	}
+	x.saved() // what the log holds is on disk
 	x.logValid, x.logOK = int64(off), true
 	return true
 }
@@ -506,9 +508,9 @@ func (x *Index) applyFrame(payload []byte) error {
 	}
 	for _, r := range recs {
 		if r.e == nil {
-			delete(x.Entries, r.p)
+			x.Delete(r.p)
 		} else {
-			x.Entries[r.p] = r.e
+			x.Set(r.p, r.e)
 		}
 	}
 	return nil
@@ -519,19 +521,14 @@ func (x *Index) applyFrame(payload []byte) error {
 // ctime (varints), SHA-256 and content ID; strings are a uvarint length and
 // the bytes.
 func (x *Index) encode() []byte {
-	paths := make([]string, 0, len(x.Entries))
-	for p := range x.Entries {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
 	var b bytes.Buffer
-	b.Grow(len(paths) * 128)
+	b.Grow(x.n * 128)
 	b.WriteString(indexMagic)
 	w := entryWriter{b: &b}
-	w.uv(uint64(len(paths)))
-	for _, p := range paths {
+	w.uv(uint64(x.n))
+	for p, e := range x.All() {
 		w.str(p)
-		w.entry(x.Entries[p])
+		w.entry(e)
 	}
 	return b.Bytes()
 }

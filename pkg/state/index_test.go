@@ -3,6 +3,8 @@ package state
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -17,11 +19,23 @@ import (
 // negative and large numbers, empty and long strings.
 func sampleIndex() *Index {
 	x := NewIndex()
-	x.Entries["a/b.md"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"}
-	x.Entries["c"] = &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}}
-	x.Entries["link"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"}
-	x.Entries[strings.Repeat("d/", 200)+"e"] = &IndexEntry{SHA256: strings.Repeat("ab", 32)}
+	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
+	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
+	x.Set("link", &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"})
+	x.Set(strings.Repeat("d/", 200)+"e", &IndexEntry{SHA256: strings.Repeat("ab", 32)})
 	return x
+}
+
+// entries is an index's entries as a map, to compare.
+func entries(x *Index) map[string]IndexEntry {
+	out := map[string]IndexEntry{}
+	for p, e := range x.All() {
+		out[p] = *e
+	}
+	if len(out) != x.Len() {
+		panic(fmt.Sprintf("index of %d entries claims %d", len(out), x.Len()))
+	}
+	return out
 }
 
 func TestCorruptIndexIsAnError(t *testing.T) {
@@ -67,8 +81,8 @@ func TestIndexShapesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(x.Entries, y.Entries) {
-		t.Fatalf("round trip:\n got %+v\nwant %+v", y.Entries, x.Entries)
+	if !reflect.DeepEqual(entries(x), entries(y)) {
+		t.Fatalf("round trip:\n got %+v\nwant %+v", entries(y), entries(x))
 	}
 }
 
@@ -92,8 +106,8 @@ func FuzzDecodeIndex(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded index does not decode: %v", err)
 		}
-		if !reflect.DeepEqual(x.Entries, y.Entries) {
-			t.Fatalf("round trip changed the entries:\n got %+v\nwant %+v", y.Entries, x.Entries)
+		if !reflect.DeepEqual(entries(x), entries(y)) {
+			t.Fatalf("round trip changed the entries:\n got %+v\nwant %+v", entries(y), entries(x))
 		}
 	})
 }
@@ -127,7 +141,7 @@ func TestIndexLog(t *testing.T) {
 	y.Set("f0001", &IndexEntry{Stat: hostfs.Stat{Ino: 99, Size: 11, Mode: 0o644}, SHA256: "cd", ContentID: "git:2"})
 	y.Delete("f0002")
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
-	y.Set("f0003", y.Entries["f0003"]) // unchanged: not written
+	y.Set("f0003", y.Get("f0003")) // unchanged: not written
 	if err := y.Save(p); err != nil {
 		t.Fatal(err)
 	}
@@ -145,9 +159,9 @@ func TestIndexLog(t *testing.T) {
 	if logFile.Size() > 300 {
 		t.Errorf("log of three changes is %d bytes", logFile.Size())
 	}
-	want := y.Entries
+	want := entries(y)
 	z := load()
-	if !reflect.DeepEqual(z.Entries, want) {
+	if !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("replayed index differs")
 	}
 
@@ -159,7 +173,7 @@ func TestIndexLog(t *testing.T) {
 	f.Write([]byte{0x40, 1, 2, 3, 4, 5})
 	f.Close()
 	z = load()
-	if !reflect.DeepEqual(z.Entries, want) {
+	if !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("torn tail: replayed index differs")
 	}
 	z.Delete("f0004")
@@ -167,7 +181,7 @@ func TestIndexLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	delete(want, "f0004")
-	if got := load(); !reflect.DeepEqual(got.Entries, want) {
+	if got := load(); !reflect.DeepEqual(entries(got), want) {
 		t.Fatalf("append after a torn tail: replayed index differs")
 	}
 
@@ -190,8 +204,8 @@ func TestIndexLog(t *testing.T) {
 	if err := os.WriteFile(p+logSuffix, stale, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got := load(); !reflect.DeepEqual(got.Entries, w.Entries) {
-		t.Fatalf("a stale log was replayed: %d entries, want %d", len(got.Entries), len(w.Entries))
+	if got := load(); !reflect.DeepEqual(entries(got), entries(w)) {
+		t.Fatalf("a stale log was replayed: %d entries, want %d", got.Len(), w.Len())
 	}
 }
 
@@ -224,4 +238,90 @@ func FuzzIndexLog(f *testing.F) {
 			t.Fatalf("replaying %d bytes allocated %d", len(tail), alloc)
 		}
 	})
+}
+
+// TestIndexMatchesMap runs random sets, touches, deletes, saves and loads
+// against a map: the compact index must answer as the map does, through
+// the added entries' folding into rows and rows deleted and set again.
+func TestIndexMatchesMap(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]IndexEntry{}
+	x := NewIndex()
+	ids := []string{"", "git:" + strings.Repeat("0a", 20), "sha256:" + strings.Repeat("1b", 32), "other"}
+	for step := range 20000 {
+		k := fmt.Sprintf("d%d/f%04d", rng.IntN(8), rng.IntN(3000))
+		switch r := rng.IntN(10); {
+		case r < 6:
+			e := IndexEntry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644, UID: uint32(rng.IntN(3))}, ContentID: ids[rng.IntN(len(ids))]}
+			switch rng.IntN(3) {
+			case 0:
+				e.SHA256 = fmt.Sprintf("%064x", rng.Uint64())
+				if rng.IntN(2) == 0 {
+					e.ContentID = "sha256:" + e.SHA256
+				}
+			case 1:
+				e.Mode, e.Target = fs.ModeSymlink|0o777, "t"+k
+			}
+			x.Set(k, &e)
+			want[k] = e
+		case r < 8:
+			x.Delete(k)
+			delete(want, k)
+		case r < 9:
+			x.Touch(k)
+		default:
+			if step%50 == 0 {
+				if err := x.Save(p); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if x, err = LoadIndex(p); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		w, ok := want[k]
+		if got := x.Get(k); (got != nil) != ok || ok && *got != w {
+			t.Fatalf("step %d: Get(%s) = %+v, want %+v", step, k, got, w)
+		}
+	}
+	if !reflect.DeepEqual(entries(x), want) {
+		t.Fatal("entries differ from the map's")
+	}
+}
+
+// TestIndexBytesPerEntry loads the index of a 45,000-file tree and counts
+// the heap it holds: the target is flat memory, about 90 bytes an entry
+// besides its path and a Git content ID.
+func TestIndexBytesPerEntry(t *testing.T) {
+	const n = 45000
+	x := NewIndex()
+	for i := range n {
+		x.Set(fmt.Sprintf("src/pkg%d/file%d.go", i/40, i), &IndexEntry{
+			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1 << 60, Ctime: 1 << 60, Mode: 0o644},
+			SHA256:    fmt.Sprintf("%064x", i),
+			ContentID: fmt.Sprintf("git:%040x", i),
+		})
+	}
+	p := filepath.Join(t.TempDir(), "x.idx")
+	if err := x.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	y, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("%d bytes an entry", per)
+	// 88 for the row, about 22 for the path, 21 for the Git ID.
+	if per > 150 {
+		t.Errorf("a loaded index holds %d bytes an entry, want at most 150", per)
+	}
+	runtime.KeepAlive(y)
 }

@@ -193,8 +193,8 @@ func FuzzLoadSnapshot(f *testing.F) {
 
 func TestIndexRoundTrip(t *testing.T) {
 	x := NewIndex()
-	x.Entries["a/b.md"] = &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"}
-	x.Entries["c"] = &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}}
+	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
+	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
 	p := filepath.Join(t.TempDir(), "trees", "x.idx")
 	if err := x.Save(p); err != nil {
 		t.Fatal(err)
@@ -203,8 +203,8 @@ func TestIndexRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(y.Entries) != 2 || *y.Entries["a/b.md"] != *x.Entries["a/b.md"] || *y.Entries["c"] != *x.Entries["c"] {
-		t.Fatalf("round trip: %+v", y.Entries)
+	if y.Len() != 2 || *y.Get("a/b.md") != *x.Get("a/b.md") || *y.Get("c") != *x.Get("c") {
+		t.Fatalf("round trip: %+v", entries(y))
 	}
 	// Entries as new as the index are racily clean; older ones are not.
 	old := &IndexEntry{Stat: hostfs.Stat{Mtime: y.ref - 1e9, Ctime: y.ref - 1e9}}
@@ -273,11 +273,11 @@ func TestLockHolderFormats(t *testing.T) {
 func BenchmarkLoadIndex(b *testing.B) {
 	x := NewIndex()
 	for i := range 11500 {
-		x.Entries["src/pkg"+strconv.Itoa(i/40)+"/file"+strconv.Itoa(i)+".go"] = &IndexEntry{
+		x.Set("src/pkg"+strconv.Itoa(i/40)+"/file"+strconv.Itoa(i)+".go", &IndexEntry{
 			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1 << 60, Ctime: 1 << 60, Mode: 0o644},
 			SHA256:    strings.Repeat("ab", 32),
 			ContentID: "sha256:" + strings.Repeat("cd", 32),
-		}
+		})
 	}
 	p := filepath.Join(b.TempDir(), "x.idx")
 	if err := x.Save(p); err != nil {
