@@ -6,9 +6,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"syscall"
@@ -183,12 +181,7 @@ func crashAgent(t *testing.T, s *sandbox, v1, v2 *version) {
 		}
 		cur, next = next, cur
 	}
-	os.MkdirAll(filepath.Join(s.work, "empty"), 0o755)
-	s.point(filepath.Join(s.work, "empty"))
-	s.mustRun("sync", "--prune", "--allow-empty")
-	if files, _ := regularFiles(s.Root); len(files) > 0 {
-		t.Errorf("after pruning everything %d files are left: cortex-sync lost track of them", len(files))
-	}
+	pruneEverything(t, s)
 	if tl.midRun < *kills {
 		t.Errorf("only %d of %d kills landed before the agent was ready", tl.midRun, tl.kills)
 	}

@@ -329,12 +329,7 @@ func crashUpdate(t *testing.T, s *sandbox, v1, v2 *version) {
 		}
 		cur, next = next, cur
 	}
-	os.MkdirAll(filepath.Join(s.work, "empty"), 0o755)
-	s.point(filepath.Join(s.work, "empty"))
-	s.mustRun("sync", "--prune", "--allow-empty")
-	if files, _ := regularFiles(s.Root); len(files) > 0 {
-		t.Errorf("after pruning everything %d files are left: cortex-sync lost track of them", len(files))
-	}
+	pruneEverything(t, s)
 	if tl.midRun < *kills {
 		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
 	}
@@ -493,4 +488,16 @@ spec:
 		t.Errorf("only %d of %d kills landed before the sync ended", tl.midRun, tl.kills)
 	}
 	t.Logf("process: %d kills (%d mid-run), %d left two copies", tl.kills, tl.midRun, twice)
+}
+
+// pruneEverything points the host at an empty source and prunes: whatever
+// is left is something cortex-sync wrote and lost track of.
+func pruneEverything(t *testing.T, s *sandbox) {
+	t.Helper()
+	os.MkdirAll(filepath.Join(s.work, "empty"), 0o755)
+	s.point(filepath.Join(s.work, "empty"))
+	s.mustRun("sync", "--prune", "--allow-empty")
+	if files, _ := regularFiles(s.Root); len(files) > 0 {
+		t.Errorf("after pruning everything %d files are left: cortex-sync lost track of them", len(files))
+	}
 }
