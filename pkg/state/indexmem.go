@@ -99,14 +99,20 @@ func (x *Index) Get(p string) *IndexEntry {
 // Len is the number of entries.
 func (x *Index) Len() int { return x.n }
 
+// sortedAdded is the paths added since the rows were last merged, in order.
+func (x *Index) sortedAdded() []string {
+	added := make([]string, 0, len(x.added))
+	for p := range x.added {
+		added = append(added, p)
+	}
+	slices.Sort(added)
+	return added
+}
+
 // All yields the entries in path order.
 func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		added := make([]string, 0, len(x.added))
-		for p := range x.added {
-			added = append(added, p)
-		}
-		slices.Sort(added)
+		added := x.sortedAdded()
 		i, j := 0, 0
 		for i < len(x.rows) || j < len(added) {
 			if i < len(x.rows) && x.rows[i].flags&fDead != 0 {
@@ -199,11 +205,7 @@ func (x *Index) Dirty() bool {
 // (nil: deleted).
 func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		added := make([]string, 0, len(x.added))
-		for p := range x.added {
-			added = append(added, p)
-		}
-		slices.Sort(added)
+		added := x.sortedAdded()
 		i, j := 0, 0
 		for i < len(x.rows) || j < len(added) {
 			if i < len(x.rows) && x.rows[i].flags&fChanged == 0 {
