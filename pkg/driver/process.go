@@ -306,6 +306,8 @@ func describe(l live, policy supervise.RestartPolicy, id resource.ID) (health.St
 		return health.Degraded, fmt.Sprintf("failed: %s, %d quick failures in a row%s; fix it, then change its spec or run cortex-sync restart %s", st.LastExit, st.QuickExits, restarts, id)
 	case st.State == supervise.Exited && !st.LastExit.Failed() && policy.OrDefault() != supervise.Always:
 		return health.Healthy, "completed" + restarts
+	case st.State == supervise.Exited && !policy.Restarts(st.LastExit):
+		return health.Degraded, fmt.Sprintf("not running: %s%s; restartPolicy %s leaves it down until its spec changes or cortex-sync restart %s", st.LastExit, restarts, policy.OrDefault(), id)
 	case !l.supervised && l.alive:
 		return health.Degraded, fmt.Sprintf("unsupervised: its supervisor is gone; pid %d still runs, and the next sync adopts it", st.Process.PID)
 	case !l.supervised:
@@ -399,8 +401,13 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		o.Attrs = []diff.Attr{{Field: "supervisor", Before: "gone", After: "adopts pid " + strconv.Itoa(st.Process.PID)}}
 	case st.State == supervise.Failed && st.StartError == "":
 		o.Exists = true // final until its spec changes or an operator restarts it
-	case st.State == supervise.Exited && !st.LastExit.Failed() && policy.OrDefault() != supervise.Always:
-		o.Exists = true // completed
+	case st.State == supervise.Exited && !policy.Restarts(st.LastExit):
+		// Its restart policy leaves it down: completed, or, with Never,
+		// ended whatever way. Automatic restarts are its supervisor's
+		// call, not a sync's nor the agent's: neither outruns its
+		// policy (nor its backoff). A new spec or cortex-sync restart
+		// starts it again.
+		o.Exists = true
 	}
 	o.Crashed = rec != nil && !o.Exists
 	if o.GitChanged && rec != nil && rec.SpecHash == specHash(r) {
