@@ -80,6 +80,8 @@ func past(a diff.Action) string {
 		return "restarted"
 	case diff.Run:
 		return "ran"
+	case diff.Adopt:
+		return "adopted"
 	}
 	return "unchanged"
 }
@@ -129,7 +131,7 @@ func (r *Report) Text(w io.Writer) error {
 		fmt.Fprintf(&b, "%s: %s\n", res.ID, line)
 	}
 	var parts []string
-	for _, k := range []string{"created", "updated", "deleted", "restarted", "ran", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
+	for _, k := range []string{"created", "updated", "deleted", "restarted", "ran", "adopted", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
 		if counts[k] > 0 || k == "created" || k == "updated" || k == "deleted" {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 		}

@@ -38,6 +38,9 @@ type Observation struct {
 	// Held: an operator stopped it until told to start it again
 	// (cortex-sync stop): it is Suspended, as if reconcile were disabled.
 	Held bool
+	// Unsupervised: a process runs, but its supervisor is gone. When it
+	// runs the desired spec, a supervisor adopts it: no restart.
+	Unsupervised bool
 	// Stale: the host is as desired but the record does not say all of it
 	// (a tree index missing files found as desired, say, after a kill
 	// between their write and the index's). No action: an apply of the
@@ -59,6 +62,7 @@ var DefaultVerbs = Verbs{Create: Create, Update: Update}
 //	no       yes     -     -                    delete  declaredAbsent | removedFromGit
 //	yes      no      -     -                    create  addedInGit | missingOnHost | crashed
 //	yes      yes     bad   -                    update  addedInGit | driftedOnHost
+//	yes      yes     ok    match, unsupervised  adopt   driftedOnHost
 //	yes      yes     ok    match, no attrs      no-op
 //	yes      yes     ok    differ               update  addedInGit | changedInGit | driftedOnHost | failedLastTime
 //
@@ -89,6 +93,8 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 			return v.Update, AddedInGit
 		}
 		return v.Update, Drifted
+	case o.Matches && o.Unsupervised:
+		return Adopt, Drifted
 	case o.Matches && len(o.Attrs) == 0:
 		return NoOp, InSync
 	case !o.Recorded:

@@ -27,6 +27,9 @@ const (
 	Restart Action = "restart"
 	// Run runs a command.
 	Run Action = "run"
+	// Adopt puts a process that runs as desired, but whose supervisor is
+	// gone, back under a supervisor: nothing is stopped or started.
+	Adopt Action = "adopt"
 )
 
 // Reason says why a change is due. Intentional changes (in Git) and
@@ -228,6 +231,7 @@ type Summary struct {
 	Forget  int `json:"forget"`
 	Restart int `json:"restart"`
 	Run     int `json:"run"`
+	Adopt   int `json:"adopt"`
 	NoOp    int `json:"noOp"`
 	Drifted int `json:"drifted"`
 	Errors  int `json:"errors"`
@@ -256,6 +260,8 @@ func (p *Plan) Summary() Summary {
 			s.Restart++
 		case c.Action == Run:
 			s.Run++
+		case c.Action == Adopt:
+			s.Adopt++
 		}
 		if c.IsDrift() {
 			s.Drifted++

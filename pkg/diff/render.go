@@ -26,6 +26,9 @@ func (s Summary) Phrase() string {
 	if s.Run > 0 {
 		parts = append(parts, fmt.Sprintf("%d to run", s.Run))
 	}
+	if s.Adopt > 0 {
+		parts = append(parts, fmt.Sprintf("%d to adopt", s.Adopt))
+	}
 	if s.Forget > 0 {
 		parts = append(parts, fmt.Sprintf("%d to forget", s.Forget))
 	}
@@ -67,6 +70,8 @@ func symbol(c *Change) (string, string) {
 		return "↻", yellow
 	case Run:
 		return "▶", green
+	case Adopt:
+		return "↪", yellow
 	}
 	return " ", ""
 }

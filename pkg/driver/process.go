@@ -397,7 +397,7 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		o.Exists = true
 	case l.alive:
 		// It runs, unsupervised: the next supervisor adopts it.
-		o.Exists = true
+		o.Exists, o.Unsupervised = true, true
 		o.Attrs = []diff.Attr{{Field: "supervisor", Before: "gone", After: "adopts pid " + strconv.Itoa(st.Process.PID)}}
 	case st.State == supervise.Failed && st.StartError == "":
 		o.Exists = true // final until its spec changes or an operator restarts it
