@@ -95,6 +95,10 @@ type Agent struct {
 	fetchTime time.Time // the last successful fetch
 	pruneHold string    // why prune is refused for this revision
 	started   bool      // the first reconcile is done
+	// firstPass holds the keys of the first revision not yet reconciled
+	// once: the first reconcile is done when it empties (or when the
+	// queue settles), however busy the queue stays with other work.
+	firstPass map[resource.ID]struct{}
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
 	watch     *watcher
@@ -294,6 +298,12 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	hold := a.pruneHold
 	if rb := snap.Rollback(); rb != nil && hold == "" {
 		hold = rb.Error()
+	}
+	if !a.started && a.firstPass == nil {
+		a.firstPass = make(map[resource.ID]struct{}, len(keys))
+		for _, id := range keys {
+			a.firstPass[id] = struct{}{}
+		}
 	}
 	a.mu.Unlock()
 	if hold != "" && a.opts.Prune {

@@ -39,7 +39,24 @@ func (a *Agent) work(ctx context.Context) bool {
 	default:
 		a.queue.Forget(id)
 	}
+	a.passed(id)
 	return true
+}
+
+// passed notes that id was reconciled once (applied, failed or found
+// waiting): the first reconcile is done once every key of the first
+// revision was, so a key that keeps coming back (a command retried, a
+// host that keeps drifting) cannot hold readiness hostage.
+func (a *Agent) passed(id resource.ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.firstPass == nil {
+		return
+	}
+	delete(a.firstPass, id)
+	if len(a.firstPass) == 0 {
+		a.started = true
+	}
 }
 
 // reconcile converges one resource: it re-reads the desired and the live
