@@ -110,6 +110,8 @@ var specDocs = map[string]string{
 	"unless":                   "A guard command: when it exits 0, the command need not run.",
 	"onlyIf":                   "A guard command: when it exits non-zero, the command need not run.",
 	"refreshOn":                "Resources (Kind/name) whose change makes the command run again.",
+	"retryDelay":               "Wait before trying a failed command again (default 5s), doubling with each failure in a row.",
+	"maxRetryDelay":            "The longest wait between retries of a failed command (default 10m).",
 	"exec":                     "Passes when the command exits 0.",
 	"exec.command":             "The program and its arguments, as a list.",
 	"http":                     "Passes on a status of 200-399, or exactly expectStatus.",

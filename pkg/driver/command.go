@@ -2,6 +2,7 @@ package driver
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,6 +35,11 @@ type CommandSpec struct {
 	OnlyIf []string `yaml:"onlyIf" json:"onlyIf,omitempty"`
 	// RefreshOn names resources whose change makes it run again.
 	RefreshOn []resource.ID `yaml:"refreshOn" json:"refreshOn,omitempty"`
+	// RetryDelay is how long a failed command waits before it is tried
+	// again (default 5s), doubling with each failure in a row up to
+	// MaxRetryDelay (default 10m). A change of its spec runs it at once.
+	RetryDelay    resource.Duration `yaml:"retryDelay" json:"retryDelay,omitempty"`
+	MaxRetryDelay resource.Duration `yaml:"maxRetryDelay" json:"maxRetryDelay,omitempty"`
 }
 
 // Validate checks the Command's fields.
@@ -48,6 +54,23 @@ func (s *CommandSpec) Validate(v *resource.Validation) {
 	if s.OnlyIf != nil {
 		validateCommand(v, "spec.onlyIf", s.OnlyIf)
 	}
+	if s.MaxRetryDelay > 0 && s.MaxRetryDelay.Std() < s.retryDelay() {
+		v.Errorf("spec.maxRetryDelay", "%s is less than retryDelay %s", s.MaxRetryDelay.Std(), s.retryDelay())
+	}
+}
+
+// retryAfter is how long a command that failed failures times in a row
+// waits before it is tried again.
+func (s *CommandSpec) retryAfter(failures int) time.Duration {
+	d, ceiling := s.retryDelay(), cmp.Or(s.MaxRetryDelay.Std(), defaultMaxRetryDelay)
+	for i := 1; i < failures && d < ceiling; i++ {
+		d *= 2
+	}
+	return min(d, ceiling)
+}
+
+func (s *CommandSpec) retryDelay() time.Duration {
+	return cmp.Or(s.RetryDelay.Std(), defaultRetryDelay)
 }
 
 // Claims: a command holds no path.
@@ -79,21 +102,14 @@ type commandExtra struct {
 	NextTry  time.Time `json:"nextTry,omitzero"`
 }
 
-// The backoff of a failing command: the first retry may come after
-// retryDelay, each further one after twice the wait before, up to
-// maxRetryDelay; a change of its spec runs it at once.
+// The backoff of a failing command, unless its spec says otherwise
+// (retryDelay, maxRetryDelay): the first retry may come after 5s, each
+// further one after twice the wait before, up to 10m; a change of its
+// spec runs it at once.
 const (
-	retryDelay    = 5 * time.Second
-	maxRetryDelay = 10 * time.Minute
+	defaultRetryDelay    = 5 * time.Second
+	defaultMaxRetryDelay = 10 * time.Minute
 )
-
-func retryAfter(failures int) time.Duration {
-	d := retryDelay
-	for i := 1; i < failures && d < maxRetryDelay; i++ {
-		d *= 2
-	}
-	return min(d, maxRetryDelay)
-}
 
 func commandExtraOf(rec *state.Entry) (commandExtra, bool) {
 	var x commandExtra
@@ -345,7 +361,7 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		if ran && !prev.OK && prev.Hash == hash {
 			x.Failures = prev.Failures + 1
 		}
-		x.NextTry = x.Time.Add(retryAfter(x.Failures))
+		x.NextTry = x.Time.Add(spec.retryAfter(x.Failures))
 	}
 	var te *errTimeout
 	if errors.As(runErr, &te) {
