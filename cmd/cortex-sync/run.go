@@ -17,6 +17,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 type runOptions struct {
@@ -84,10 +85,31 @@ processes running.`,
 // runAgent runs the agent until ctx ends. SIGHUP reloads the config: a
 // config that loads replaces the running one (supervised processes keep
 // running across); one that does not is logged, and the old one goes on.
-func runAgent(ctx context.Context, g *globals, o *runOptions) error {
+//
+// The agent supervises its state dir's processes itself, for its whole
+// life and across reloads; on its way out it hands them over to a
+// re-executed supervisor, so they stay supervised while no agent runs.
+func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	if err := checkRoot(g.root); err != nil {
+		return err
+	}
+	host, herr := supervise.NewHost(g.stateDir)
+	switch {
+	case herr == nil:
+		g.log.Info("supervising processes in the agent", "state_dir", g.stateDir)
+		defer func() {
+			if herr := host.Handover(); herr != nil && err == nil {
+				err = herr
+			}
+		}()
+	case errors.Is(herr, supervise.ErrNoContainment):
+		g.log.Info("supervising processes in a separate supervisor", "reason", herr.Error())
+	default:
+		g.log.Warn("supervising processes in a separate supervisor", "error", herr)
+	}
 	for {
 		gen, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
