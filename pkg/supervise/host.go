@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -36,6 +37,8 @@ type Host struct {
 	sigs     []chan os.Signal
 	leave    chan struct{}
 	done     chan struct{}
+	handover sync.Once
+	err      error // the handover's
 }
 
 // NewHost makes this process the supervisor of stateDir: a re-executed
@@ -137,8 +140,14 @@ func (h *Host) stopSignals() {
 // Handover ends the agent's supervision, its processes left running, and
 // starts a re-executed supervisor that adopts them by pid and start time,
 // so they stay supervised while no agent runs. It waits until that
-// supervisor serves, or found nothing to supervise.
+// supervisor serves, or found nothing to supervise. Called again, it
+// returns what the first call did.
 func (h *Host) Handover() error {
+	h.handover.Do(func() { h.err = h.handOver() })
+	return h.err
+}
+
+func (h *Host) handOver() error {
 	close(h.leave)
 	<-h.done
 	h.stopSignals()
