@@ -151,6 +151,7 @@ func (h *Host) handOver() error {
 	close(h.leave)
 	<-h.done
 	h.stopSignals()
+	close(h.sigs[0]) // SIGCHLD: the reaping ends
 	defer h.s.log.Close()
 	// Unlocked only now: nothing of ours acts on a process any more.
 	h.lock.Close()
