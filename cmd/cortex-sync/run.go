@@ -53,7 +53,11 @@ It serves /metrics, /healthz, /readyz, /api/v1/status, POST
 /api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
 SIGHUP reloads --config (a bad file keeps the old one); SIGTERM and SIGINT
 finish what is in flight, save the snapshot and exit 0, leaving supervised
-processes running.`,
+processes running.
+
+Where a writable cgroup v2 hierarchy contains them, the agent supervises its
+state dir's processes itself (a hand-run sync or verb wakes it with
+SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 		Example: `  cortex-sync run --config /etc/cortex-sync/agent.yaml
   cortex-sync run --repo https://git.example.com/infra.git --branch main --path hosts/web1 --prune`,
 		Args: cobra.NoArgs,
