@@ -170,8 +170,9 @@ func (s *supervisor) serve(wake, term <-chan os.Signal, leave <-chan struct{}) (
 func (s *supervisor) leave() {
 	close(s.quit)
 	for len(s.units) > 0 {
-		u := <-s.finished
-		delete(s.units, u.name)
+		if u := <-s.finished; s.units[u.name] == u {
+			delete(s.units, u.name)
+		}
 	}
 	s.wmu.Lock()
 	s.left = true
