@@ -159,7 +159,14 @@ const listenArg = "__listen"
 // serving), beside the server's own start-up, measured alone under the
 // same load. The server is this test binary in a listening mode: it starts
 // in a few milliseconds, so the supervisor's share is not lost in noise.
+// The supervisor is the re-executed one (separate) or this process, as the
+// agent hosts it (hosted).
 func BenchmarkKillToServing(b *testing.B) {
+	b.Run("separate", func(b *testing.B) { killToServing(b, false) })
+	b.Run("hosted", func(b *testing.B) { killToServing(b, true) })
+}
+
+func killToServing(b *testing.B, hosted bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -181,6 +188,13 @@ func BenchmarkKillToServing(b *testing.B) {
 	set := manifests(b, map[string]string{"web.yaml": doc})
 	e := env(b, set, &state.Snapshot{})
 	b.Cleanup(func() { supervise.StopAll(e.State.Path) })
+	if hosted {
+		h, err := supervise.NewHost(e.State.Path)
+		if err != nil {
+			b.Skip(err)
+		}
+		b.Cleanup(func() { h.Handover() })
+	}
 	host := driver.Host{Env: e}
 	r := set.Get("Process/web")
 	c, err := host.Observe(context.Background(), r, nil)
@@ -320,12 +334,14 @@ func BenchmarkAgentFootprint(b *testing.B) {
 	}
 	bin := buildRelease(b)
 	for b.Loop() {
+		agents := map[string]map[int]footprint{}
 		for _, mode := range []string{"hosted", "fallback"} {
-			rss := map[int]float64{}
+			rss, got := map[int]float64{}, map[int]footprint{}
+			agents[mode] = got
 			for _, n := range []int{0, 1, 10} {
 				m := agentFootprint(b, bin, n, mode == "hosted")
 				unit := fmt.Sprintf("-%s-%d", mode, n)
-				rss[n] = m.agentRSS
+				rss[n], got[n] = m.agentRSS, m
 				b.ReportMetric(m.agentRSS, "agent-RSS-MB"+unit)
 				b.ReportMetric(m.agentCPU, "agent-CPU-%"+unit)
 				b.ReportMetric(m.agentAll, "agent-CPU-%-with-probes"+unit)
@@ -337,6 +353,14 @@ func BenchmarkAgentFootprint(b *testing.B) {
 			}
 			b.ReportMetric(rss[1]-rss[0], "agent-RSS-MB-added-by-1-"+mode)
 			b.ReportMetric((rss[10]-rss[0])/10, "agent-RSS-MB/proc-added-by-10-"+mode)
+		}
+		// What supervising costs per process, beside what the agent
+		// spends on a Process resource either way: the hosted agent's RSS
+		// over the fallback agent's, against the re-executed supervisor's.
+		for _, n := range []int{1, 10} {
+			h, f := agents["hosted"][n], agents["fallback"][n]
+			b.ReportMetric((h.agentRSS-f.agentRSS)/float64(n), fmt.Sprintf("supervising-RSS-MB/proc-hosted-%d", n))
+			b.ReportMetric(f.supRSS/float64(n), fmt.Sprintf("supervising-RSS-MB/proc-fallback-%d", n))
 		}
 	}
 }
