@@ -206,6 +206,9 @@ func killToServing(b *testing.B, hosted bool) {
 		b.Fatal(err)
 	}
 	waitListening(b, port)
+	if st, _ := supervise.Read(e.State.Path, "web"); (st.Shim == supervise.Self()) != hosted {
+		b.Fatalf("hosted %v, but the supervisor is pid %d", hosted, st.Shim.PID)
+	}
 	var serving, reaction []time.Duration
 	for b.Loop() {
 		st, _ := supervise.Read(e.State.Path, "web")
