@@ -128,7 +128,8 @@ func httpMain() {
 }
 
 // scriptPIDs lists the processes of the script whose work dir is work
-// (found in their environment) and whose command line matches re.
+// (found in their environment, or as an argument: a supervisor's names its
+// procs directory) and whose command line matches re.
 func scriptPIDs(work string, re *regexp.Regexp) []int {
 	var out []int
 	dirs, _ := filepath.Glob("/proc/[0-9]*")
@@ -142,8 +143,11 @@ func scriptPIDs(work string, re *regexp.Regexp) []int {
 			continue
 		}
 		environ, _ := os.ReadFile(filepath.Join(dir, "environ"))
-		for _, kv := range strings.Split(string(environ), "\x00") {
-			_, v, _ := strings.Cut(kv, "=")
+		for _, kv := range append(strings.Split(string(environ), "\x00"), strings.Split(string(cmdline), "\x00")...) {
+			_, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				v = kv // an argument
+			}
 			if v == work || strings.HasPrefix(v, work+"/") {
 				out = append(out, pid)
 				break
@@ -168,6 +172,11 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			for k, v := range env {
 				e.Setenv(k, v)
 			}
+			// As the [cgroup] condition sees it: CORTEX_SYNC_CGROUP=off runs
+			// the scripts without cgroups, so without the agent's supervisor.
+			if v := os.Getenv(supervise.CgroupEnv); v != "" {
+				e.Setenv(supervise.CgroupEnv, v)
+			}
 			e.Setenv("ROOT", filepath.Join(e.WorkDir, "root"))
 			e.Setenv("STATE", filepath.Join(e.WorkDir, "state"))
 			e.Defer(func() { stopProcesses(e.WorkDir) })
@@ -188,8 +197,15 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"grepr":      cmdGrepR,
 		},
 		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
+			switch cond {
+			case "root":
 				return os.Geteuid() == 0, nil
+			case "cgroup": // a writable cgroup v2 hierarchy: the agent supervises in-process
+				dir, _ := supervise.CgroupBase(os.TempDir())
+				if dir != "" {
+					os.Remove(dir)
+				}
+				return dir != "", nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -307,10 +323,11 @@ func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
 	l.Close()
 }
 
-// cmdEventually runs a command until its stdout matches a pattern:
-// eventually 10s 'pattern' command args...
+// cmdEventually runs a command until its stdout matches a pattern (with
+// !, until it no longer does):
+// [!] eventually 10s 'pattern' command args...
 func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
-	if neg || len(args) < 3 {
+	if len(args) < 3 {
 		ts.Fatalf("usage: eventually TIMEOUT PATTERN command [args...]")
 	}
 	timeout, err := time.ParseDuration(args[0])
@@ -321,10 +338,13 @@ func cmdEventually(ts *testscript.TestScript, neg bool, args []string) {
 	deadline := time.Now().Add(timeout)
 	for {
 		ts.Exec(args[2], args[3:]...)
-		if re.MatchString(ts.ReadFile("stdout")) {
+		if re.MatchString(ts.ReadFile("stdout")) != neg {
 			return
 		}
 		if time.Now().After(deadline) {
+			if neg {
+				ts.Fatalf("after %s, %s still prints a match for %q", timeout, args[2], args[1])
+			}
 			ts.Fatalf("after %s, %s still prints no match for %q", timeout, args[2], args[1])
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 type runOptions struct {
@@ -52,7 +53,11 @@ It serves /metrics, /healthz, /readyz, /api/v1/status, POST
 /api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
 SIGHUP reloads --config (a bad file keeps the old one); SIGTERM and SIGINT
 finish what is in flight, save the snapshot and exit 0, leaving supervised
-processes running.`,
+processes running.
+
+Where a writable cgroup v2 hierarchy contains them, the agent supervises its
+state dir's processes itself (a hand-run sync or verb wakes it with
+SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 		Example: `  cortex-sync run --config /etc/cortex-sync/agent.yaml
   cortex-sync run --repo https://git.example.com/infra.git --branch main --path hosts/web1 --prune`,
 		Args: cobra.NoArgs,
@@ -84,10 +89,31 @@ processes running.`,
 // runAgent runs the agent until ctx ends. SIGHUP reloads the config: a
 // config that loads replaces the running one (supervised processes keep
 // running across); one that does not is logged, and the old one goes on.
-func runAgent(ctx context.Context, g *globals, o *runOptions) error {
+//
+// The agent supervises its state dir's processes itself, for its whole
+// life and across reloads; on its way out it hands them over to a
+// re-executed supervisor, so they stay supervised while no agent runs.
+func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	if err := checkRoot(g.root); err != nil {
+		return err
+	}
+	host, herr := supervise.NewHost(g.stateDir)
+	switch {
+	case herr == nil:
+		g.log.Info("supervising processes in the agent", "state_dir", g.stateDir)
+		defer func() {
+			if herr := host.Handover(); herr != nil && err == nil {
+				err = herr
+			}
+		}()
+	case errors.Is(herr, supervise.ErrNoContainment):
+		g.log.Info("supervising processes in a separate supervisor", "reason", herr.Error())
+	default:
+		g.log.Warn("supervising processes in a separate supervisor", "error", herr)
+	}
 	for {
 		gen, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)

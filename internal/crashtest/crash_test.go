@@ -359,9 +359,11 @@ func TestCrashFiles(t *testing.T) {
 var procKills = flag.Int("crash.prockills", 30, "SIGKILLs of syncs that change a Process")
 
 // markerCopies counts the running processes whose argv is the supervised
-// shell loop carrying marker as its last argument.
+// shell loop carrying marker as its last argument. The loop's own fork,
+// between fork and exec of its sleep, carries the same argv for a moment:
+// a child of a copy is not counted as another.
 func markerCopies(marker string) int {
-	n := 0
+	parents := map[int]int{} // copy → its parent
 	pids, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range pids {
 		data, err := os.ReadFile(p)
@@ -370,10 +372,31 @@ func markerCopies(marker string) int {
 		}
 		argv := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
 		if len(argv) >= 4 && argv[0] == "sh" && argv[len(argv)-1] == marker {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+			parents[pid] = parentOf(pid)
+		}
+	}
+	n := 0
+	for _, ppid := range parents {
+		if _, forked := parents[ppid]; !forked {
 			n++
 		}
 	}
 	return n
+}
+
+// parentOf is a process's parent pid, 0 when it is gone.
+func parentOf(pid int) int {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // killMarked kills the copies of the supervised loop and their shims.

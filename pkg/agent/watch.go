@@ -219,9 +219,9 @@ func (w *watcher) countRestarts(name, file string) {
 	}
 }
 
-// watchShims opens a pidfd on every supervisor not watched yet: its death
-// is seen at once, even though it can no longer write its status. Called
-// with mu held.
+// watchShims opens a pidfd on every re-executed supervisor not watched
+// yet: its death is seen at once, even though it can no longer write its
+// status. Called with mu held.
 func (w *watcher) watchShims() {
 	entries, _ := os.ReadDir(w.procs)
 	for _, e := range entries {
@@ -232,6 +232,9 @@ func (w *watcher) watchShims() {
 		st, err := supervise.ReadStatus(path.Join(w.procs, e.Name()))
 		if err != nil || st == nil || st.Shim.PID == 0 || w.shims[name] == st.Shim.PID || !st.Shim.Alive() {
 			continue
+		}
+		if st.Shim.PID == os.Getpid() {
+			continue // the agent supervises it: no death of its own to see
 		}
 		fd, err := pidfdOpen(st.Shim.PID)
 		if err != nil {

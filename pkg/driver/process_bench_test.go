@@ -159,7 +159,14 @@ const listenArg = "__listen"
 // serving), beside the server's own start-up, measured alone under the
 // same load. The server is this test binary in a listening mode: it starts
 // in a few milliseconds, so the supervisor's share is not lost in noise.
+// The supervisor is the re-executed one (separate) or this process, as the
+// agent hosts it (hosted).
 func BenchmarkKillToServing(b *testing.B) {
+	b.Run("separate", func(b *testing.B) { killToServing(b, false) })
+	b.Run("hosted", func(b *testing.B) { killToServing(b, true) })
+}
+
+func killToServing(b *testing.B, hosted bool) {
 	exe, err := os.Executable()
 	if err != nil {
 		b.Fatal(err)
@@ -181,6 +188,13 @@ func BenchmarkKillToServing(b *testing.B) {
 	set := manifests(b, map[string]string{"web.yaml": doc})
 	e := env(b, set, &state.Snapshot{})
 	b.Cleanup(func() { supervise.StopAll(e.State.Path) })
+	if hosted {
+		h, err := supervise.NewHost(e.State.Path)
+		if err != nil {
+			b.Skip(err)
+		}
+		b.Cleanup(func() { h.Handover() })
+	}
 	host := driver.Host{Env: e}
 	r := set.Get("Process/web")
 	c, err := host.Observe(context.Background(), r, nil)
@@ -192,6 +206,9 @@ func BenchmarkKillToServing(b *testing.B) {
 		b.Fatal(err)
 	}
 	waitListening(b, port)
+	if st, _ := supervise.Read(e.State.Path, "web"); (st.Shim == supervise.Self()) != hosted {
+		b.Fatalf("hosted %v, but the supervisor is pid %d", hosted, st.Shim.PID)
+	}
 	var serving, reaction []time.Duration
 	for b.Loop() {
 		st, _ := supervise.Read(e.State.Path, "web")
@@ -242,13 +259,7 @@ func BenchmarkSupervisorFootprint(b *testing.B) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		b.Skip("python3 not found")
 	}
-	// Built as released (.goreleaser.yaml): static, stripped.
-	bin := filepath.Join(b.TempDir(), "cortex-sync")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../../cmd/cortex-sync")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildRelease(b)
 	for b.Loop() {
 		for _, tt := range []struct {
 			probe string
@@ -296,6 +307,147 @@ func BenchmarkSupervisorFootprint(b *testing.B) {
 			b.ReportMetric(all, "CPU-%-with-probes"+unit)
 		}
 	}
+}
+
+// buildRelease builds cortex-sync as released (.goreleaser.yaml):
+// static, stripped.
+func buildRelease(b *testing.B) string {
+	bin := filepath.Join(b.TempDir(), "cortex-sync")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "../../cmd/cortex-sync")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// BenchmarkAgentFootprint runs the agent (release build) with 0, 1 and 10
+// processes, each with exec readiness and liveness probes at their default
+// timing, supervised in the agent (hosted) and, with cgroups turned off,
+// by the re-executed supervisor beside it (fallback); alternately, so load
+// on the host hits both alike. It reports the agent's VmRSS 2s after all
+// run and ready, the supervisor's in the fallback, what a hosted process
+// adds to the agent ((RSS with 10 − with 0)/10), and the idle CPU over 15s
+// of the agent and the supervisor, and with the probes' own processes.
+func BenchmarkAgentFootprint(b *testing.B) {
+	if dir, why := supervise.CgroupBase(b.TempDir()); dir == "" {
+		b.Skip("the agent does not host the supervisor here: " + why)
+	} else {
+		os.Remove(dir)
+	}
+	bin := buildRelease(b)
+	for b.Loop() {
+		agents := map[string]map[int]footprint{}
+		for _, mode := range []string{"hosted", "fallback"} {
+			rss, got := map[int]float64{}, map[int]footprint{}
+			agents[mode] = got
+			for _, n := range []int{0, 1, 10} {
+				m := agentFootprint(b, bin, n, mode == "hosted")
+				unit := fmt.Sprintf("-%s-%d", mode, n)
+				rss[n], got[n] = m.agentRSS, m
+				b.ReportMetric(m.agentRSS, "agent-RSS-MB"+unit)
+				b.ReportMetric(m.agentCPU, "agent-CPU-%"+unit)
+				b.ReportMetric(m.agentAll, "agent-CPU-%-with-probes"+unit)
+				if mode == "fallback" && n > 0 {
+					b.ReportMetric(m.supRSS, "supervisor-RSS-MB"+unit)
+					b.ReportMetric(m.supCPU, "supervisor-CPU-%"+unit)
+					b.ReportMetric(m.supAll, "supervisor-CPU-%-with-probes"+unit)
+				}
+			}
+			b.ReportMetric(rss[1]-rss[0], "agent-RSS-MB-added-by-1-"+mode)
+			b.ReportMetric((rss[10]-rss[0])/10, "agent-RSS-MB/proc-added-by-10-"+mode)
+		}
+		// What supervising costs per process, beside what the agent
+		// spends on a Process resource either way: the hosted agent's RSS
+		// over the fallback agent's, against the re-executed supervisor's.
+		for _, n := range []int{1, 10} {
+			h, f := agents["hosted"][n], agents["fallback"][n]
+			b.ReportMetric((h.agentRSS-f.agentRSS)/float64(n), fmt.Sprintf("supervising-RSS-MB/proc-hosted-%d", n))
+			b.ReportMetric(f.supRSS/float64(n), fmt.Sprintf("supervising-RSS-MB/proc-fallback-%d", n))
+		}
+	}
+}
+
+type footprint struct {
+	agentRSS, agentCPU, agentAll float64 // MB, % of a core
+	supRSS, supCPU, supAll       float64 // the re-executed supervisor's, in the fallback
+}
+
+// agentFootprint starts the agent on n processes, waits until they run and
+// are ready, and measures it.
+func agentFootprint(b *testing.B, bin string, n int, hosted bool) footprint {
+	dir := b.TempDir()
+	repo, root, state := filepath.Join(dir, "repo"), filepath.Join(dir, "root"), filepath.Join(dir, "state")
+	os.MkdirAll(repo, 0o755)
+	os.MkdirAll(root, 0o755)
+	for i := range n {
+		doc := fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: p%d}\nspec:\n  command: [sleep, \"600\"]\n  readinessProbe: {exec: {command: [\"true\"]}}\n  livenessProbe: {exec: {command: [\"true\"]}}\n", i)
+		os.WriteFile(filepath.Join(repo, fmt.Sprintf("p%d.yaml", i)), []byte(doc), 0o644)
+	}
+	log, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer log.Close()
+	agent := exec.Command(bin, "run", "--dir", repo, "--root", root, "--state-dir", state, "--listen", "127.0.0.1:0", "--interval", "1h", "--drift-interval", "1h")
+	agent.Env = os.Environ()
+	if !hosted {
+		agent.Env = append(agent.Env, supervise.CgroupEnv+"=off")
+	}
+	agent.Stdout, agent.Stderr = log, log
+	if err := agent.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		agent.Process.Signal(syscall.SIGTERM)
+		agent.Wait()
+		supervise.StopAll(state)
+	}()
+	// Up: the snapshot written, every process running and ready.
+	deadline := time.Now().Add(30 * time.Second)
+	var sup int
+	for {
+		up := true
+		if _, err := os.Stat(filepath.Join(state, "state.json")); err != nil {
+			up = false
+		}
+		for i := range n {
+			st, _ := supervise.Read(state, fmt.Sprintf("p%d", i))
+			if st == nil || st.State != supervise.Running || !st.Ready || !st.Shim.Alive() {
+				up = false
+				break
+			}
+			sup = st.Shim.PID
+		}
+		if up {
+			break
+		}
+		if time.Now().After(deadline) {
+			out, _ := os.ReadFile(log.Name())
+			b.Fatalf("the agent did not bring %d processes up within 30s:\n%s", n, out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := agent.Process.Pid
+	if n > 0 && (sup == pid) != hosted {
+		b.Fatalf("hosted %v, but the supervisor is pid %d and the agent %d", hosted, sup, pid)
+	}
+	time.Sleep(2 * time.Second) // settle: the first probes, the first GC
+	var m footprint
+	kb, _ := vmRSS(pid)
+	m.agentRSS = float64(kb) / 1024
+	if !hosted && n > 0 {
+		kb, _ := vmRSS(sup)
+		m.supRSS = float64(kb) / 1024
+	}
+	own0, all0, sown0, sall0, t0 := cpuTicks(pid, 2), cpuTicks(pid, 4), cpuTicks(sup, 2), cpuTicks(sup, 4), time.Now()
+	time.Sleep(15 * time.Second)
+	pct := func(ticks int64) float64 { return float64(ticks) / 100 / time.Since(t0).Seconds() * 100 }
+	m.agentCPU, m.agentAll = pct(cpuTicks(pid, 2)-own0), pct(cpuTicks(pid, 4)-all0)
+	if !hosted && n > 0 {
+		m.supCPU, m.supAll = pct(cpuTicks(sup, 2)-sown0), pct(cpuTicks(sup, 4)-sall0)
+	}
+	return m
 }
 
 // cpuTicks is a process's CPU time in clock ticks (1/100 s): its own

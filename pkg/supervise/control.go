@@ -125,7 +125,7 @@ func ensureSupervisor(stateDir string) (Identity, error) {
 	var info shimInfo
 	if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); ok && info.Shim.Alive() {
 		if info.State == "running" {
-			info.Shim.Signal(syscall.SIGHUP)
+			info.Shim.Signal(info.wake())
 			return Identity{}, nil
 		}
 	}
@@ -217,8 +217,13 @@ func Remove(stateDir, name string, sig syscall.Signal, timeout time.Duration) er
 // are left, so the next sync starts them again.
 func StopAll(stateDir string) {
 	procs := procsDir(stateDir)
-	var info shimInfo
-	if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); ok && info.Shim.Alive() {
+	// An agent's supervisor hands over to a re-executed one on SIGTERM:
+	// that one is stopped in turn. This process, hosting, is not signalled.
+	for range 3 {
+		var info shimInfo
+		if ok, _ := readJSON(filepath.Join(procs, shimFile), &info); !ok || !info.Shim.Alive() || info.Shim.PID == os.Getpid() {
+			break
+		}
 		info.Shim.Signal(syscall.SIGTERM)
 		info.Shim.WaitGone(30 * time.Second)
 	}

@@ -106,12 +106,15 @@ func TestSupervisorFootprint(t *testing.T) {
 		t.Errorf("the supervisor's environment: %q, want GOMAXPROCS=1 in it", env)
 	}
 	// It releases the pages once its first scan is done; without that it
-	// has some 85% mapped, with it some 20%.
+	// has some 85% mapped, with it some 20–30%: which 64 KB windows of the
+	// test binary its code and data fall in moves with any change to the
+	// package (the fault-around maps whole windows back), and under load
+	// it has been seen at 36%. Less than half tells the two apart.
 	var rss, size int
 	deadline := time.Now().Add(10 * time.Second)
-	for rss, size = exeRSS(t, st.Shim.PID); rss*3 > size; rss, size = exeRSS(t, st.Shim.PID) {
+	for rss, size = exeRSS(t, st.Shim.PID); rss*2 > size; rss, size = exeRSS(t, st.Shim.PID) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the supervisor has %d of its executable's %d kB mapped, want less than a third", rss, size)
+			t.Fatalf("the supervisor has %d of its executable's %d kB mapped, want less than half", rss, size)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -17,22 +17,55 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// shimInfo is procs/.shim: who the live supervisor is.
+// shimInfo is procs/.shim: who the live supervisor is and how to reach it.
 type shimInfo struct {
 	Shim  Identity `json:"shim"`
 	State string   `json:"state"` // running, or exiting once it has nothing left to do
+	// Wake is the signal that makes it read the specs: SIGHUP (0) for the
+	// re-executed supervisor; the agent, whose SIGHUP reloads its config,
+	// takes SIGUSR2.
+	Wake int `json:"wake,omitempty"`
+	// Hosted: the supervisor is an agent's, in-process; it is never asked
+	// to leave.
+	Hosted bool `json:"hosted,omitempty"`
 }
 
+// wake is the signal that makes the supervisor read the specs.
+func (i shimInfo) wake() syscall.Signal {
+	if i.Wake == 0 {
+		return syscall.SIGHUP
+	}
+	return syscall.Signal(i.Wake)
+}
+
+// Signals of the supervisors. leaveSignal asks the re-executed supervisor
+// to leave its processes running and exit, for an agent to take them on.
+const (
+	hostWake    = syscall.SIGUSR2
+	leaveSignal = syscall.SIGUSR1
+)
+
 // supervisor supervises every process whose spec is in its procs
-// directory. One runs per state dir (procs/.lock keeps it so); it exits
-// when nothing is left to supervise.
+// directory. One runs per state dir (procs/.lock keeps it so): the
+// re-executed cortex-sync, which exits when nothing is left to supervise,
+// or an agent's, in-process, for the agent's life.
 type supervisor struct {
 	procs    string
 	self     Identity
+	hosted   bool
 	reaper   *reaper
 	log      *os.File // its own lines; also its stderr
 	units    map[string]*unit
 	finished chan *unit
+	quit     chan struct{} // closed when the supervisor leaves its processes to a successor
+
+	wmu  sync.RWMutex // held to write a status; left is set under it
+	left bool         // no status is written any more: a successor may hold the lock
+}
+
+func newSupervisor(procs string, hosted bool, log *os.File) *supervisor {
+	return &supervisor{procs: procs, self: Self(), hosted: hosted, reaper: newReaper(!hosted), log: log,
+		units: map[string]*unit{}, finished: make(chan *unit, 16), quit: make(chan struct{})}
 }
 
 // RunShim is the supervisor's main: cortex-sync __shim PROCS_DIR.
@@ -44,8 +77,7 @@ func RunShim(args []string) int {
 		fmt.Fprintln(os.Stderr, "cortex-sync supervisor: no procs directory given")
 		return 2
 	}
-	s := &supervisor{procs: args[0], self: Self(), reaper: newReaper(), units: map[string]*unit{}, finished: make(chan *unit, 16)}
-	s.log = os.Stderr
+	s := newSupervisor(args[0], false, os.Stderr)
 	// Signals first: a starter may signal as soon as .shim names us.
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
@@ -53,6 +85,8 @@ func RunShim(args []string) int {
 	signal.Notify(hup, syscall.SIGHUP)
 	term := make(chan os.Signal, 1)
 	signal.Notify(term, syscall.SIGTERM, syscall.SIGINT)
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, leaveSignal)
 	signal.Ignore(syscall.SIGPIPE)
 
 	lock, err := s.lock()
@@ -81,15 +115,31 @@ func RunShim(args []string) int {
 	if _, err := releaseExecutable(); err != nil {
 		logLine(s.log, "release the executable's pages: %v", err)
 	}
+	leave := make(chan struct{})
+	go func() {
+		<-usr1
+		close(leave)
+	}()
+	if s.serve(hup, term, leave) {
+		logLine(s.log, "left the processes to the agent")
+	}
+	return 0
+}
 
+// serve is the supervisor's loop once it holds the lock and has scanned:
+// it reads the specs when woken, caps the logs, and returns on term
+// (stopping every process), on leave (leaving them running for a
+// successor, left true) or, re-executed, once nothing is left to
+// supervise.
+func (s *supervisor) serve(wake, term <-chan os.Signal, leave <-chan struct{}) (left bool) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for n := 1; ; n++ {
-		if len(s.units) == 0 && s.idle() {
-			return 0
+		if !s.hosted && len(s.units) == 0 && s.idle() {
+			return false
 		}
 		select {
-		case <-hup:
+		case <-wake:
 			s.scan()
 		case <-tick.C:
 			for _, u := range s.units {
@@ -106,8 +156,30 @@ func RunShim(args []string) int {
 		case <-term:
 			s.stopAll()
 			os.Remove(filepath.Join(s.procs, shimFile))
-			return 0
+			return false
+		case <-leave:
+			s.leave()
+			return true
 		}
+	}
+}
+
+// leave ends every unit without touching its process, and writes nothing
+// after: the statuses say what runs, for a successor to adopt by identity,
+// as after the supervisor's death. The caller still holds the lock.
+func (s *supervisor) leave() {
+	close(s.quit)
+	for len(s.units) > 0 {
+		if u := <-s.finished; s.units[u.name] == u {
+			delete(s.units, u.name)
+		}
+	}
+	s.wmu.Lock()
+	s.left = true
+	s.wmu.Unlock()
+	var info shimInfo
+	if ok, _ := readJSON(filepath.Join(s.procs, shimFile), &info); ok && info.Shim == s.self {
+		os.Remove(filepath.Join(s.procs, shimFile))
 	}
 }
 
@@ -131,7 +203,7 @@ func (s *supervisor) lock() (*os.File, error) {
 		// The holder is either serving (then it has our spec) or leaving.
 		var info shimInfo
 		if ok, _ := readJSON(filepath.Join(s.procs, shimFile), &info); ok && info.State == "running" && info.Shim.Alive() {
-			info.Shim.Signal(syscall.SIGHUP)
+			info.Shim.Signal(info.wake())
 			f.Close()
 			return nil, nil
 		}
@@ -144,7 +216,11 @@ func (s *supervisor) lock() (*os.File, error) {
 }
 
 func (s *supervisor) announce(state string) {
-	writeJSON(filepath.Join(s.procs, shimFile), shimInfo{Shim: s.self, State: state})
+	info := shimInfo{Shim: s.self, State: state}
+	if s.hosted {
+		info.Wake, info.Hosted = int(hostWake), true
+	}
+	writeJSON(filepath.Join(s.procs, shimFile), info)
 }
 
 // idle ends the supervisor once nothing is left to supervise. A starter
@@ -261,6 +337,11 @@ func (u *unit) update(f func(st *Status)) {
 	f(&u.st)
 	st := u.st
 	u.mu.Unlock()
+	u.s.wmu.RLock()
+	defer u.s.wmu.RUnlock()
+	if u.s.left {
+		return // a successor's status it would be
+	}
 	if err := writeJSON(statusFile(u.s.procs, u.name), &st); err != nil {
 		logLine(u.s.log, "%s: write status: %v", u.name, err)
 	}
@@ -332,6 +413,11 @@ func (u *unit) run(prev *Status) {
 		u.st.QuickExits = 0
 	}
 	for {
+		select {
+		case <-u.s.quit:
+			return // the successor starts it, if still due
+		default:
+		}
 		spec := u.spec
 		if spec.Hold {
 			u.update(func(st *Status) { *st = u.final(Held) })
@@ -349,8 +435,10 @@ func (u *unit) run(prev *Status) {
 				return
 			}
 		}
-		exit, next, stop := u.watch()
+		exit, next, stop, left := u.watch()
 		switch {
+		case left:
+			return
 		case stop:
 			u.update(func(st *Status) { *st = u.final(Stopped) })
 			return
@@ -561,8 +649,9 @@ func isExecError(err error) bool {
 
 // watch follows the running process until it ends (exit) or a new spec
 // calls for it to stop: removed or held (stop; for a hold the spec is
-// current), or changed (next, the process stopped already).
-func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
+// current), or changed (next, the process stopped already); or until the
+// supervisor leaves it to a successor (left, the process still running).
+func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 	var reason string
 	for {
 		select {
@@ -570,27 +659,30 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
 			e := exitOf(ws)
 			e.Reason = reason
 			u.endRun()
-			return e, nil, false
+			return e, nil, false, false
 		case <-u.gone:
 			u.endRun()
-			return &Exit{Code: -1, Unknown: true, Reason: reason, Time: time.Now().UTC()}, nil, false
+			return &Exit{Code: -1, Unknown: true, Reason: reason, Time: time.Now().UTC()}, nil, false, false
 		case why := <-u.sick:
 			reason = why
 			u.logf("%s: %s; stopping pid %d", u.name, why, u.proc.PID)
 			e := u.stopProcess()
 			e.Reason, e.Liveness = why, true
-			return e, nil, false
+			return e, nil, false, false
+		case <-u.s.quit:
+			u.detach()
+			return nil, nil, false, true
 		case spec := <-u.specs:
 			switch {
 			case spec == nil:
 				u.logf("%s: removed; stopping pid %d", u.name, u.proc.PID)
 				u.stopProcess()
-				return nil, nil, true
+				return nil, nil, true, false
 			case spec.Hold:
 				u.logf("%s: held; stopping pid %d", u.name, u.proc.PID)
 				u.stopProcess()
 				u.useSpec(spec) // the loop writes the hold
-				return nil, spec, false
+				return nil, spec, false, false
 			case spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
 				why := "spec changed"
 				if spec.Hash == u.spec.Hash {
@@ -598,7 +690,7 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop bool) {
 				}
 				u.logf("%s: %s; stopping pid %d to restart it", u.name, why, u.proc.PID)
 				u.stopProcess()
-				return nil, spec, false
+				return nil, spec, false, false
 			case spec.Gen != u.spec.Gen:
 				u.useSpec(spec)
 				u.update(func(st *Status) { st.Gen = spec.Gen })
@@ -633,6 +725,20 @@ func (u *unit) stopProcess() *Exit {
 	}
 	u.endRun()
 	return e
+}
+
+// detach forgets the running process without touching it: its probes end,
+// its pidfd is closed. A successor adopts it.
+func (u *unit) detach() {
+	if u.stop != nil {
+		close(u.stop)
+		u.stop = nil
+	}
+	if u.unwatch != nil {
+		u.unwatch()
+		u.unwatch = nil
+	}
+	u.proc, u.exited, u.gone = Identity{}, nil, nil
 }
 
 // endRun forgets the process that ended and stops what it left behind.
@@ -711,6 +817,8 @@ func (u *unit) backoff(at time.Time) bool {
 		select {
 		case <-time.After(time.Until(at)):
 			return true
+		case <-u.s.quit:
+			return false // the successor reads the backoff from the status
 		case spec := <-u.specs:
 			switch {
 			case spec == nil:

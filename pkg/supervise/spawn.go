@@ -15,17 +15,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// reaper is the one place that waits for children: the supervised
-// processes, the exec probes and, the supervisor being a child subreaper,
-// orphans of theirs. A child is registered under the lock the reaper
-// takes, between its fork and any chance to reap it, so no exit status
-// ever goes to the wrong waiter.
+// reaper is the one place that waits for the supervisor's children: the
+// supervised processes, the exec probes, the redactors. A child is
+// registered under the lock the reaper takes, between its fork and any
+// chance to reap it, so no exit status ever goes to the wrong waiter.
+//
+// The re-executed supervisor is a child subreaper and reaps every child
+// (all), orphans of the process trees included. In the agent, other code
+// waits for its own children (a Command's os/exec waits on its pid), so
+// there the reaper waits for the pids it registered only, and never
+// takes another waiter's exit status.
 type reaper struct {
+	all     bool
 	mu      sync.Mutex
 	waiters map[int]chan unix.WaitStatus
 }
 
-func newReaper() *reaper { return &reaper{waiters: map[int]chan unix.WaitStatus{}} }
+func newReaper(all bool) *reaper { return &reaper{all: all, waiters: map[int]chan unix.WaitStatus{}} }
 
 // forkExec starts a child; its exit status arrives on the channel. Its
 // identity is read before anyone can reap it.
@@ -45,10 +51,25 @@ func (r *reaper) forkExec(path string, argv []string, attr *syscall.ProcAttr) (I
 	return id, ch, nil
 }
 
-// reap collects every child that exited, on SIGCHLD.
+// reap collects the children that exited, on SIGCHLD: every one, or
+// only those registered.
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if !r.all {
+		for pid, ch := range r.waiters {
+			var ws unix.WaitStatus
+			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			for err == unix.EINTR {
+				got, err = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+			}
+			if got == pid {
+				ch <- ws
+				delete(r.waiters, pid)
+			}
+		}
+		return
+	}
 	for {
 		var ws unix.WaitStatus
 		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)

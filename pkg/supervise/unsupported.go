@@ -78,3 +78,15 @@ func RunShim([]string) int {
 
 // RunAsInit: cortex-sync is never an init here.
 func RunAsInit([]string) (int, bool) { return 0, false }
+
+// ErrNoContainment: the agent does not host the supervisor here.
+var ErrNoContainment = errUnsupported
+
+// Host is the agent's in-process supervisor: none here.
+type Host struct{}
+
+// NewHost cannot supervise here.
+func NewHost(string) (*Host, error) { return nil, errUnsupported }
+
+// Handover has nothing to hand over.
+func (*Host) Handover() error { return nil }
