@@ -405,3 +405,12 @@ func (d *Dir) Chown(name string, uid, gid int) error {
 	}
 	return nil
 }
+
+// Dup is another descriptor of the same directory, closed on its own.
+func (d *Dir) Dup() (*Dir, error) {
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", d.path, err)
+	}
+	return &Dir{root: d.root, fd: fd, path: d.path}, nil
+}
