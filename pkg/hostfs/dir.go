@@ -262,7 +262,11 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, erro
 		}
 	}()
 	h := sha256.New()
-	if _, err := io.Copy(f, io.TeeReader(r, h)); err != nil {
+	bp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bp)
+	// The file as a plain writer: its ReadFrom would allocate a buffer of
+	// its own for every file.
+	if _, err := io.CopyBuffer(struct{ io.Writer }{f}, io.TeeReader(r, h), *bp); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
 	if chmod || a.UID >= 0 || a.GID >= 0 {
