@@ -1,11 +1,13 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -248,6 +250,12 @@ func (p *treePlanner) plan() *treePlan {
 	for i, s := range p.shown {
 		t.files[i] = s.FileChange
 	}
+	keys := slices.SortedFunc(maps.Keys(p.counted), func(a, b shownKey) int {
+		return cmp.Or(order(shownOp{gone: a.gone}, shownOp{gone: b.gone}), strings.Compare(string(a.action), string(b.action)), strings.Compare(string(a.reason), string(b.reason)))
+	})
+	for _, k := range keys {
+		t.files = append(t.files, diff.FileChange{Action: k.action, Reason: k.reason, Count: p.counted[k]})
+	}
 	if !p.overflow {
 		slices.SortFunc(p.ops, func(a, b treeOp) int { return order(a.shown(false), b.shown(false)) })
 		slices.SortFunc(p.gone, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
@@ -280,6 +288,16 @@ type treePlanner struct {
 	shown    []shownOp // every change, for the plan's display
 	overflow bool      // too many changes to hold ops for
 	writes   int       // files to write
+	// counted replaces shown beyond maxHeldOps when the plan is only to
+	// be applied (Env.CountFiles).
+	counted map[shownKey]int
+}
+
+// shownKey is a kind of change, as counted.
+type shownKey struct {
+	action diff.Action
+	reason diff.Reason
+	gone   bool
 }
 
 // shownOp is a change as the plan shows it, and its place in the order.
@@ -519,6 +537,17 @@ func (p *treePlanner) keep(ops, gone []treeOp) {
 	if !p.overflow {
 		p.ops = append(p.ops, ops...)
 		p.gone = append(p.gone, gone...)
+		return
+	}
+	if p.env.CountFiles {
+		// Counted, not listed: a tree's changes as many as its files.
+		if p.counted == nil {
+			p.counted = map[shownKey]int{}
+		}
+		for _, s := range p.shown {
+			p.counted[shownKey{s.Action, s.Reason, s.gone}]++
+		}
+		p.shown = nil
 	}
 }
 

@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,5 +82,37 @@ func TestMirrorWrittenAsPlanned(t *testing.T) {
 				t.Errorf("after sync, still %s (%s) %v: %+v", c.Action, c.Reason, c.Err, c.Files)
 			}
 		})
+	}
+}
+
+// TestMirrorChangesCounted: a plan made only to be applied counts a large
+// tree's changes by kind; the counts are those of the listed plan.
+func TestMirrorChangesCounted(t *testing.T) {
+	defer driver.HoldOps(2)()
+	h := newHost(t)
+	h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb, purge: true}\n")
+	for _, p := range []string{"a.md", "b.md", "d/c.md", "d/e.md"} {
+		h.write(filepath.Join(h.repo, "kb", p), p+"\n")
+	}
+	if rep := h.sync(); rep.Failed() {
+		t.Fatalf("first sync: %+v", rep.Results[0])
+	}
+	h.write(filepath.Join(h.repo, "kb/a.md"), "a, edited\n")
+	h.write(filepath.Join(h.repo, "kb/new.md"), "new\n")
+	h.write(filepath.Join(h.repo, "kb/d/new.md"), "new\n")
+	os.Remove(h.hostPath("srv/kb/d/c.md"))
+	h.write(h.hostPath("srv/kb/stray.md"), "stray\n")
+	plan := func(count bool) *diff.Change {
+		hst, set, snap, done := h.engine(false)
+		defer done()
+		hst.Env.CountFiles = count
+		return find(diff.Make(context.Background(), hst, set, snap, 2), "Directory/kb")
+	}
+	listed, counted := plan(false), plan(true)
+	if len(listed.Files) != 5 || len(counted.Files) != 4 {
+		t.Fatalf("listed %d files, counted in %d entries; want 5 listed, 4 counted", len(listed.Files), len(counted.Files))
+	}
+	if listed.FileCount() != counted.FileCount() || listed.Drifted != counted.Drifted || listed.Reason != counted.Reason || listed.Drifted != 1 {
+		t.Errorf("counted %d files, %d drifted, %s; listed %d, %d, %s", counted.FileCount(), counted.Drifted, counted.Reason, listed.FileCount(), listed.Drifted, listed.Reason)
 	}
 }
