@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/cortex-sync/cortex-sync/internal/exemem"
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -270,7 +271,7 @@ func (g *globals) load(ctx context.Context, src *sourceFlags) (*reconcile.Desire
 // source is given (or needed); write takes the state lock first. done
 // releases everything.
 func (g *globals) session(ctx context.Context, src *sourceFlags, needSource, write bool) (*reconcile.Session, func(), error) {
-	oneShotGC()
+	oneShot()
 	if err := checkRoot(g.root); err != nil {
 		return nil, nil, err
 	}
@@ -302,8 +303,13 @@ func (g *globals) session(ctx context.Context, src *sourceFlags, needSource, wri
 // collections a second (issue 10). GOGC, when set, wins.
 const oneShotGCPercent = 50
 
-func oneShotGC() {
+// oneShot readies the process for one plan or sync over what may be a
+// large tree: the collector paced closer to what is live, and the
+// executable's pages that starting faulted in released (most are never
+// used again; what is faults back in from the page cache).
+func oneShot() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(oneShotGCPercent)
 	}
+	exemem.Release() // failing, the pages stay mapped
 }
