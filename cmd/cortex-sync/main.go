@@ -12,7 +12,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	profiled := startMemProfile()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	profiled()
 	stop()
 	os.Exit(code)
 }

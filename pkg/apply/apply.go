@@ -247,7 +247,7 @@ func Run(ctx context.Context, a Applier, set *resource.Set, plan *diff.Plan, sna
 // its dependencies as applied, and the result; a failure keeps the old
 // record (nothing is orphaned) with the error. It returns the outcome.
 func Record(snap *state.Snapshot, set *resource.Set, c *diff.Change, entry *state.Entry, err error) *Result {
-	res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: len(c.Files), Backups: c.Backups()}
+	res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Files: c.FileCount(), Backups: c.Backups()}
 	now := time.Now().UTC()
 	switch {
 	case entry == nil:

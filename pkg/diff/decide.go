@@ -116,7 +116,7 @@ func (c *Change) decide(v Verbs) {
 	c.Drifted = 0
 	for _, f := range c.Files {
 		if f.Reason == Drifted || f.Reason == MissingOnHost {
-			c.Drifted++
+			c.Drifted += max(1, f.Count)
 		}
 	}
 	if c.Action == NoOp && len(c.Files) > 0 {

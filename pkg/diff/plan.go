@@ -183,6 +183,19 @@ type FileChange struct {
 	// Backup: what is there is not what cortex-sync wrote, and is copied
 	// to the backups before it is replaced or deleted.
 	Backup bool `json:"backup,omitempty"`
+	// Count, when above one, stands for that many changes of this action
+	// and reason, not listed one by one (Path is empty): a plan made only
+	// to be applied counts a large tree's changes.
+	Count int `json:"count,omitempty"`
+}
+
+// FileCount counts the changes inside a tree.
+func (c *Change) FileCount() int {
+	n := 0
+	for _, f := range c.Files {
+		n += max(1, f.Count)
+	}
+	return n
 }
 
 // errText is an error's message, "" for none: for the JSON rendering.
@@ -206,7 +219,7 @@ func (c *Change) Backups() int {
 	n := 0
 	for _, f := range c.Files {
 		if f.Backup {
-			n++
+			n += max(1, f.Count)
 		}
 	}
 	return n

@@ -161,7 +161,7 @@ func Text(w io.Writer, p *Plan, o TextOptions) error {
 		}
 		for i, f := range c.Files {
 			if i == o.MaxFiles {
-				fmt.Fprintf(&b, "    … and %d more files\n", len(c.Files)-i)
+				fmt.Fprintf(&b, "    … and %d more files\n", c.FileCount()-i)
 				break
 			}
 			sym, color := symbol(&Change{Action: f.Action})

@@ -66,6 +66,10 @@ type dirWork struct {
 	ops   []treeOp
 	index *state.Index // the tree's index, updated in place as entries are checked and written
 	mu    sync.Mutex   // guards index while files are written in parallel
+	// replan: the tree's changes were too many to hold as ops; sync plans
+	// it again, from its index as saved, as it writes it (writeTree).
+	replan bool
+	writes int // files to write, for progress
 }
 
 func treeIndexFile(env *Env, id string) string {
@@ -134,13 +138,15 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		o.Attrs = w.attrs.diffs(live)
 	}
 	if spec.tracksContent() {
-		if err := planTree(env, r, spec, top, old, w); err != nil {
+		t, err := planTree(ctx, env, r, spec, top, old, nil)
+		if err != nil {
 			return nil, err
 		}
+		c.Files, w.ops, w.writes = t.files, t.ops, t.writes
 		o.Stale = w.index.Dirty()
-	}
-	for _, op := range w.ops {
-		c.Files = append(c.Files, diff.FileChange{Path: op.rel, Action: op.action, Reason: op.reason})
+		if t.ops == nil && len(t.files) > 0 {
+			w.replan, w.index = true, nil
+		}
 	}
 	return c, nil
 }
@@ -193,7 +199,18 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		return nil, err
 	}
 	defer top.Close()
-	if len(w.ops) > 0 {
+	switch {
+	case w.replan:
+		w.index = state.NewIndex()
+		if c.Record != nil {
+			if w.index, err = state.LoadIndex(treeIndexFile(env, string(c.ID))); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeTree(ctx, env, c.Desired, spec, top, w); err != nil {
+			return nil, err
+		}
+	case len(w.ops) > 0:
 		if err := applyTree(ctx, env, spec, top, w); err != nil {
 			return nil, err
 		}

@@ -88,7 +88,11 @@ type Env struct {
 	// Simulate is for a sandbox that stands for a host (diff --against):
 	// processes and commands are recorded as applied and observed as
 	// running, and nothing is started or run.
-	Simulate    bool
+	Simulate bool
+	// CountFiles is for a plan made only to be applied (sync): a tree with
+	// more changes than a plan holds counts them by action and reason
+	// rather than listing each.
+	CountFiles  bool
 	Concurrency int
 	Log         *slog.Logger
 	// Keys keys the IDs of sensitive content and secret files with the

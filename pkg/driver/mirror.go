@@ -1,11 +1,13 @@
 package driver
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -93,19 +95,42 @@ func mirrorMode(e source.Entry) fs.FileMode {
 	return 0o644
 }
 
+// maxHeldOps is the most changes of one tree a plan holds as work to do.
+// Beyond it the plan keeps only what it shows, and sync plans the tree
+// again as it writes it, directory by directory (writeTree): an initial
+// sync of a large tree never holds an op per file.
+var maxHeldOps = 1024
+
+// treePlan is what planning a tree found.
+type treePlan struct {
+	files []diff.FileChange // every change, in the order sync makes them
+	ops   []treeOp          // the work; nil when there were too many to hold
+	// writes counts the files to write, for the progress of a tree planned
+	// again as it is written.
+	writes int
+}
+
 // planTree compares the desired tree, the index of what was written and the
 // live tree directory by directory: the source's walk is cut into its
 // directories as it goes, and each directory is compared with the host's
 // entries in it and the index's, in parallel, hashing only what the quick
-// check cannot clear. Only changes are kept; no side is held whole.
-func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, idx *state.Index, w *dirWork) error {
-	p := &treePlanner{env: env, r: r, spec: spec, top: top, idx: idx}
+// check cannot clear. A desired directory is decided as the walk meets it,
+// before what is inside. Only changes are kept; no side is held whole.
+//
+// With out set, each directory's changes are carried out as soon as they
+// are decided, and nothing is kept.
+func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, idx *state.Index, out *treeWriter) (*treePlan, error) {
+	p := &treePlanner{ctx: ctx, env: env, r: r, spec: spec, top: top, idx: idx, out: out}
 	var g errgroup.Group
 	g.SetLimit(max(1, env.Concurrency))
 	var failed atomic.Bool
 	dispatch := func(f *dirFrame) {
 		g.Go(func() error {
-			err := p.dir(f)
+			defer f.close(top)
+			if failed.Load() {
+				return nil
+			}
+			err := p.compare(f.host, f.rel, f.entries, f.implied)
 			if err != nil {
 				failed.Store(true)
 			}
@@ -114,8 +139,9 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 	}
 	// The open directories of the walk, top first: a directory is complete
 	// when the walk leaves it.
-	stack := []*dirFrame{{}}
+	stack := []*dirFrame{{host: top}}
 	seq := 0
+	var walkErr error // the walk's own, deciding a directory
 	add := func(e source.Entry) error {
 		if failed.Load() {
 			return errStopped
@@ -139,13 +165,24 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 				f.implied = map[string]bool{}
 			}
 			f.implied[path.Base(next)] = true
-			stack = append(stack, &dirFrame{rel: next})
+			host, err := openSub(f.host, path.Base(next))
+			if err != nil {
+				walkErr = err
+				return errStopped
+			}
+			stack = append(stack, &dirFrame{rel: next, host: host})
 		}
 		f := stack[len(stack)-1]
-		f.entries = append(f.entries, desiredEntry{Entry: e, seq: seq})
+		de := desiredEntry{Entry: e, seq: seq}
+		f.entries = append(f.entries, de)
 		seq++
 		if e.Mode.IsDir() {
-			stack = append(stack, &dirFrame{rel: e.Path})
+			host, err := p.dirEntry(f.host, de)
+			if err != nil {
+				walkErr = fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
+				return errStopped
+			}
+			stack = append(stack, &dirFrame{rel: e.Path, host: host})
 		}
 		return nil
 	}
@@ -161,28 +198,70 @@ func planTree(env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.D
 			return nil
 		})
 	}
-	if srcErr == nil || errors.Is(srcErr, errStopped) {
-		for i := len(stack) - 1; i >= 0; i-- {
+	for i := len(stack) - 1; i >= 0; i-- {
+		if srcErr == nil {
 			dispatch(stack[i])
+		} else {
+			stack[i].close(top)
 		}
 	}
-	if err := g.Wait(); err != nil {
-		return err
+	err := g.Wait()
+	switch {
+	case err != nil:
+	case walkErr != nil:
+		err = walkErr
+	case srcErr != nil:
+		err = fmt.Errorf("read source %s: %w", spec.Source, srcErr)
+	case out != nil:
+		err = p.flush()
 	}
-	if srcErr != nil {
-		return fmt.Errorf("read source %s: %w", spec.Source, srcErr)
+	if err != nil {
+		if out != nil {
+			out.cleanup()
+		}
+		return nil, err
 	}
-	if env.recalled() {
-		// Recalled entries came in path order before they came by
-		// directory: their changes are listed in it.
-		slices.SortFunc(p.ops, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
-	} else {
-		slices.SortFunc(p.ops, func(a, b treeOp) int { return a.seq - b.seq })
+	if out != nil {
+		return nil, nil
 	}
-	// Live entries that are not desired go last, in path order.
-	slices.SortFunc(p.gone, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
-	w.ops = append(p.ops, p.gone...)
-	return nil
+	return p.plan(), nil
+}
+
+// plan orders what the planner kept as sync carries it out: desired
+// entries in the walk's order, then live entries that are not desired, in
+// path order.
+func (p *treePlanner) plan() *treePlan {
+	order := func(a, b shownOp) int {
+		switch {
+		case a.gone != b.gone:
+			if a.gone {
+				return 1
+			}
+			return -1
+		case a.gone || p.env.recalled():
+			// Recalled entries came in path order before they came by
+			// directory: their changes are listed in it.
+			return strings.Compare(a.Path, b.Path)
+		}
+		return a.seq - b.seq
+	}
+	slices.SortFunc(p.shown, order)
+	t := &treePlan{files: make([]diff.FileChange, len(p.shown)), writes: p.writes}
+	for i, s := range p.shown {
+		t.files[i] = s.FileChange
+	}
+	keys := slices.SortedFunc(maps.Keys(p.counted), func(a, b shownKey) int {
+		return cmp.Or(order(shownOp{gone: a.gone}, shownOp{gone: b.gone}), strings.Compare(string(a.action), string(b.action)), strings.Compare(string(a.reason), string(b.reason)))
+	})
+	for _, k := range keys {
+		t.files = append(t.files, diff.FileChange{Action: k.action, Reason: k.reason, Count: p.counted[k]})
+	}
+	if !p.overflow {
+		slices.SortFunc(p.ops, func(a, b treeOp) int { return order(a.shown(false), b.shown(false)) })
+		slices.SortFunc(p.gone, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
+		t.ops = append(p.ops, p.gone...)
+	}
+	return t
 }
 
 // errStopped ends the source's walk once a directory's comparison failed.
@@ -195,22 +274,57 @@ func within(dir, top string) bool {
 
 // treePlanner holds what the directories of one tree's plan share.
 type treePlanner struct {
+	ctx  context.Context
 	env  *Env
 	r    *resource.Resource
 	spec *DirectorySpec
 	top  *hostfs.Dir // nil when the tree is not on the host
+	out  *treeWriter // carries out changes as they are decided; nil: kept
 
-	mu   sync.Mutex // guards idx, ops and gone
-	idx  *state.Index
-	ops  []treeOp // for desired entries
-	gone []treeOp // for live entries that are not desired
+	mu       sync.Mutex // guards idx and what is kept
+	idx      *state.Index
+	ops      []treeOp  // for desired entries, while there are few
+	gone     []treeOp  // for live entries that are not desired, likewise
+	shown    []shownOp // every change, for the plan's display
+	overflow bool      // too many changes to hold ops for
+	writes   int       // files to write
+	// counted replaces shown beyond maxHeldOps when the plan is only to
+	// be applied (Env.CountFiles).
+	counted map[shownKey]int
+}
+
+// shownKey is a kind of change, as counted.
+type shownKey struct {
+	action diff.Action
+	reason diff.Reason
+	gone   bool
+}
+
+// shownOp is a change as the plan shows it, and its place in the order.
+type shownOp struct {
+	diff.FileChange
+	seq  int
+	gone bool // a live entry that is not desired
+}
+
+func (op *treeOp) shown(gone bool) shownOp {
+	return shownOp{FileChange: diff.FileChange{Path: op.rel, Action: op.action, Reason: op.reason}, seq: op.seq, gone: gone}
 }
 
 // dirFrame is a directory of the desired tree and its entries.
 type dirFrame struct {
 	rel     string
+	host    *hostfs.Dir // the directory on the host; nil when there is none
 	entries []desiredEntry
 	implied map[string]bool // subdirectories with frames of their own though not entries
+}
+
+// close releases the frame's directory unless it is the tree's top.
+func (f *dirFrame) close(top *hostfs.Dir) {
+	if f.host != nil && f.host != top {
+		f.host.Close()
+		f.host = nil
+	}
 }
 
 // desiredEntry is an entry of the desired walk and its place in it: ops
@@ -220,27 +334,70 @@ type desiredEntry struct {
 	seq int
 }
 
-// dir compares a desired directory with the host's.
-func (p *treePlanner) dir(f *dirFrame) error {
-	host := p.top
-	if host != nil && f.rel != "" {
-		var err error
-		host, err = openRel(p.top, f.rel)
-		switch {
-		case missing(err) || errors.Is(err, unix.ELOOP):
-			host = nil // not a directory on the host
-		case err != nil:
-			return err
-		default:
-			defer host.Close()
-		}
+// openSub opens the directory name in d; nil when d is nil or name is not
+// a directory there (missing, another type, a symlink).
+func openSub(d *hostfs.Dir, name string) (*hostfs.Dir, error) {
+	if d == nil {
+		return nil, nil
 	}
-	return p.compare(host, f.rel, f.entries, f.implied)
+	sub, err := d.OpenDir(name)
+	if missing(err) || errors.Is(err, unix.ELOOP) {
+		return nil, nil
+	}
+	return sub, err
 }
 
-// compare decides a directory's entries: the desired ones against what the
-// host and the index hold, then the host's that are not desired, and
-// forgets recorded entries that are on neither side.
+// dirEntry decides a desired directory as the walk meets it, in its
+// parent on the host (nil: not there): a sync that writes as it plans
+// makes the directory at once, so that what is inside has somewhere to go.
+// It returns the directory on the host, nil when there is none.
+func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir, error) {
+	name := path.Base(e.Path)
+	var live *hostfs.Stat
+	if parent != nil {
+		st, err := parent.Lstat(name)
+		switch {
+		case missing(err):
+		case err != nil:
+			return nil, err
+		default:
+			live = &st
+		}
+	}
+	p.mu.Lock()
+	prev := p.idx.Get(e.Path)
+	p.mu.Unlock()
+	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
+	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
+	switch {
+	case live == nil:
+	case !live.Mode.IsDir():
+		o.WrongType = typeName(live.Mode)
+	default:
+		o.Matches, o.Ours = true, true
+		if live.Mode.Perm() != op.mode {
+			o.Attrs = []diff.Attr{{Field: "mode"}}
+		} else {
+			p.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+		}
+	}
+	if op.decide(&o) {
+		if p.out == nil {
+			p.keep([]treeOp{op}, nil)
+		} else if err := p.makeDir(parent, name, &op); err != nil {
+			return nil, err
+		}
+	}
+	if live == nil && p.out == nil {
+		return nil, nil
+	}
+	return openSub(parent, name)
+}
+
+// compare decides a directory's entries other than directories (decided
+// as the walk met them): the desired ones against what the host and the
+// index hold, then the host's that are not desired, and forgets recorded
+// entries that are on neither side.
 func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
 	live, err := listHost(host)
 	if err != nil {
@@ -254,6 +411,9 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 	for _, e := range desired {
 		name := path.Base(e.Path)
 		want[name] = e.Mode
+		if e.Mode.IsDir() {
+			continue
+		}
 		le, ok := live[name]
 		prev := recorded[name].Entry
 		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
@@ -270,13 +430,6 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 		}
 		switch {
 		case !ok || o.WrongType != "":
-		case e.Mode.IsDir():
-			o.Matches, o.Ours = true, true
-			if le.Mode.Perm() != op.mode {
-				o.Attrs = []diff.Attr{{Field: "mode"}}
-			} else {
-				p.set(e.Path, &state.IndexEntry{Stat: le.Stat}, false)
-			}
 		case e.Mode&fs.ModeSymlink != 0:
 			o.Matches = le.target == e.Target
 			o.Ours = prev != nil && prev.Target == le.target
@@ -345,7 +498,6 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 	// Recorded entries that are neither desired nor on the host are
 	// forgotten.
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	for name, c := range recorded {
 		sub := path.Join(rel, name)
 		le, isLive := live[name]
@@ -357,9 +509,46 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 			p.idx.DeleteBelow(sub)
 		}
 	}
-	p.ops = append(p.ops, ops...)
-	p.gone = append(p.gone, gone...)
+	p.mu.Unlock()
+	if p.out != nil {
+		return p.writeDir(host, rel, ops, gone)
+	}
+	p.keep(ops, gone)
 	return nil
+}
+
+// keep holds a directory's changes for the plan: every one as shown, and
+// as work while the tree's are few.
+func (p *treePlanner) keep(ops, gone []treeOp) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range ops {
+		p.shown = append(p.shown, ops[i].shown(false))
+		if ops[i].action != diff.Delete && ops[i].typ == 0 && !ops[i].chmod {
+			p.writes++
+		}
+	}
+	for i := range gone {
+		p.shown = append(p.shown, gone[i].shown(true))
+	}
+	if !p.overflow && len(p.ops)+len(p.gone)+len(ops)+len(gone) > maxHeldOps {
+		p.overflow, p.ops, p.gone = true, nil, nil
+	}
+	if !p.overflow {
+		p.ops = append(p.ops, ops...)
+		p.gone = append(p.gone, gone...)
+		return
+	}
+	if p.env.CountFiles {
+		// Counted, not listed: a tree's changes as many as its files.
+		if p.counted == nil {
+			p.counted = map[shownKey]int{}
+		}
+		for _, s := range p.shown {
+			p.counted[shownKey{s.Action, s.Reason, s.gone}]++
+		}
+		p.shown = nil
+	}
 }
 
 // hostOnly weighs the entries of a live directory that is not desired.

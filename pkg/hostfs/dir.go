@@ -262,7 +262,11 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, erro
 		}
 	}()
 	h := sha256.New()
-	if _, err := io.Copy(f, io.TeeReader(r, h)); err != nil {
+	bp := hashBufs.Get().(*[]byte)
+	defer hashBufs.Put(bp)
+	// The file as a plain writer: its ReadFrom would allocate a buffer of
+	// its own for every file.
+	if _, err := io.CopyBuffer(struct{ io.Writer }{f}, io.TeeReader(r, h), *bp); err != nil {
 		return "", "", d.pathErr("write", name, err)
 	}
 	if chmod || a.UID >= 0 || a.GID >= 0 {
@@ -404,4 +408,13 @@ func (d *Dir) Chown(name string, uid, gid int) error {
 		return d.pathErr("chown", name, err)
 	}
 	return nil
+}
+
+// Dup is another descriptor of the same directory, closed on its own.
+func (d *Dir) Dup() (*Dir, error) {
+	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", d.path, err)
+	}
+	return &Dir{root: d.root, fd: fd, path: d.path}, nil
 }

@@ -1,11 +1,13 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"io/fs"
 	"math"
 	"os"
@@ -71,7 +73,7 @@ var ErrCorruptIndex = errors.New("index is corrupt")
 // file; a damaged log ends where the damage starts (it only ever loses the
 // last writes, as a torn append would).
 func LoadIndex(path string) (*Index, error) {
-	data, fi, unmap, err := mapFile(path)
+	data, fi, unmap, release, err := mapFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		x := NewIndex()
 		return x, nil
@@ -79,7 +81,7 @@ func LoadIndex(path string) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	x, err := decodeIndex(data)
+	x, err := decodeIndexReleasing(data, release)
 	unmap()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
@@ -97,23 +99,33 @@ func LoadIndex(path string) (*Index, error) {
 // the heap's pacing would double them). A base is only ever replaced by a
 // rename, never cut short in place, so the mapping stays whole. Where
 // mapping fails the file is read.
-func mapFile(path string) ([]byte, fs.FileInfo, func(), error) {
+//
+// The pages decoded are released as decoding goes (release(n): the first
+// n bytes are done), so that at no time is the whole file resident beside
+// what was decoded from it.
+func mapFile(path string) (data []byte, fi fs.FileInfo, unmap func(), release func(int), err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, nil, nil, err
+	if fi, err = f.Stat(); err != nil {
+		return nil, nil, nil, nil, err
 	}
 	if size := fi.Size(); size > 0 && size < 1<<30 {
 		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
-			return data, fi, func() { unix.Munmap(data) }, nil
+			page, done := os.Getpagesize(), 0
+			release := func(n int) {
+				if n -= n % page; n > done {
+					unix.Madvise(data[done:n], unix.MADV_DONTNEED)
+					done = n
+				}
+			}
+			return data, fi, func() { unix.Munmap(data) }, release, nil
 		}
 	}
-	data, fi, err := readBounded(path)
-	return data, fi, func() {}, err
+	data, fi, err = readBounded(path)
+	return data, fi, func() {}, func(int) {}, err
 }
 
 // readBounded reads a file whole: its real size, never a count inside it,
@@ -142,7 +154,14 @@ const minIndexEntry = 10
 
 // decodeIndex decodes an index file's bytes; any fault is an error wrapping
 // ErrCorruptIndex.
-func decodeIndex(data []byte) (*Index, error) {
+func decodeIndex(data []byte) (*Index, error) { return decodeIndexReleasing(data, func(int) {}) }
+
+// releaseEvery is how many bytes decoding goes between releases of what it
+// read.
+const releaseEvery = 256 << 10
+
+// decodeIndexReleasing is decodeIndex telling release how far it read.
+func decodeIndexReleasing(data []byte, release func(int)) (*Index, error) {
 	if !bytes.HasPrefix(data, []byte(indexMagic)) {
 		return nil, fmt.Errorf("%w: bad header", ErrCorruptIndex)
 	}
@@ -158,7 +177,7 @@ func decodeIndex(data []byte) (*Index, error) {
 	// map grows if a large index is real.
 	x := NewIndex()
 	x.rows = make([]row, 0, min(n, 1<<16))
-	prev := ""
+	prev, released := "", 0
 	for i := range n {
 		d.entry = i + 1
 		p := d.str("path")
@@ -174,6 +193,10 @@ func decodeIndex(data []byte) (*Index, error) {
 		x.fill(&r, e)
 		x.rows = append(x.rows, r)
 		prev = p
+		if d.off-released >= releaseEvery {
+			release(d.off)
+			released = d.off
+		}
 	}
 	if d.off != len(data) {
 		d.entry = 0
@@ -304,7 +327,12 @@ func (x *Index) save(path string) error {
 	}
 	// A new base, written whole; the log it replaces names the old base, so
 	// should the removal below not happen, the next load ignores it.
-	if err := WriteFile(path, x.encode()); err != nil {
+	err := writeFileFunc(path, func(f io.Writer) error {
+		b := bufio.NewWriterSize(f, 64<<10)
+		x.encodeTo(b)
+		return b.Flush()
+	})
+	if err != nil {
 		return err
 	}
 	fi, err := os.Stat(path)
@@ -523,19 +551,33 @@ func (x *Index) applyFrame(payload []byte) error {
 func (x *Index) encode() []byte {
 	var b bytes.Buffer
 	b.Grow(x.n * 128)
+	x.encodeTo(&b)
+	return b.Bytes()
+}
+
+// encodeTo writes the encoding to b, streamed: a large index is never
+// held twice.
+func (x *Index) encodeTo(b byteWriter) {
 	b.WriteString(indexMagic)
-	w := entryWriter{b: &b}
+	w := entryWriter{b: b}
 	w.uv(uint64(x.n))
 	for p, e := range x.All() {
 		w.str(p)
 		w.entry(e)
 	}
-	return b.Bytes()
+}
+
+// byteWriter is what the encoding is written to: a bytes.Buffer or a
+// bufio.Writer, whose errors wait for Flush.
+type byteWriter interface {
+	io.Writer
+	io.ByteWriter
+	io.StringWriter
 }
 
 // entryWriter writes the index encoding.
 type entryWriter struct {
-	b   *bytes.Buffer
+	b   byteWriter
 	tmp [binary.MaxVarintLen64]byte
 }
 

@@ -413,6 +413,14 @@ func checksum(fields map[string]any) (string, error) {
 // WriteFile writes data to path atomically (temp, fsync, rename, fsync dir),
 // 0600 in a 0700 directory.
 func WriteFile(path string, data []byte) error {
+	return writeFileFunc(path, func(f io.Writer) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// writeFileFunc is WriteFile with the content written by write.
+func writeFileFunc(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -422,7 +430,7 @@ func WriteFile(path string, data []byte) error {
 		return err
 	}
 	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
+	if err := write(f); err != nil {
 		f.Close()
 		return err
 	}
