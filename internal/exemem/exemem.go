@@ -17,8 +17,7 @@ import (
 // Release drops this process's page-table mappings of its executable's
 // read-only segments (MADV_DONTNEED): the pages stay in the page cache,
 // and what is used again faults back in from it cheaply. It returns how
-// many bytes of mappings it advised. (pkg/supervise does the same for the
-// supervisor, in a copy of its own.)
+// many bytes of mappings it advised.
 func Release() (int, error) {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {

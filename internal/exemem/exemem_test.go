@@ -3,6 +3,7 @@ package exemem
 import (
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,15 +49,28 @@ func TestRelease(t *testing.T) {
 func TestReadOnlyMappings(t *testing.T) {
 	maps := t.TempDir() + "/maps"
 	os.WriteFile(maps, []byte(`00400000-00bdf000 r-xp 00000000 fd:00 1234                               /usr/bin/cortex-sync
-00bdf000-01200000 r--p 007df000 fd:00 1234                               /usr/bin/cortex-sync
-01200000-01300000 rw-p 00e00000 fd:00 1234                               /usr/bin/cortex-sync
-7f0000000000-7f0000001000 r--p 00000000 fd:00 99                         /usr/lib/libc.so
-`), 0o644)
+00bdf000-0147f000 r--p 007df000 fd:00 1234                               /usr/bin/cortex-sync
+0147f000-01501000 rw-p 0107f000 fd:00 1234                               /usr/bin/cortex-sync
+01501000-035ad000 rw-p 00000000 00:00 0
+7f0000000000-7f0000100000 r-xp 00000000 fd:00 99                         /usr/bin/cortex-sync-other
+7f0000200000-7f0000300000 r--p 00000000 fd:00 98                         /usr/lib/my dir/cortex-sync
+7fff00000000-7fff00002000 r-xp 00000000 00:00 0                          [vdso]
+`), 0o600)
 	got, err := readOnlyMappings(maps, "/usr/bin/cortex-sync")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0] != [2]uintptr{0x400000, 0xbdf000} || got[1] != [2]uintptr{0xbdf000, 0x1200000} {
-		t.Errorf("got %x, want the two read-only mappings of the binary", got)
+	want := [][2]uintptr{{0x400000, 0xbdf000}, {0xbdf000, 0x147f000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("the code and read-only data of /usr/bin/cortex-sync: got %x, want %x", got, want)
+	}
+	// A path with a space; replaced on disk while it runs.
+	os.WriteFile(maps, []byte("7f0000200000-7f0000300000 r--p 00000000 fd:00 98                         /usr/lib/my dir/cortex-sync (deleted)\n"), 0o600)
+	if got, _ := readOnlyMappings(maps, "/usr/lib/my dir/cortex-sync"); len(got) != 1 {
+		t.Errorf("a deleted executable under a path with a space: got %x, want one range", got)
+	}
+	os.WriteFile(maps, []byte("zz-00bdf000 r-xp 00000000 fd:00 1234 /usr/bin/cortex-sync\n"), 0o600)
+	if _, err := readOnlyMappings(maps, "/usr/bin/cortex-sync"); err == nil || !strings.Contains(err.Error(), maps) {
+		t.Errorf("a bad line: got %v, want an error naming %s", err, maps)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"syscall"
 
+	"github.com/cortex-sync/cortex-sync/internal/exemem"
 	"golang.org/x/sys/unix"
 )
 
@@ -130,7 +131,7 @@ func runRedactor() int {
 		secrets = append(secrets, Secret{Name: w.Name, Value: string(w.Value)})
 	}
 	r := NewRedactor(secrets)
-	releaseExecutable() // as the supervisor does (footprint.go); failing, it keeps them mapped
+	exemem.Release() // as the supervisor does (footprint.go); failing, it keeps them mapped
 	var pending []byte
 	buf := make([]byte, 32<<10)
 	for {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/exemem"
 	"golang.org/x/sys/unix"
 )
 
@@ -112,7 +113,7 @@ func RunShim(args []string) int {
 	debug.SetGCPercent(50)
 	s.scan()
 	debug.FreeOSMemory()
-	if _, err := releaseExecutable(); err != nil {
+	if _, err := exemem.Release(); err != nil {
 		logLine(s.log, "release the executable's pages: %v", err)
 	}
 	leave := make(chan struct{})
