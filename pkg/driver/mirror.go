@@ -872,55 +872,30 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 			return err
 		}
 		switch {
-		case op.chmod:
+		case op.chmod && op.typ == fs.ModeDir:
 			if err := d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
 				return err
 			}
-			if op.typ == fs.ModeDir {
-				continue // its index entry stands
-			}
-			st, err := d.Lstat(name)
+			// its index entry stands
+		case op.chmod:
+			e, err := chmodInPlace(d, name, op, a)
 			if err != nil {
 				return err
 			}
-			sum, err := hashFile(d, name)
-			if err != nil {
-				return err
-			}
-			id, err := op.entry.ContentID()
-			if err != nil {
-				return err
-			}
-			w.index.Set(op.rel, &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id})
+			w.index.Set(op.rel, e)
 		case op.typ == fs.ModeDir:
-			if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
-				return err
-			}
-			if a.uid >= 0 || a.gid >= 0 {
-				if err := d.Chown(name, a.uid, a.gid); err != nil {
-					return err
-				}
-			}
-			st, err := d.Lstat(name)
+			e, err := mkdirInPlace(d, name, op, a)
 			if err != nil {
 				return err
 			}
-			w.index.Set(op.rel, &state.IndexEntry{Stat: st})
+			w.index.Set(op.rel, e)
 			touched[path.Dir(op.rel)] = true
 		case op.typ == fs.ModeSymlink:
-			if op.backup && !op.replace {
-				if _, err := env.Backups.Save(d, name); err != nil {
-					return err
-				}
-			}
-			if err := d.Symlink(op.target, name); err != nil {
-				return err
-			}
-			st, err := d.Lstat(name)
+			e, err := symlinkInPlace(env, d, name, op)
 			if err != nil {
 				return err
 			}
-			w.index.Set(op.rel, &state.IndexEntry{Stat: st, Target: op.target})
+			w.index.Set(op.rel, e)
 			touched[path.Dir(op.rel)] = true
 		default:
 			stage = append(stage, op)
@@ -932,6 +907,63 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 		}
 	}
 	return syncDirs(env, top, dirs, touched)
+}
+
+// mkdirInPlace makes a directory (or finds it made), with the desired
+// owner, and returns its index entry.
+func mkdirInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.IndexEntry, error) {
+	if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return nil, err
+	}
+	if a.uid >= 0 || a.gid >= 0 {
+		if err := d.Chown(name, a.uid, a.gid); err != nil {
+			return nil, err
+		}
+	}
+	st, err := d.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	return &state.IndexEntry{Stat: st}, nil
+}
+
+// chmodInPlace gives a file that holds the desired content its desired
+// mode and owner, and returns its index entry.
+func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.IndexEntry, error) {
+	if err := d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
+		return nil, err
+	}
+	st, err := d.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := hashFile(d, name)
+	if err != nil {
+		return nil, err
+	}
+	id, err := op.entry.ContentID()
+	if err != nil {
+		return nil, err
+	}
+	return &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id}, nil
+}
+
+// symlinkInPlace makes a symlink (what was in its way gone already, backed
+// up first when it was not ours), and returns its index entry.
+func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*state.IndexEntry, error) {
+	if op.backup && !op.replace {
+		if _, err := env.Backups.Save(d, name); err != nil {
+			return nil, err
+		}
+	}
+	if err := d.Symlink(op.target, name); err != nil {
+		return nil, err
+	}
+	st, err := d.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	return &state.IndexEntry{Stat: st, Target: op.target}, nil
 }
 
 // syncDirs makes renames and removals durable: an fsync per touched

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -90,19 +89,11 @@ func (p *treePlanner) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
 	if op.chmod {
 		return d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}) // its index entry stands
 	}
-	if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	if a.uid >= 0 || a.gid >= 0 {
-		if err := d.Chown(name, a.uid, a.gid); err != nil {
-			return err
-		}
-	}
-	st, err := d.Lstat(name)
+	e, err := mkdirInPlace(d, name, op, a)
 	if err != nil {
 		return err
 	}
-	p.set(op.rel, &state.IndexEntry{Stat: st}, false)
+	p.set(op.rel, e, false)
 	return nil
 }
 
@@ -148,36 +139,17 @@ func (p *treePlanner) writeDir(host *hostfs.Dir, rel string, ops, gone []treeOp)
 		}
 		switch {
 		case op.chmod:
-			if err := host.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
-				return err
-			}
-			st, err := host.Lstat(name)
+			e, err := chmodInPlace(host, name, op, a)
 			if err != nil {
 				return err
 			}
-			sum, err := hashFile(host, name)
-			if err != nil {
-				return err
-			}
-			id, err := op.entry.ContentID()
-			if err != nil {
-				return err
-			}
-			p.set(op.rel, &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id}, false)
+			p.set(op.rel, e, false)
 		case op.typ == fs.ModeSymlink:
-			if op.backup && !op.replace {
-				if _, err := env.Backups.Save(host, name); err != nil {
-					return err
-				}
-			}
-			if err := host.Symlink(op.target, name); err != nil {
-				return err
-			}
-			st, err := host.Lstat(name)
+			e, err := symlinkInPlace(env, host, name, op)
 			if err != nil {
 				return err
 			}
-			p.set(op.rel, &state.IndexEntry{Stat: st, Target: op.target}, false)
+			p.set(op.rel, e, false)
 		default:
 			files = append(files, op)
 		}

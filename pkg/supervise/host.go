@@ -12,8 +12,6 @@ import (
 	"sync"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // The agent as the supervisor. The agent's binary and runtime are paid
@@ -104,13 +102,8 @@ func (h *Host) takeLock() (*os.File, error) {
 	deadline := time.Now().Add(time.Minute)
 	var asked Identity
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		if ok, err := tryLock(f); ok || err != nil {
+			return lockResult(f, err)
 		}
 		var info shimInfo
 		if ok, _ := readJSON(filepath.Join(h.s.procs, shimFile), &info); ok && info.Shim.Alive() && info.Shim != asked {

@@ -184,6 +184,25 @@ func (s *supervisor) leave() {
 	}
 }
 
+// tryLock takes f's lock if no one holds it: false when someone does.
+func tryLock(f *os.File) (bool, error) {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// lockResult is f, locked, or the error that kept it from being locked
+// (then f is closed).
+func lockResult(f *os.File, err error) (*os.File, error) {
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
 // lock takes procs/.lock, held for the supervisor's life. nil without an
 // error means another live supervisor holds it and serves.
 func (s *supervisor) lock() (*os.File, error) {
@@ -193,13 +212,8 @@ func (s *supervisor) lock() (*os.File, error) {
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		if ok, err := tryLock(f); ok || err != nil {
+			return lockResult(f, err)
 		}
 		// The holder is either serving (then it has our spec) or leaving.
 		var info shimInfo
@@ -744,16 +758,8 @@ func (u *unit) detach() {
 
 // endRun forgets the process that ended and stops what it left behind.
 func (u *unit) endRun() {
-	if u.stop != nil {
-		close(u.stop)
-		u.stop = nil
-	}
-	if u.unwatch != nil {
-		u.unwatch()
-		u.unwatch = nil
-	}
 	pgid := u.proc.PID
-	u.proc, u.exited, u.gone = Identity{}, nil, nil
+	u.detach()
 	spec := u.spec
 	switch {
 	case u.cg != "":
