@@ -23,10 +23,10 @@ import (
 // concurrent readers, so what goes through it (trees, loose objects) is
 // serialised.
 type gitTree struct {
-	mu    sync.Mutex
-	s     storer.EncodedObjectStorer
-	root  *object.Tree
-	packs *packSet // nil: every object through s
+	mu     sync.Mutex
+	s      storer.EncodedObjectStorer
+	root   *object.Tree
+	packs  *packSet // nil: every object through s
 	closed sync.Once
 }
 
