@@ -18,6 +18,7 @@ import (
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 )
@@ -279,4 +280,60 @@ func openPackFiles(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// TestParallelBlobReads reads every file of a tree of deltas through
+// Entry.Open on many goroutines at once, as a first sync does.
+func TestParallelBlobReads(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := similarFiles(400, 6)
+	repo.Commit("tree", files)
+	g := &Git{Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	co, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	var opens []func() (io.ReadCloser, error)
+	var names []string
+	err = co.Tree.Walk(".", func(e Entry) error {
+		if e.Mode.IsRegular() {
+			if e.Open == nil {
+				return fmt.Errorf("%s: no Open", e.Path)
+			}
+			opens, names = append(opens, e.Open), append(names, e.Path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(files) {
+		t.Fatalf("walked %d files, want %d", len(names), len(files))
+	}
+	var eg errgroup.Group
+	eg.SetLimit(8)
+	for range 3 {
+		for i, open := range opens {
+			eg.Go(func() error {
+				rc, err := open()
+				if err != nil {
+					return err
+				}
+				defer rc.Close()
+				b, err := io.ReadAll(rc)
+				if err != nil {
+					return err
+				}
+				if string(b) != *files[names[i]] {
+					return fmt.Errorf("%s: %d bytes, want %d", names[i], len(b), len(*files[names[i]]))
+				}
+				return nil
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		t.Fatal(err)
+	}
 }
