@@ -26,6 +26,7 @@ import (
 // It holds the packs that were installed when it was opened; an object it
 // lacks (a loose object) is read through go-git instead.
 type packSet struct {
+	dir   string // the cache
 	packs []*packFile
 	bases baseCache
 	refs  atomic.Int32 // the Git that opened it and each open tree
@@ -51,7 +52,7 @@ func openPacks(dir string) (*packSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &packSet{}
+	s := &packSet{dir: dir}
 	s.refs.Store(1)
 	s.bases.max = baseCacheBytes
 	for _, idx := range idxs {
@@ -192,14 +193,16 @@ func (p *packFile) endOf(off int64) (int64, bool) {
 var errNotPacked = errors.New("not in a pack")
 
 // read returns an object's type and content. The content is the caller's,
-// to hand back with putBuf when done.
+// to hand back with putBuf when done. An object that cannot be read marks
+// the cache to be fetched again.
 func (s *packSet) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	for _, p := range s.packs {
 		if i, ok := p.find(h); ok {
 			end, _ := p.endOf(p.offs[i])
 			typ, data, err := s.readAt(p, p.offs[i], end, 0)
 			if err != nil {
-				return 0, nil, fmt.Errorf("object %s in %s: %w", h, p.name, err)
+				markRebuild(s.dir)
+				return 0, nil, fmt.Errorf("git cache %s: object %s in %s: %w (the cache is fetched again next time)", s.dir, h, p.name, err)
 			}
 			return typ, data, nil
 		}

@@ -337,3 +337,57 @@ func TestParallelBlobReads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDamagedBlobIsRefetched damages a file's blob in the cache on disk:
+// reading it fails naming the object and the pack, and the next fetch
+// fetches the cache again and reads it whole.
+func TestDamagedBlobIsRefetched(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	big := strings.Repeat("some content that zlib packs\n", 2000)
+	repo.Commit("tree", map[string]*string{"big": &big})
+	blob := plumbing.NewHash(repo.Git("-C", repo.Dir, "rev-parse", "HEAD:big"))
+	g := &Git{Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	co, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, co, "big"); got != big {
+		t.Fatalf("big reads %d bytes", len(got))
+	}
+	co.Close()
+
+	p := g.packs.packs[0]
+	i, _ := p.find(blob)
+	end, _ := p.endOf(p.offs[i])
+	pack, err := os.ReadFile(p.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pack[(p.offs[i]+end)/2] ^= 0x55
+	if err := os.WriteFile(p.path, pack, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	fetches := g.Stats.Fetches
+	co, err = g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = co.Tree.Open("big")
+	co.Close()
+	if err == nil || !strings.Contains(err.Error(), blob.String()) || !strings.Contains(err.Error(), p.name) {
+		t.Fatalf("a damaged blob read: %v", err)
+	}
+	co, err = g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	if got := readFile(t, co, "big"); got != big {
+		t.Fatalf("after the damage, big reads %d bytes", len(got))
+	}
+	if g.Stats.Fetches != fetches+1 {
+		t.Fatalf("%d fetches after the damage, want 1", g.Stats.Fetches-fetches)
+	}
+}
