@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/object"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
@@ -51,10 +49,10 @@ type Git struct {
 	// Stats counts network round trips, for tests and metrics.
 	Stats struct{ Lists, Fetches int }
 
-	// The open cache, kept between polls so a no-op poll does not load the
-	// pack index again.
-	cache   *gitCache
-	readers []storer.EncodedObjectStorer
+	// The open cache and its packs, kept between polls so a no-op poll does
+	// not load the pack indexes again.
+	cache *gitCache
+	packs *packSet
 }
 
 // cacheObjects bounds go-git's object cache: its 96 MiB default costs about
@@ -175,7 +173,7 @@ func (g *Git) Fetch(ctx context.Context) (*Checkout, error) {
 	var corrupt *corruptCacheError
 	if errors.As(err, &corrupt) {
 		g.Log.Warn("discarding a corrupt git cache", "url", g.URL, "error", corrupt.err)
-		g.cache, g.readers = nil, nil
+		g.closeCache()
 		if rmErr := os.RemoveAll(g.cacheDir()); rmErr != nil {
 			return nil, rmErr
 		}
@@ -197,10 +195,14 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	dir := g.cacheDir()
 	if _, err := os.Stat(filepath.Join(dir, rebuildMarker)); err == nil {
 		g.Log.Info("rebuilding the git cache", "url", g.URL)
-		g.cache, g.readers = nil, nil
+		g.closeCache()
 		if err := os.RemoveAll(dir); err != nil {
 			return nil, err
 		}
+	}
+	if g.cache != nil && g.packs.changed() {
+		g.Log.Warn("the git cache changed on disk: opening it again", "url", g.URL)
+		g.closeCache()
 	}
 	c, fresh := g.cache, false
 	if c == nil {
@@ -208,7 +210,11 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		if c, fresh, err = openCache(dir); err != nil {
 			return nil, &corruptCacheError{err}
 		}
-		g.cache, g.readers = c, readers(dir)
+		packs, err := openPacks(dir)
+		if err != nil {
+			return nil, &corruptCacheError{err}
+		}
+		g.cache, g.packs = c, packs
 	}
 	auth, err := g.Auth.method(g.URL, g.Log)
 	if err != nil {
@@ -266,7 +272,12 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		// The new pack was installed behind go-git's back: its storages
 		// load the pack indexes again.
 		c.storage.Reindex()
-		g.readers = readers(dir)
+		packs, err := openPacks(dir)
+		if err != nil {
+			return nil, &corruptCacheError{err}
+		}
+		g.packs.release()
+		g.packs = packs
 		if fresh {
 			recordSize(dir)
 		}
@@ -298,7 +309,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if p == "" {
 		p = "."
 	}
-	t := newGitTree(c.storage, tree, g.readers)
+	t := newGitTree(c.storage, tree, g.packs)
 	if _, err := fs.Stat(t, p); err != nil {
 		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
 	}
@@ -443,13 +454,9 @@ func outgrown(dir string) bool {
 	return initial > 0 && dirSize(dir) > 4*initial+(16<<20)
 }
 
-// readers opens independent storages over a cache, one per core (at most
-// four), each with a small object cache of its own.
-func readers(dir string) []storer.EncodedObjectStorer {
-	n := min(runtime.NumCPU(), 4)
-	out := make([]storer.EncodedObjectStorer, n)
-	for i := range out {
-		out[i] = filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(cache.MiByte), filesystem.Options{})
-	}
-	return out
+// closeCache forgets the open cache; trees still open keep the packs
+// they read until they close.
+func (g *Git) closeCache() {
+	g.packs.release()
+	g.cache, g.packs = nil, nil
 }

@@ -3,7 +3,6 @@ package source
 import (
 	"bufio"
 	"bytes"
-	"compress/zlib"
 	"crypto/sha1"
 	"encoding/binary"
 	"errors"
@@ -21,6 +20,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/idxfile"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+	"github.com/klauspost/compress/zlib"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -318,7 +318,7 @@ func (ix *packIndexer) scan(r io.Reader) error {
 	return nil
 }
 
-func readObjectHeader(br *bufio.Reader) (plumbing.ObjectType, int64, error) {
+func readObjectHeader(br io.ByteReader) (plumbing.ObjectType, int64, error) {
 	c, err := br.ReadByte()
 	if err != nil {
 		return 0, 0, malformed("object header: %v", err)
@@ -337,7 +337,7 @@ func readObjectHeader(br *bufio.Reader) (plumbing.ObjectType, int64, error) {
 	return typ, size, nil
 }
 
-func readDeltaOffset(br *bufio.Reader) (int64, error) {
+func readDeltaOffset(br io.ByteReader) (int64, error) {
 	c, err := br.ReadByte()
 	if err != nil {
 		return 0, malformed("delta offset: %v", err)

@@ -2,6 +2,8 @@ package source
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"path"
@@ -16,47 +18,37 @@ import (
 )
 
 // gitTree is a commit's tree read straight from the object store: no
-// checkout, and blob IDs serve as content IDs. go-git's storage is not safe
-// for concurrent readers, so object access is serialised; file contents are
-// read whole while the lock is held (one file at a time, not the tree).
+// checkout, and blob IDs serve as content IDs. Blobs are read from the
+// packs by any number of goroutines; go-git's storage is not safe for
+// concurrent readers, so what goes through it (trees, loose objects) is
+// serialised.
 type gitTree struct {
-	mu   sync.Mutex
-	s    storer.EncodedObjectStorer
-	root *object.Tree
-	// readers are independent storages over the same cache: blobs read by
-	// ID through them inflate in parallel, one reader per goroutine.
-	readers chan storer.EncodedObjectStorer
+	mu     sync.Mutex
+	s      storer.EncodedObjectStorer
+	root   *object.Tree
+	packs  *packSet // nil: every object through s
+	closed sync.Once
 }
 
-func newGitTree(s storer.EncodedObjectStorer, root *object.Tree, readers []storer.EncodedObjectStorer) *gitTree {
-	t := &gitTree{s: s, root: root, readers: make(chan storer.EncodedObjectStorer, len(readers))}
-	for _, r := range readers {
-		t.readers <- r
-	}
-	return t
+func newGitTree(s storer.EncodedObjectStorer, root *object.Tree, packs *packSet) *gitTree {
+	return &gitTree{s: s, root: root, packs: packs.acquire()}
 }
 
-// openBlob reads a blob by ID through a pooled reader.
+// openBlob reads a blob by ID.
 func (t *gitTree) openBlob(h plumbing.Hash) (io.ReadCloser, error) {
-	r := <-t.readers
-	defer func() { t.readers <- r }()
-	b, err := object.GetBlob(r, h)
+	data, err := t.blob(h)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := b.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	buf := bytes.NewBuffer(make([]byte, 0, b.Size))
-	if _, err := io.Copy(buf, rc); err != nil {
-		return nil, err
-	}
-	return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	r := &blobReader{buf: data}
+	r.Reset(data)
+	return r, nil
 }
 
-func (t *gitTree) Close() error { return nil }
+func (t *gitTree) Close() error {
+	t.closed.Do(t.packs.release)
+	return nil
+}
 
 func gitMode(m filemode.FileMode) fs.FileMode {
 	switch m {
@@ -89,14 +81,16 @@ func (t *gitTree) entry(op, name string) (*object.TreeEntry, error) {
 
 func (t *gitTree) Open(name string) (fs.File, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	e, err := t.entry("open", name)
+	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	switch e.Mode {
 	case filemode.Dir:
+		t.mu.Lock()
 		tree, err := object.GetTree(t.s, e.Hash)
+		t.mu.Unlock()
 		if err != nil {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 		}
@@ -113,8 +107,22 @@ func (t *gitTree) Open(name string) (fs.File, error) {
 	return &gitFile{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode), size: int64(len(data))}, r: bytes.NewReader(data)}, nil
 }
 
-// blob reads an object whole; the caller holds the lock.
+// blob reads a blob whole: from the packs, else through go-git. The
+// caller owns the bytes (a blobReader may hand them back).
 func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
+	if t.packs != nil {
+		typ, data, err := t.packs.read(h)
+		switch {
+		case err == nil && typ != plumbing.BlobObject:
+			return nil, fmt.Errorf("object %s: a %s, not a blob", h, typ)
+		case err == nil:
+			return data, nil
+		case !errors.Is(err, errNotPacked):
+			return nil, err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	b, err := object.GetBlob(t.s, h)
 	if err != nil {
 		return nil, err
@@ -124,10 +132,7 @@ func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
 		return nil, err
 	}
 	defer r.Close()
-	data := make([]byte, 0, b.Size)
-	buf := bytes.NewBuffer(data)
-	_, err = io.Copy(buf, r)
-	return buf.Bytes(), err
+	return readAllSized(r, b.Size)
 }
 
 // Lstat describes name without following a symlink (fs.ReadLinkFS).
@@ -152,8 +157,8 @@ func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
 // ReadLink returns a symlink's target (fs.ReadLinkFS).
 func (t *gitTree) ReadLink(name string) (string, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	e, err := t.entry("readlink", name)
+	t.mu.Unlock()
 	if err != nil {
 		return "", err
 	}
@@ -200,13 +205,11 @@ func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) erro
 		}
 		id, h := "git:"+e.Hash.String(), e.Hash
 		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return id, nil }}
-		if mode.IsRegular() && len(t.readers) > 0 {
+		if mode.IsRegular() {
 			entry.Open = func() (io.ReadCloser, error) { return t.openBlob(h) }
 		}
 		if e.Mode == filemode.Symlink {
-			t.mu.Lock()
 			b, err := t.blob(e.Hash)
-			t.mu.Unlock()
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,460 @@
+package source
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/klauspost/compress/zlib"
+)
+
+// packSet reads objects straight from the cache's packs, for the many
+// blob reads of a sync: one open file per pack read with pread from any
+// goroutine, inflaters and buffers pooled, the delta bases last used kept
+// (bounded). go-git's object reader reopens and seeks the pack and copies
+// each object through its cache; this reads each blob with one inflation.
+// It holds the packs that were installed when it was opened; an object it
+// lacks (a loose object) is read through go-git instead.
+type packSet struct {
+	dir   string // the cache
+	packs []*packFile
+	bases baseCache
+	refs  atomic.Int32 // the Git that opened it and each open tree
+}
+
+// packFile is one pack and its index.
+type packFile struct {
+	name   string // for errors: pack-<sum>.pack
+	f      *os.File
+	path   string
+	info   os.FileInfo // the pack as opened
+	fanout [256]uint32
+	ids    []byte  // sorted object IDs, 20 bytes each
+	offs   []int64 // each object's offset, in ID order
+	sorted []int64 // the offsets in order: an object ends where the next begins
+	// trailer is where the last object ends: the pack's checksum.
+	trailer int64
+}
+
+// openPacks opens every pack of the cache at dir.
+func openPacks(dir string) (*packSet, error) {
+	idxs, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+	if err != nil {
+		return nil, err
+	}
+	s := &packSet{dir: dir}
+	s.refs.Store(1)
+	s.bases.max = baseCacheBytes
+	for _, idx := range idxs {
+		p, err := openPack(idx)
+		if err != nil {
+			s.close()
+			return nil, err
+		}
+		s.packs = append(s.packs, p)
+	}
+	return s, nil
+}
+
+func (s *packSet) acquire() *packSet {
+	if s != nil {
+		s.refs.Add(1)
+	}
+	return s
+}
+
+// release drops a reference; the last one closes the files.
+func (s *packSet) release() {
+	if s != nil && s.refs.Add(-1) == 0 {
+		s.close()
+	}
+}
+
+// changed reports a pack replaced, rewritten or gone since it was opened:
+// the cache was changed behind the process's back.
+func (s *packSet) changed() bool {
+	for _, p := range s.packs {
+		fi, err := os.Stat(p.path)
+		if err != nil || !os.SameFile(fi, p.info) || fi.Size() != p.info.Size() || !fi.ModTime().Equal(p.info.ModTime()) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *packSet) close() {
+	for _, p := range s.packs {
+		p.f.Close()
+	}
+}
+
+// openPack reads a version 2 pack index and opens its pack.
+func openPack(idxPath string) (*packFile, error) {
+	b, err := os.ReadFile(idxPath)
+	if err != nil {
+		return nil, err
+	}
+	p := &packFile{name: filepath.Base(idxPath[:len(idxPath)-len(".idx")]) + ".pack"}
+	bad := func(what string) error {
+		return fmt.Errorf("pack index %s: %s", idxPath, what)
+	}
+	const head = 8 + 256*4
+	if len(b) < head+2*20 || string(b[:4]) != "\xfftOc" || binary.BigEndian.Uint32(b[4:8]) != 2 {
+		return nil, bad("not a version 2 pack index")
+	}
+	for i := range p.fanout {
+		p.fanout[i] = binary.BigEndian.Uint32(b[8+4*i:])
+		if i > 0 && p.fanout[i] < p.fanout[i-1] {
+			return nil, bad("its fan-out table decreases")
+		}
+	}
+	n := int(p.fanout[255])
+	large := head + n*(20+4+4)
+	if n < 0 || large+2*20 > len(b) {
+		return nil, bad(fmt.Sprintf("%d objects do not fit in %d bytes", n, len(b)))
+	}
+	nLarge := (len(b) - large - 2*20) / 8
+	p.ids = b[head : head+n*20]
+	p.offs = make([]int64, n)
+	for i := range n {
+		o := int64(binary.BigEndian.Uint32(b[head+n*24+4*i:]))
+		if o&(1<<31) != 0 {
+			j := int(o &^ (1 << 31))
+			if j >= nLarge {
+				return nil, bad(fmt.Sprintf("object %d: no large offset %d", i, j))
+			}
+			o = int64(binary.BigEndian.Uint64(b[large+8*j:]))
+		}
+		p.offs[i] = o
+	}
+	if p.f, err = os.Open(filepath.Join(filepath.Dir(idxPath), p.name)); err != nil {
+		return nil, err
+	}
+	p.path = p.f.Name()
+	fi, err := p.f.Stat()
+	if err != nil {
+		p.f.Close()
+		return nil, err
+	}
+	p.info = fi
+	p.sorted = slices.Clone(p.offs)
+	slices.Sort(p.sorted)
+	p.trailer = fi.Size() - 20
+	if n > 0 && (p.sorted[0] < 12 || p.sorted[n-1] >= p.trailer) {
+		p.f.Close()
+		return nil, bad(fmt.Sprintf("object offsets %d to %d are outside the pack's %d bytes", p.sorted[0], p.sorted[n-1], fi.Size()))
+	}
+	return p, nil
+}
+
+// find returns the position of h in the index.
+func (p *packFile) find(h plumbing.Hash) (int, bool) {
+	lo, hi := 0, int(p.fanout[h[0]])
+	if h[0] > 0 {
+		lo = int(p.fanout[h[0]-1])
+	}
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		switch c := bytes.Compare(p.ids[m*20:m*20+20], h[:]); {
+		case c == 0:
+			return m, true
+		case c < 0:
+			lo = m + 1
+		default:
+			hi = m
+		}
+	}
+	return 0, false
+}
+
+// endOf is where the object at off ends, if an object starts there.
+func (p *packFile) endOf(off int64) (int64, bool) {
+	k, ok := slices.BinarySearch(p.sorted, off)
+	switch {
+	case !ok:
+		return 0, false
+	case k+1 < len(p.sorted):
+		return p.sorted[k+1], true
+	}
+	return p.trailer, true
+}
+
+// errNotPacked is an object none of the packs holds.
+var errNotPacked = errors.New("not in a pack")
+
+// read returns an object's type and content. The content is the caller's,
+// to hand back with putBuf when done. An object that cannot be read marks
+// the cache to be fetched again.
+func (s *packSet) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	for _, p := range s.packs {
+		if i, ok := p.find(h); ok {
+			end, _ := p.endOf(p.offs[i])
+			typ, data, err := s.readAt(p, p.offs[i], end, 0)
+			if err != nil {
+				markRebuild(s.dir)
+				return 0, nil, fmt.Errorf("git cache %s: object %s in %s: %w (the cache is fetched again next time)", s.dir, h, p.name, err)
+			}
+			return typ, data, nil
+		}
+	}
+	return 0, nil, errNotPacked
+}
+
+// readAt reads the object at [off, end) of p, resolving its delta chain.
+func (s *packSet) readAt(p *packFile, off, end int64, depth int) (plumbing.ObjectType, []byte, error) {
+	if depth > maxDeltaDepth {
+		return 0, nil, malformed("object at %d: a delta chain deeper than %d", off, maxDeltaDepth)
+	}
+	raw := getBuf(int(end - off))
+	defer putBuf(raw)
+	if _, err := p.f.ReadAt(raw, off); err != nil {
+		return 0, nil, fmt.Errorf("read object at %d: %w", off, err)
+	}
+	r := bytes.NewReader(raw)
+	typ, size, err := readObjectHeader(r)
+	if err != nil {
+		return 0, nil, err
+	}
+	var baseOff, baseEnd int64
+	basePack := p
+	switch typ {
+	case plumbing.OFSDeltaObject:
+		rel, err := readDeltaOffset(r)
+		if err != nil {
+			return 0, nil, err
+		}
+		baseOff = off - rel
+		var ok bool
+		if baseEnd, ok = p.endOf(baseOff); !ok || rel <= 0 {
+			return 0, nil, malformed("object at %d: no object at delta base offset %d", off, baseOff)
+		}
+	case plumbing.REFDeltaObject:
+		var ref plumbing.Hash
+		if _, err := io.ReadFull(r, ref[:]); err != nil {
+			return 0, nil, malformed("object at %d: %v", off, err)
+		}
+		found := false
+		for _, q := range append([]*packFile{p}, s.packs...) {
+			if i, ok := q.find(ref); ok {
+				basePack, baseOff, found = q, q.offs[i], true
+				baseEnd, _ = q.endOf(baseOff)
+				break
+			}
+		}
+		if !found {
+			return 0, nil, fmt.Errorf("%w: object at %d: base %s", packfile.ErrReferenceDeltaNotFound, off, ref)
+		}
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+	default:
+		return 0, nil, malformed("object at %d: type %d", off, typ)
+	}
+	// Deflate expands at most about 1032 to 1: a larger size is damage, and
+	// must not be allocated.
+	if size > int64(r.Len())*1032+64 {
+		return 0, nil, malformed("object at %d: %d bytes inflated from %d", off, size, r.Len())
+	}
+	data, err := inflateSized(r, size)
+	if err != nil {
+		return 0, nil, fmt.Errorf("object at %d: %w", off, err)
+	}
+	if !typ.IsDelta() {
+		return typ, data, nil
+	}
+	defer putBuf(data)
+	btyp, base, err := s.base(basePack, baseOff, baseEnd, depth+1)
+	if err != nil {
+		return 0, nil, err
+	}
+	out, err := packfile.PatchDelta(base, data)
+	if err != nil {
+		return 0, nil, fmt.Errorf("object at %d: %w", off, err)
+	}
+	return btyp, out, nil
+}
+
+// base returns a delta base's content, from the cache when it is there.
+// The content is shared: the caller must not change or hand it back.
+func (s *packSet) base(p *packFile, off, end int64, depth int) (plumbing.ObjectType, []byte, error) {
+	k := baseKey{p, off}
+	if typ, b, ok := s.bases.get(k); ok {
+		return typ, b, nil
+	}
+	typ, b, err := s.readAt(p, off, end, depth)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.bases.put(k, typ, b)
+	return typ, b, nil
+}
+
+// inflateSized inflates exactly size bytes from r, and checks the stream
+// ends there (its checksum included).
+func inflateSized(r *bytes.Reader, size int64) ([]byte, error) {
+	zr := zlibPool.Get().(*zlibReader)
+	defer zlibPool.Put(zr)
+	var err error
+	if zr.r == nil {
+		zr.r, err = zlib.NewReader(r)
+	} else {
+		err = zr.r.(zlib.Resetter).Reset(r, nil)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := getBuf(int(size))
+	if n, err := io.ReadFull(zr.r, out); err != nil {
+		putBuf(out)
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("%d bytes, its header says %d", n, size)
+		}
+		return nil, err
+	}
+	var one [1]byte
+	if n, err := zr.r.Read(one[:]); n > 0 || err != io.EOF {
+		putBuf(out)
+		if err == nil || err == io.EOF {
+			return nil, fmt.Errorf("more than the %d bytes its header says", size)
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+type zlibReader struct{ r io.ReadCloser }
+
+var zlibPool = sync.Pool{New: func() any { return new(zlibReader) }}
+
+// Buffers are pooled by size class, powers of two from 4 KiB to
+// 256 KiB: a small object never holds a large buffer. Larger ones are left
+// to the collector, so the pools never pin much memory.
+const (
+	minBufShift = 12
+	maxBufShift = 18
+)
+
+var bufPools [maxBufShift - minBufShift + 1]sync.Pool
+
+// bufClass is the pool for buffers of n bytes, or -1.
+func bufClass(n int) int {
+	c := max(bits.Len(uint(max(n, 1)-1)), minBufShift) - minBufShift
+	if c >= len(bufPools) {
+		return -1
+	}
+	return c
+}
+
+// getBuf returns a buffer of n bytes, its content undefined.
+func getBuf(n int) []byte {
+	c := bufClass(n)
+	if c < 0 {
+		return make([]byte, n)
+	}
+	if p, ok := bufPools[c].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<(c+minBufShift))
+}
+
+// putBuf hands back a buffer getBuf made.
+func putBuf(b []byte) {
+	if c := bufClass(cap(b)); c >= 0 && cap(b) == 1<<(c+minBufShift) {
+		b = b[:0]
+		bufPools[c].Put(&b)
+	}
+}
+
+// blobReader is an object's content; Close hands its buffer back.
+type blobReader struct {
+	bytes.Reader
+	buf []byte
+}
+
+func (r *blobReader) Close() error {
+	if r.buf != nil {
+		putBuf(r.buf)
+		r.buf = nil
+		r.Reset(nil)
+	}
+	return nil
+}
+
+// baseCacheBytes bounds the delta bases kept inflated.
+const baseCacheBytes = 2 << 20
+
+type baseKey struct {
+	p   *packFile
+	off int64
+}
+
+// baseCache is a small LRU of inflated delta bases.
+type baseCache struct {
+	mu    sync.Mutex
+	max   int
+	size  int
+	items map[baseKey]*baseItem
+	head  baseItem // sentinel of a ring, most recent first
+}
+
+type baseItem struct {
+	k          baseKey
+	typ        plumbing.ObjectType
+	b          []byte
+	prev, next *baseItem
+}
+
+func (c *baseCache) get(k baseKey) (plumbing.ObjectType, []byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it, ok := c.items[k]
+	if !ok {
+		return 0, nil, false
+	}
+	c.unlink(it)
+	c.pushFront(it)
+	return it.typ, it.b, true
+}
+
+func (c *baseCache) put(k baseKey, typ plumbing.ObjectType, b []byte) {
+	if cap(b) > c.max/4 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.items == nil {
+		c.items = map[baseKey]*baseItem{}
+		c.head.prev, c.head.next = &c.head, &c.head
+	}
+	if _, ok := c.items[k]; ok {
+		return
+	}
+	it := &baseItem{k: k, typ: typ, b: b}
+	c.items[k] = it
+	c.pushFront(it)
+	c.size += cap(b)
+	for c.size > c.max {
+		old := c.head.prev
+		c.unlink(old)
+		delete(c.items, old.k)
+		c.size -= cap(old.b)
+	}
+}
+
+func (c *baseCache) unlink(it *baseItem) {
+	it.prev.next, it.next.prev = it.next, it.prev
+}
+
+func (c *baseCache) pushFront(it *baseItem) {
+	it.prev, it.next = &c.head, c.head.next
+	c.head.next.prev = it
+	c.head.next = it
+}
