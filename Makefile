@@ -47,16 +47,22 @@ test-faults:
 	[ $$rc -eq 0 ] || { tail -40 bin/test-faults.log; echo "full log: bin/test-faults.log"; }; exit $$rc
 
 # Every fuzz target for FUZZTIME each; crashers land in testdata/fuzz/ and
-# stay there as regression inputs.
+# stay there as regression inputs. Go 1.26's fuzz coordinator may fail a
+# run with a bare "context deadline exceeded" as FUZZTIME ends on a busy
+# machine (golang/go#75804, fixed in Go 1.27): that, with no failing input
+# written, is not a finding and does not fail the target; anything else does.
 FUZZTIME ?= 20s
+FUZZ_TARGETS = resource:FuzzLoad diff:FuzzRender diff:FuzzUnified state:FuzzDecodeIndex \
+	state:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook
 fuzz:
-	$(GO) test ./pkg/resource -run '^$$' -fuzz '^FuzzLoad$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/diff -run '^$$' -fuzz '^FuzzRender$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/diff -run '^$$' -fuzz '^FuzzUnified$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/state -run '^$$' -fuzz '^FuzzDecodeIndex$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/state -run '^$$' -fuzz '^FuzzIndexLog$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/state -run '^$$' -fuzz '^FuzzLoadSnapshot$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./pkg/agent -run '^$$' -fuzz '^FuzzWebhook$$' -fuzztime $(FUZZTIME)
+	@mkdir -p bin; for t in $(FUZZ_TARGETS); do \
+		pkg=./pkg/$${t%%:*}; name=$${t#*:}; log=bin/fuzz-$$name.log; \
+		echo "$(GO) test $$pkg -run '^\$$' -fuzz '^$$name\$$' -fuzztime $(FUZZTIME)"; \
+		if $(GO) test $$pkg -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) > $$log 2>&1; then tail -1 $$log; continue; fi; \
+		if grep -q 'context deadline exceeded' $$log && ! grep -qE 'Failing input written|panic:' $$log; then \
+			echo "$$name: no failing input; only the fuzz coordinator's deadline race (golang/go#75804): not a finding"; continue; fi; \
+		cat $$log; exit 1; \
+	done
 
 lint:
 	$(GO) vet ./...
