@@ -370,11 +370,7 @@ func (x *Index) appendLog(logPath string, frame []byte) error {
 			f.Close()
 			return err
 		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
+		if err := syncClose(f); err != nil {
 			return err
 		}
 		x.logValid += int64(len(frame))

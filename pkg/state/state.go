@@ -419,6 +419,16 @@ func WriteFile(path string, data []byte) error {
 	})
 }
 
+// syncClose makes what was written to f durable, then closes it; f is
+// closed whatever fails.
+func syncClose(f *os.File) error {
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // writeFileFunc is WriteFile with the content written by write.
 func writeFileFunc(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
@@ -434,11 +444,7 @@ func writeFileFunc(path string, write func(io.Writer) error) error {
 		f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := syncClose(f); err != nil {
 		return err
 	}
 	if err := os.Rename(f.Name(), path); err != nil {
