@@ -63,4 +63,11 @@ spec: {command: [sh, -c, "exit 3"]}
 	if b, err := os.ReadFile(filepath.Join(root, "etc/motd")); err != nil || string(b) != "hello\n" {
 		t.Errorf("ready before File/motd was applied: %q, %v", b, err)
 	}
+	// Ready means watched: the directory the first pass made is.
+	a.watch.mu.Lock()
+	_, watched := a.watch.dirs[filepath.Join(root, "etc")]
+	a.watch.mu.Unlock()
+	if !watched {
+		t.Errorf("ready before %s/etc, made by the first pass, was watched", root)
+	}
 }

@@ -46,17 +46,31 @@ func (a *Agent) work(ctx context.Context) bool {
 // passed notes that id was reconciled once (applied, failed or found
 // waiting): the first reconcile is done once every key of the first
 // revision was, so a key that keeps coming back (a command retried, a
-// host that keeps drifting) cannot hold readiness hostage.
+// host that keeps drifting) cannot hold readiness hostage. Ready means
+// watched too: what the first pass made (new directories included) is
+// watched before the agent says it is ready, or an edit made just after
+// would go unseen until the drift scan.
 func (a *Agent) passed(id resource.ID) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.firstPass == nil {
+		a.mu.Unlock()
 		return
 	}
 	delete(a.firstPass, id)
-	if len(a.firstPass) == 0 {
-		a.started = true
+	if len(a.firstPass) > 0 {
+		a.mu.Unlock()
+		return
 	}
+	a.firstPass = nil
+	w, d := a.watch, a.desired
+	a.rewatch = false
+	a.mu.Unlock()
+	if w != nil && d != nil {
+		w.sync(d.Set)
+	}
+	a.mu.Lock()
+	a.started = true
+	a.mu.Unlock()
 }
 
 // reconcile converges one resource: it re-reads the desired and the live
