@@ -96,55 +96,30 @@ func TestQueueUnderChurn(t *testing.T) {
 	var edits, deletes, commits, reads int
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		rng := rand.New(rand.NewPCG(1, 1))
-		for tick := time.NewTicker(100 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
+	commitRng, editRng := rand.New(rand.NewPCG(1, 1)), rand.New(rand.NewPCG(1, 2))
+	wg.Go(every(100*time.Millisecond, stop, func() {
+		m := commitRng.IntN(churnManifests)
+		repo.gen[m]++
+		repo.write(t, m)
+		a.Reconcile(agent.TriggerManual)
+		commits++
+	}))
+	wg.Go(every(3*time.Millisecond, stop, func() {
+		p := filepath.Join(root, churnPath(editRng.IntN(churnFiles)))
+		if editRng.IntN(4) == 0 {
+			if os.Remove(p) == nil {
+				deletes++
 			}
-			m := rng.IntN(churnManifests)
-			repo.gen[m]++
-			repo.write(t, m)
-			a.Reconcile(agent.TriggerManual)
-			commits++
+			return
 		}
-	})
-	wg.Go(func() {
-		rng := rand.New(rand.NewPCG(1, 2))
-		for tick := time.NewTicker(3 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
-			}
-			p := filepath.Join(root, churnPath(rng.IntN(churnFiles)))
-			if rng.IntN(4) == 0 {
-				if os.Remove(p) == nil {
-					deletes++
-				}
-				continue
-			}
-			if os.WriteFile(p, []byte("a hand edit\n"), 0o644) == nil {
-				edits++
-			}
+		if os.WriteFile(p, []byte("a hand edit\n"), 0o644) == nil {
+			edits++
 		}
-	})
-	wg.Go(func() {
-		for tick := time.NewTicker(100 * time.Millisecond); ; {
-			select {
-			case <-stop:
-				tick.Stop()
-				return
-			case <-tick.C:
-			}
-			a.Status(ctx)
-			reads++
-		}
-	})
+	}))
+	wg.Go(every(100*time.Millisecond, stop, func() {
+		a.Status(ctx)
+		reads++
+	}))
 	time.Sleep(churnFor) // the churn's length; convergence is polled below
 	close(stop)
 	wg.Wait()
@@ -209,6 +184,22 @@ func TestQueueUnderChurn(t *testing.T) {
 }
 
 // waitFor polls cond until it holds, failing the test after limit.
+// every returns a loop that runs fn each d until stop closes.
+func every(d time.Duration, stop <-chan struct{}, fn func()) func() {
+	return func() {
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				fn()
+			}
+		}
+	}
+}
+
 func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(limit); !cond(); time.Sleep(20 * time.Millisecond) {

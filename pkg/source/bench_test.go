@@ -80,15 +80,21 @@ func goSourceDaemon(b *testing.B) string {
 	return url
 }
 
+// coldFetch fetches url into an empty cache.
+func coldFetch(b *testing.B, url string) *source.Checkout {
+	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+	co, err := g.Fetch(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return co
+}
+
 // BenchmarkColdFetch is a first fetch of GOROOT/src into an empty cache.
 func BenchmarkColdFetch(b *testing.B) {
 	url := goSourceDaemon(b)
 	for b.Loop() {
-		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
-		co, err := g.Fetch(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
+		co := coldFetch(b, url)
 		co.Close()
 	}
 }
@@ -98,14 +104,10 @@ func BenchmarkColdFetch(b *testing.B) {
 func BenchmarkColdFetchRead(b *testing.B) {
 	url := goSourceDaemon(b)
 	for b.Loop() {
-		g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
-		co, err := g.Fetch(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
+		co := coldFetch(b, url)
 		var eg errgroup.Group
 		eg.SetLimit(runtime.GOMAXPROCS(0))
-		err = co.Tree.Walk(".", func(e source.Entry) error {
+		err := co.Tree.Walk(".", func(e source.Entry) error {
 			if e.Open == nil {
 				return nil
 			}
