@@ -92,11 +92,13 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if d != nil {
 		defer d.Close()
 	}
-	old := state.NewIndex()
+	var old *state.Index
 	if rec != nil {
 		if old, err = state.LoadIndex(treeIndexFile(env, rec.ID)); err != nil {
 			return nil, err
 		}
+	} else {
+		old = state.NewIndexAt(treeIndexFile(env, string(r.ID())))
 	}
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
@@ -201,7 +203,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	defer top.Close()
 	switch {
 	case w.replan:
-		w.index = state.NewIndex()
+		w.index = state.NewIndexAt(treeIndexFile(env, string(c.ID)))
 		if c.Record != nil {
 			if w.index, err = state.LoadIndex(treeIndexFile(env, string(c.ID))); err != nil {
 				return nil, err

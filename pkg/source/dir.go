@@ -57,7 +57,7 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 		sum := sha256.Sum256([]byte(root.Dir()))
 		t.cacheFile = filepath.Join(d.CacheDir, "dir-"+hex.EncodeToString(sum[:8])+".idx")
 		if t.cache, err = state.LoadIndex(t.cacheFile); err != nil {
-			t.cache = state.NewIndex() // a cache is only a cache
+			t.cache = state.NewIndexAt(t.cacheFile) // a cache is only a cache
 		}
 	} else {
 		t.cache = state.NewIndex()

@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
@@ -11,35 +10,41 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
-	"golang.org/x/sys/unix"
 )
 
 // Index maps relative paths to fingerprints: the per-file memory of a
 // mirrored tree, or the stat cache of a directory source. It is a compact
-// binary file (about 100 bytes an entry) because decoding JSON for ten
-// thousand entries costs more than the drift check it serves.
+// binary file read in place (indexbase.go), because decoding ten thousand
+// entries costs more than the drift check they serve, and holding them
+// costs more memory than the check needs.
 //
 // On disk an index is a base file and a log beside it (the base's name and
 // ".log"): Save appends only the entries set or deleted since the index was
 // loaded, and rewrites the base whole once the log outgrows a share of it.
+//
+// An Index is not safe for concurrent use.
 type Index struct {
-	// The entries, read with Get and All, changed with Set, Touch and
-	// Delete so that Save can write only what changed (see indexmem.go).
-	rows     []row
-	arena    arena
-	owners   []owner
-	ownerIdx map[owner]uint32 // of owners, once there are many
-	added    map[string]*IndexEntry
-	n        int // entries
+	// The entries, read with Get, Children and All, changed with Set,
+	// Touch and Delete so that Save can write only what changed (see
+	// indexmem.go).
+	base          *base // nil: none
+	logged, added layer
+	n             int    // entries
+	spill         string // where checkpoints go; "": the layers stay in memory
+	spillFailed   int    // the layers' size when a checkpoint last failed
+	replaying     bool   // the log is being replayed: no checkpoint
+	rewrite       bool   // the base is of an older format: Save writes a new one
 	// ref is the index files' newest mtime when loaded: entries whose
 	// timestamps are not older are racily clean (git's rule) and must be
 	// hashed.
 	ref int64
-	// base is what the log extends, as loaded; zero when there was none.
-	base     baseID
+	// disk is the base file the log extends, as loaded; zero when there
+	// was none.
+	disk     baseID
 	logValid int64 // bytes of the log that decoded; a torn tail is cut off
 	logOK    bool  // the log exists, extends the base, and can be appended to
 }
@@ -52,10 +57,12 @@ type IndexEntry struct {
 	ContentID string // the source's name for the desired content
 }
 
-// NewIndex is an empty index.
-func NewIndex() *Index {
-	return &Index{added: map[string]*IndexEntry{}}
-}
+// NewIndex is an empty index that keeps what is set in memory.
+func NewIndex() *Index { return &Index{} }
+
+// NewIndexAt is an empty index to be saved at path: a large one spills
+// beside it.
+func NewIndexAt(path string) *Index { return &Index{spill: filepath.Dir(path)} }
 
 // Racy reports whether a file whose stat matches e may still have changed
 // unseen: its timestamps are as new as the index itself.
@@ -63,30 +70,45 @@ func (x *Index) Racy(e *IndexEntry) bool {
 	return x.ref == 0 || e.Mtime >= x.ref || e.Ctime >= x.ref
 }
 
+// indexMagic starts an index of format 1, an entry after another in
+// varints, which is read and rewritten as format 2 by the next save.
 const indexMagic = "CSIX\x01"
 
 // ErrCorruptIndex reports an index file that is truncated or damaged.
 var ErrCorruptIndex = errors.New("index is corrupt")
 
-// LoadIndex reads an index and replays its log; a missing file is an empty
+// LoadIndex maps an index and replays its log; a missing file is an empty
 // index. A damaged base is an error wrapping ErrCorruptIndex and naming the
 // file; a damaged log ends where the damage starts (it only ever loses the
 // last writes, as a torn append would).
 func LoadIndex(path string) (*Index, error) {
-	data, fi, unmap, release, err := mapFile(path)
+	x := NewIndexAt(path)
+	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		x := NewIndex()
 		return x, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	x, err := decodeIndexReleasing(data, release)
-	unmap()
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	data, unmap, err := mapBase(f, fi.Size())
+	if err != nil {
+		return nil, fmt.Errorf("read index: %w", err)
+	}
+	if err := x.open(data, true, x.spill); err != nil {
+		unmap()
 		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
 	}
-	x.base = baseOf(fi)
+	if x.rewrite {
+		unmap() // converted from format 1: the old bytes are done with
+	} else {
+		x.base.own(unmap)
+	}
+	x.disk = baseOf(fi)
 	x.ref = fi.ModTime().UnixNano()
 	if err := x.replay(path + logSuffix); err != nil {
 		return nil, err
@@ -94,38 +116,34 @@ func LoadIndex(path string) (*Index, error) {
 	return x, nil
 }
 
-// mapFile maps a base read-only: decoding copies what it keeps, so the
-// file's bytes never join the heap (at 45,000 entries they are 5 MB, and
-// the heap's pacing would double them). A base is only ever replaced by a
-// rename, never cut short in place, so the mapping stays whole. Where
-// mapping fails the file is read.
-//
-// The pages decoded are released as decoding goes (release(n): the first
-// n bytes are done), so that at no time is the whole file resident beside
-// what was decoded from it.
-func mapFile(path string) (data []byte, fi fs.FileInfo, unmap func(), release func(int), err error) {
-	f, err := os.Open(path)
+// decodeIndex reads an index file's bytes in memory; any fault is an
+// error wrapping ErrCorruptIndex.
+func decodeIndex(data []byte) (*Index, error) {
+	x := NewIndex()
+	if err := x.open(data, false, ""); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// open makes data the base: format 2 as it is, format 1 converted to
+// format 2 in an unnamed file in dir (in memory when dir is "").
+func (x *Index) open(data []byte, mapped bool, dir string) error {
+	if len(data) == 0 {
+		return corrupt("bad header")
+	}
+	var err error
+	if !bytes.HasPrefix(data, []byte(indexMagic)) {
+		x.base, err = parseBase(data, mapped, false)
+	} else {
+		x.base, err = convertIndex(data, dir)
+		x.rewrite = true
+	}
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return err
 	}
-	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if size := fi.Size(); size > 0 && size < 1<<30 {
-		if data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
-			page, done := os.Getpagesize(), 0
-			release := func(n int) {
-				if n -= n % page; n > done {
-					unix.Madvise(data[done:n], unix.MADV_DONTNEED)
-					done = n
-				}
-			}
-			return data, fi, func() { unix.Munmap(data) }, release, nil
-		}
-	}
-	data, fi, err = readBounded(path)
-	return data, fi, func() {}, func(int) {}, err
+	x.n = x.base.live
+	return nil
 }
 
 // readBounded reads a file whole: its real size, never a count inside it,
@@ -148,23 +166,12 @@ func readBounded(path string) ([]byte, fs.FileInfo, error) {
 	return buf.Bytes(), fi, nil
 }
 
-// minIndexEntry is the fewest bytes an encoded entry takes: one for each of
-// its three string lengths and seven numbers.
+// minIndexEntry is the fewest bytes an entry of format 1 takes: one for
+// each of its three string lengths and seven numbers.
 const minIndexEntry = 10
 
-// decodeIndex decodes an index file's bytes; any fault is an error wrapping
-// ErrCorruptIndex.
-func decodeIndex(data []byte) (*Index, error) { return decodeIndexReleasing(data, func(int) {}) }
-
-// releaseEvery is how many bytes decoding goes between releases of what it
-// read.
-const releaseEvery = 256 << 10
-
-// decodeIndexReleasing is decodeIndex telling release how far it read.
-func decodeIndexReleasing(data []byte, release func(int)) (*Index, error) {
-	if !bytes.HasPrefix(data, []byte(indexMagic)) {
-		return nil, fmt.Errorf("%w: bad header", ErrCorruptIndex)
-	}
+// convertIndex reads an index of format 1 into a base of format 2.
+func convertIndex(data []byte, dir string) (*base, error) {
 	d := &indexDecoder{b: data, off: len(indexMagic)}
 	n := d.uvarint("entry count")
 	if rest := uint64(len(data) - d.off); d.err == nil && n > rest/minIndexEntry {
@@ -173,15 +180,24 @@ func decodeIndexReleasing(data []byte, release func(int)) (*Index, error) {
 	if d.err != nil {
 		return nil, d.err
 	}
-	// Sized by the bytes that remain, and no more than a modest start: the
-	// map grows if a large index is real.
-	x := NewIndex()
-	x.rows = make([]row, 0, min(n, 1<<16))
-	prev, released := "", 0
+	var out io.WriterAt
+	var f *os.File
+	if dir != "" {
+		var err error
+		if f, err = unnamedFile(dir); err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		out = f
+	} else {
+		out = &memFile{}
+	}
+	w := newBaseWriter(out, int(n))
+	prev := ""
 	for i := range n {
 		d.entry = i + 1
 		p := d.str("path")
-		// Save writes paths sorted and unique; anything else is damage.
+		// Paths were written sorted and unique; anything else is damage.
 		if d.err == nil && i > 0 && p <= prev {
 			d.fail("path %q out of order", p)
 		}
@@ -189,22 +205,31 @@ func decodeIndexReleasing(data []byte, release func(int)) (*Index, error) {
 		if d.err != nil {
 			return nil, d.err
 		}
-		r := row{path: x.arena.put(p)}
-		x.fill(&r, e)
-		x.rows = append(x.rows, r)
+		r, str, cid := encodeEntry(e)
+		w.add(&item{path: []byte(p), r: r, str: []byte(str), cid: []byte(cid)})
 		prev = p
-		if d.off-released >= releaseEvery {
-			release(d.off)
-			released = d.off
-		}
 	}
 	if d.off != len(data) {
 		d.entry = 0
 		d.fail("%d bytes of trailing data", len(data)-d.off)
 		return nil, d.err
 	}
-	x.n = len(x.rows)
-	return x, nil
+	if err := w.finish(); err != nil {
+		return nil, err
+	}
+	if f == nil {
+		return parseBase(out.(*memFile).b, false, false)
+	}
+	conv, unmap, err := mapBase(f, w.size())
+	if err != nil {
+		return nil, err
+	}
+	b, err := parseBase(conv, true, false)
+	if err != nil {
+		unmap()
+		return nil, err
+	}
+	return b.own(unmap), nil
 }
 
 // indexEntry decodes an entry's fields after its path.
@@ -305,42 +330,46 @@ func (d *indexDecoder) str(what string) string {
 
 // Save writes what changed since the load: appended to the log when the
 // log extends the base on disk and stays small beside it, else as a new
-// base (atomically) that makes the log stale.
+// base (atomically) that makes the log stale. The index then reads what
+// was saved.
 func (x *Index) Save(path string) error {
 	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	x.saved()
+	y, err := LoadIndex(path)
+	if err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	*x = *y
 	return nil
 }
 
 func (x *Index) save(path string) error {
 	logPath := path + logSuffix
-	if x.base != (baseID{}) {
+	if x.disk != (baseID{}) && !x.rewrite {
 		fi, err := os.Stat(path)
-		if err == nil && baseOf(fi) == x.base {
-			frame := x.encodeFrame()
-			if x.logValid+int64(len(frame)) <= max(minLogCap, x.base.size/4) {
+		if err == nil && baseOf(fi) == x.disk {
+			limit := max(minLogCap, x.disk.size/4)
+			if frame := x.encodeFrame(limit - x.logValid); frame != nil {
 				return x.appendLog(logPath, frame)
 			}
 		}
 	}
 	// A new base, written whole; the log it replaces names the old base, so
 	// should the removal below not happen, the next load ignores it.
-	err := writeFileFunc(path, func(f io.Writer) error {
-		b := bufio.NewWriterSize(f, 64<<10)
-		x.encodeTo(b)
-		return b.Flush()
+	err := writeFileFunc(path, func(f *os.File) error {
+		w := newBaseWriter(f, x.n)
+		for it := range x.items("") {
+			if it.r.flags&fDead == 0 {
+				it.r.flags &^= fMarks
+				w.add(&it)
+			}
+		}
+		return w.finish()
 	})
 	if err != nil {
 		return err
 	}
-	fi, err := os.Stat(path)
-	if err != nil {
-		return err
-	}
-	x.base, x.ref = baseOf(fi), fi.ModTime().UnixNano()
-	x.logValid, x.logOK = 0, false
 	if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
@@ -351,7 +380,7 @@ func (x *Index) save(path string) error {
 // extend the base is started anew, atomically, with its header.
 func (x *Index) appendLog(logPath string, frame []byte) error {
 	if !x.logOK {
-		data := append(x.base.header(), frame...)
+		data := append(x.disk.header(), frame...)
 		if err := WriteFile(logPath, data); err != nil {
 			return err
 		}
@@ -413,8 +442,9 @@ func (b baseID) header() []byte {
 
 // encodeFrame is one save's changes: a uvarint length, the CRC-32C of the
 // payload, and the payload: the record count, then per record a path, a
-// flag (0: set, 1: deleted) and, when set, the entry as in the base.
-func (x *Index) encodeFrame() []byte {
+// flag (0: set, 1: deleted) and, when set, the entry as in an index of
+// format 1. It is nil when the frame would exceed limit bytes.
+func (x *Index) encodeFrame(limit int64) []byte {
 	count := 0
 	for range x.changes() {
 		count++
@@ -423,6 +453,9 @@ func (x *Index) encodeFrame() []byte {
 	w := entryWriter{b: &b}
 	w.uv(uint64(count))
 	for p, e := range x.changes() {
+		if int64(b.Len()) > limit {
+			return nil
+		}
 		w.str(p)
 		if e == nil {
 			b.WriteByte(1)
@@ -434,7 +467,10 @@ func (x *Index) encodeFrame() []byte {
 	payload := b.Bytes()
 	out := binary.AppendUvarint(nil, uint64(len(payload)))
 	out = binary.BigEndian.AppendUint32(out, crc32.Checksum(payload, crcTable))
-	return append(out, payload...)
+	if out = append(out, payload...); int64(len(out)) > limit {
+		return nil
+	}
+	return out
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -463,10 +499,11 @@ func (x *Index) replay(logPath string) error {
 // records how far they reached; false when the header does not name the
 // base.
 func (x *Index) replayLog(data []byte) bool {
-	head := x.base.header()
+	head := x.disk.header()
 	if !bytes.HasPrefix(data, head) {
 		return false
 	}
+	x.replaying = true
 	off := len(head)
 	for off < len(data) {
 		n, k := binary.Uvarint(data[off:])
@@ -483,8 +520,14 @@ func (x *Index) replayLog(data []byte) bool {
 		}
 		off = start + int(n)
 	}
-	x.saved() // what the log holds is on disk
+	// What the log holds is on disk: below what the next save writes.
+	for _, l := range x.added {
+		x.logged.put(l.p, l.e)
+	}
+	x.added = nil
 	x.logValid, x.logOK = int64(off), true
+	x.replaying = false
+	x.grew()
 	return true
 }
 
@@ -540,27 +583,20 @@ func (x *Index) applyFrame(payload []byte) error {
 	return nil
 }
 
-// encode is the file format: the magic, the entry count, then each entry in
-// path order as its path, inode, mode, uid, gid (uvarints), size, mtime,
-// ctime (varints), SHA-256 and content ID; strings are a uvarint length and
-// the bytes.
+// encode is the index as a base file's bytes, in memory.
 func (x *Index) encode() []byte {
-	var b bytes.Buffer
-	b.Grow(x.n * 128)
-	x.encodeTo(&b)
-	return b.Bytes()
-}
-
-// encodeTo writes the encoding to b, streamed: a large index is never
-// held twice.
-func (x *Index) encodeTo(b byteWriter) {
-	b.WriteString(indexMagic)
-	w := entryWriter{b: b}
-	w.uv(uint64(x.n))
-	for p, e := range x.All() {
-		w.str(p)
-		w.entry(e)
+	m := &memFile{}
+	w := newBaseWriter(m, x.n)
+	for it := range x.items("") {
+		if it.r.flags&fDead == 0 {
+			it.r.flags &^= fMarks
+			w.add(&it)
+		}
 	}
+	if err := w.finish(); err != nil {
+		panic(err) // x.n counts the live entries
+	}
+	return m.b
 }
 
 // byteWriter is what the encoding is written to: a bytes.Buffer or a

@@ -1,97 +1,94 @@
 package state
 
 import (
-	"encoding/binary"
+	"bytes"
 	"encoding/hex"
 	"io/fs"
 	"iter"
+	"os"
 	"slices"
 	"sort"
-	"strings"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
-// The index in memory: the entries as loaded (or as of the last save) are
-// rows of fixed size sorted by path, their strings in one arena, a SHA-256
-// as 32 bytes and a content ID derived from it where it can be. A tree of
-// 45,000 files costs about 90 bytes an entry and its path, where a map of
-// pointers to entries of strings cost 290. Paths new since then wait in a
-// small map until the next save or until it grows, then join the rows.
+// The index in memory is its base, read in place (indexbase.go), and two
+// small layers over it, sorted by path: the records of the log replayed
+// at load (logged), and what was set, touched or deleted since (added);
+// a nil entry in a layer is a deletion. Once the layers outgrow a share of
+// the base, they and the base are merged into a new base in an unnamed
+// file beside the index (a checkpoint) that keeps the marks of what the
+// next save is to write: a sync writing a whole tree holds a few thousand
+// entries on the heap, never the tree.
 
-// row is one entry of the sorted part.
-type row struct {
-	ino, size, mtime, ctime int64
-	sum                     [32]byte
-	path, str, cid          uint32 // offsets into the arena (see put)
-	mode                    fs.FileMode
-	owner                   uint32 // index into Index.owners
-	flags                   uint16
+// layer is entries sorted by path.
+type layer []lent
+
+type lent struct {
+	p string
+	e *IndexEntry
 }
 
-const (
-	fSHA     uint16 = 1 << iota // SHA256 is hex(sum)
-	fStr                        // str holds Target (symlinks) or a SHA256 that is not 64 hex digits
-	fCidSum                     // ContentID is "sha256:" + hex(sum)
-	fCidGit                     // cid holds the 20 bytes of "git:" + hex
-	fCidStr                     // cid holds ContentID as is
-	fDead                       // deleted since the last save
-	fChanged                    // to be written by the next save
-)
+func (l layer) find(p string) (int, bool) {
+	i := sort.Search(len(l), func(i int) bool { return l[i].p >= p })
+	return i, i < len(l) && l[i].p == p
+}
 
-// owner is a uid and gid pair: a tree has few, so rows keep an index.
-type owner struct{ uid, gid uint32 }
-
-// arena holds the rows' strings, each as a uvarint length and its bytes;
-// what get returns shares its memory.
-type arena struct{ b *strings.Builder }
-
-func (a *arena) put(s string) uint32 {
-	if a.b == nil {
-		a.b = &strings.Builder{}
+// put sets p's entry. Entries mostly come in path order, so the end is
+// tried first.
+func (l *layer) put(p string, e *IndexEntry) {
+	s := *l
+	if n := len(s); n == 0 || s[n-1].p < p {
+		*l = append(s, lent{p, e})
+		return
 	}
-	off := uint32(a.b.Len())
-	var tmp [binary.MaxVarintLen64]byte
-	a.b.Write(tmp[:binary.PutUvarint(tmp[:], uint64(len(s)))])
-	a.b.WriteString(s)
-	return off
+	i, ok := s.find(p)
+	if ok {
+		s[i].e = e
+		return
+	}
+	*l = slices.Insert(s, i, lent{p, e})
 }
 
-func (a *arena) get(off uint32) string {
-	s := a.b.String()[off:]
-	var l uint64
-	var shift uint
-	i := 0
-	for ; ; i++ {
-		c := s[i]
-		l |= uint64(c&0x7f) << shift
-		if c < 0x80 {
-			break
-		}
-		shift += 7
+func (l *layer) drop(p string) {
+	if i, ok := l.find(p); ok {
+		*l = slices.Delete(*l, i, i+1)
 	}
-	i++
-	return s[i : i+int(l)]
 }
 
-// isHex reports whether s is lowercase hex, as hex.EncodeToString writes.
-func isHex(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
+// checkpointAt is the fewest layered entries that make a checkpoint; a
+// larger base waits for an eighth of its rows, so that a tree written
+// whole is rewritten a bounded number of times.
+var checkpointAt = 4096 // a variable for tests
 
 // Get returns p's entry, a copy; nil when there is none.
 func (x *Index) Get(p string) *IndexEntry {
-	if e, ok := x.added[p]; ok {
+	if e := x.lookup(p); e != nil {
 		c := *e
 		return &c
 	}
-	if i, ok := x.find(p); ok && x.rows[i].flags&fDead == 0 {
-		return x.entryOf(&x.rows[i])
+	return nil
+}
+
+// lookup is p's entry, not a copy; nil when there is none.
+func (x *Index) lookup(p string) *IndexEntry {
+	if i, ok := x.added.find(p); ok {
+		return x.added[i].e
+	}
+	return x.below(p)
+}
+
+// below is p's entry beneath what was added since the load.
+func (x *Index) below(p string) *IndexEntry {
+	if i, ok := x.logged.find(p); ok {
+		return x.logged[i].e
+	}
+	if b := x.base; b != nil {
+		if i := b.search(p); i < b.n && string(b.path(i)) == p {
+			if it := b.item(i); it.r.flags&fDead == 0 {
+				return it.entry()
+			}
+		}
 	}
 	return nil
 }
@@ -99,192 +96,338 @@ func (x *Index) Get(p string) *IndexEntry {
 // Len is the number of entries.
 func (x *Index) Len() int { return x.n }
 
-// sortedAdded is the paths added since the rows were last merged, in order.
-func (x *Index) sortedAdded() []string {
-	added := make([]string, 0, len(x.added))
-	for p := range x.added {
-		added = append(added, p)
-	}
-	slices.Sort(added)
-	return added
-}
-
-// All yields the entries in path order.
+// All yields the entries in path order. The index must not change while
+// it runs.
 func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		added := x.sortedAdded()
-		i, j := 0, 0
-		for i < len(x.rows) || j < len(added) {
-			if i < len(x.rows) && x.rows[i].flags&fDead != 0 {
-				i++
-				continue
-			}
-			if j == len(added) || i < len(x.rows) && x.arena.get(x.rows[i].path) < added[j] {
-				if !yield(x.arena.get(x.rows[i].path), x.entryOf(&x.rows[i])) {
-					return
-				}
-				i++
-				continue
-			}
-			c := *x.added[added[j]]
-			if !yield(added[j], &c) {
+		for it := range x.items("") {
+			if it.r.flags&fDead == 0 && !yield(string(it.path), it.entry()) {
 				return
 			}
-			j++
 		}
 	}
 }
 
 // Set records p's entry; Save writes it unless it equals the one there.
 func (x *Index) Set(p string, e *IndexEntry) {
-	if prev, ok := x.added[p]; ok {
-		if *prev != *e {
-			c := *e
-			x.added[p] = &c
-		}
+	cur := x.lookup(p)
+	if cur != nil && *cur == *e {
 		return
 	}
-	i, ok := x.find(p)
-	if !ok {
-		c := *e
-		x.added[p] = &c
-		x.n++
-		if len(x.added) >= 1024 && len(x.added) >= len(x.rows)/8 {
-			x.fold(false)
-		}
-		return
-	}
-	r := &x.rows[i]
-	if r.flags&fDead == 0 && *x.entryOf(r) == *e {
-		return
-	}
-	if r.flags&fDead != 0 {
+	if cur == nil {
 		x.n++
 	}
-	keep := r.path
-	*r = row{path: keep, flags: fChanged}
-	x.fill(r, e)
+	c := *e
+	x.added.put(p, &c)
+	x.grew()
 }
 
 // Touch makes Save write p's entry again although it did not change: a
 // racily clean entry verified by its hash is recorded anew, newer than its
 // timestamps.
 func (x *Index) Touch(p string) {
-	if i, ok := x.find(p); ok && x.rows[i].flags&fDead == 0 {
-		x.rows[i].flags |= fChanged
+	if cur := x.lookup(p); cur != nil {
+		c := *cur
+		x.added.put(p, &c)
+		x.grew()
 	}
 }
 
 // Delete forgets p.
 func (x *Index) Delete(p string) {
-	if _, ok := x.added[p]; ok {
-		delete(x.added, p) // never saved: nothing to write
-		x.n--
+	if x.lookup(p) == nil {
 		return
 	}
-	if i, ok := x.find(p); ok && x.rows[i].flags&fDead == 0 {
-		x.rows[i].flags |= fDead | fChanged
-		x.n--
+	x.n--
+	if x.below(p) == nil {
+		x.added.drop(p) // never saved: nothing to write
+		return
+	}
+	x.added.put(p, nil)
+	x.grew()
+}
+
+// DeleteBelow forgets every entry below dir.
+func (x *Index) DeleteBelow(dir string) {
+	prefix := dir + "/"
+	from := prefix
+	for {
+		var batch []string
+		for it := range x.items(from) {
+			if !bytes.HasPrefix(it.path, []byte(prefix)) || len(batch) == 1024 {
+				break
+			}
+			if it.r.flags&fDead == 0 {
+				batch = append(batch, string(it.path))
+			}
+		}
+		if len(batch) == 0 {
+			return
+		}
+		for _, p := range batch {
+			x.Delete(p)
+		}
+		from = batch[len(batch)-1] + "\x00"
 	}
 }
 
 // Dirty reports whether Save has anything to write.
 func (x *Index) Dirty() bool {
-	if len(x.added) > 0 {
-		return true
-	}
-	for i := range x.rows {
-		if x.rows[i].flags&fChanged != 0 {
-			return true
-		}
-	}
-	return false
+	return len(x.added) > 0 || x.rewrite || x.base != nil && x.base.changed > 0
 }
 
 // changes yields the paths Save is to write, in order, with their entries
 // (nil: deleted).
 func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		added := x.sortedAdded()
-		i, j := 0, 0
-		for i < len(x.rows) || j < len(added) {
-			if i < len(x.rows) && x.rows[i].flags&fChanged == 0 {
-				i++
-				continue
-			}
-			if j == len(added) || i < len(x.rows) && x.arena.get(x.rows[i].path) < added[j] {
-				r := &x.rows[i]
+		if x.base == nil || x.base.changed == 0 {
+			// Only what was added since the load: no need to read the base.
+			for _, l := range x.added {
 				var e *IndexEntry
-				if r.flags&fDead == 0 {
-					e = x.entryOf(r)
+				if l.e != nil {
+					c := *l.e
+					e = &c
 				}
-				if !yield(x.arena.get(r.path), e) {
+				if !yield(l.p, e) {
 					return
 				}
-				i++
+			}
+			return
+		}
+		for it := range x.items("") {
+			if it.r.flags&fChanged == 0 {
 				continue
 			}
-			if !yield(added[j], x.added[added[j]]) {
+			var e *IndexEntry
+			if it.r.flags&fDead == 0 {
+				e = it.entry()
+			}
+			if !yield(string(it.path), e) {
 				return
 			}
-			j++
 		}
 	}
 }
 
-// find is the row of p, or where it would go.
-func (x *Index) find(p string) (int, bool) {
-	i := sort.Search(len(x.rows), func(i int) bool { return x.arena.get(x.rows[i].path) >= p })
-	return i, i < len(x.rows) && x.arena.get(x.rows[i].path) == p
+// Child is a name directly in an index directory: its entry, nil when only
+// entries below it are recorded, and whether there are any.
+type Child struct {
+	Entry *IndexEntry
+	Below bool
 }
 
-// entryOf rebuilds a row's entry.
-func (x *Index) entryOf(r *row) *IndexEntry {
-	o := x.owners[r.owner]
-	e := &IndexEntry{Stat: statOf(r, o)}
-	if r.flags&fSHA != 0 {
-		e.SHA256 = hex.EncodeToString(r.sum[:])
+// Children lists the names directly in dir ("" is the top): a contiguous
+// run of entries, whose subdirectories are stepped over by search.
+func (x *Index) Children(dir string) map[string]Child {
+	prefix := ""
+	if dir != "" {
+		prefix = dir + "/"
 	}
-	if r.flags&fStr != 0 {
-		if r.mode&fs.ModeSymlink != 0 {
-			e.Target = x.arena.get(r.str)
-		} else {
-			e.SHA256 = x.arena.get(r.str)
+	out := map[string]Child{}
+	c := x.cursor(prefix)
+	for {
+		it, ok := c.next()
+		if !ok || !bytes.HasPrefix(it.path, []byte(prefix)) {
+			return out
+		}
+		if it.r.flags&fDead != 0 {
+			continue
+		}
+		rest := it.path[len(prefix):]
+		if j := bytes.IndexByte(rest, '/'); j >= 0 {
+			name := string(rest[:j])
+			ch := out[name]
+			ch.Below = true
+			out[name] = ch
+			c = x.cursor(prefix + name + "0") // '0' follows '/': past name's entries
+			continue
+		}
+		name := string(rest)
+		ch := out[name]
+		ch.Entry = it.entry()
+		out[name] = ch
+	}
+}
+
+// item is an entry as a merge of the base and the layers meets it: its
+// row (whose flags carry the marks) and its strings.
+type item struct {
+	path, str, cid []byte
+	r              row
+}
+
+// cursor walks the base and the layers in path order; where they hold the
+// same path, the newer one wins.
+type cursor struct {
+	b             *base
+	bi, li, ai    int
+	logged, added layer
+}
+
+// cursor starts at the first path not below from. The index must not
+// change while it is used.
+func (x *Index) cursor(from string) *cursor {
+	c := &cursor{b: x.base, logged: x.logged, added: x.added}
+	if c.b != nil {
+		c.bi = c.b.search(from)
+	}
+	c.li, _ = c.logged.find(from)
+	c.ai, _ = c.added.find(from)
+	return c
+}
+
+func (c *cursor) next() (item, bool) {
+	for {
+		hasL, hasA := c.li < len(c.logged), c.ai < len(c.added)
+		var p string // the first path of the layers'
+		inL, inA := false, false
+		switch {
+		case hasL && hasA:
+			lp, ap := c.logged[c.li].p, c.added[c.ai].p
+			p, inL, inA = min(lp, ap), lp <= ap, ap <= lp
+		case hasL:
+			p, inL = c.logged[c.li].p, true
+		case hasA:
+			p, inA = c.added[c.ai].p, true
+		}
+		inB := false
+		if c.b != nil && c.bi < c.b.n {
+			switch bp := c.b.path(c.bi); {
+			case !inL && !inA || string(bp) < p:
+				inB, inL, inA = true, false, false
+			case string(bp) == p:
+				inB = true
+			}
+		}
+		if !inB && !inL && !inA {
+			return item{}, false
+		}
+		var it item
+		ok := true
+		switch {
+		case inA:
+			it = layerItem(c.added[c.ai], fChanged)
+		case inL:
+			it, ok = layerItem(c.logged[c.li], 0), c.logged[c.li].e != nil
+		default:
+			it = c.b.item(c.bi)
+		}
+		if inB {
+			c.bi++
+		}
+		if inL {
+			c.li++
+		}
+		if inA {
+			c.ai++
+		}
+		if ok {
+			return it, true
 		}
 	}
-	switch {
-	case r.flags&fCidSum != 0:
-		e.ContentID = "sha256:" + hex.EncodeToString(r.sum[:])
-	case r.flags&fCidGit != 0:
-		e.ContentID = "git:" + hex.EncodeToString([]byte(x.arena.get(r.cid)))
-	case r.flags&fCidStr != 0:
-		e.ContentID = x.arena.get(r.cid)
+}
+
+// items yields the merge from the first path not below from, the deleted
+// entries that are still to be written included.
+func (x *Index) items(from string) iter.Seq[item] {
+	return func(yield func(item) bool) {
+		c := x.cursor(from)
+		for {
+			it, ok := c.next()
+			if !ok || !yield(it) {
+				return
+			}
+		}
 	}
-	return e
 }
 
-func statOf(r *row, o owner) (s hostfs.Stat) {
-	s.Ino, s.Size, s.Mtime, s.Ctime, s.Mode, s.UID, s.GID = uint64(r.ino), r.size, r.mtime, r.ctime, r.mode, o.uid, o.gid
-	return s
+// layerItem is a layer's entry as an item with the given marks; a
+// deletion is a dead row.
+func layerItem(l lent, marks uint16) item {
+	it := item{path: []byte(l.p)}
+	if l.e == nil {
+		it.r.flags = fDead | marks
+		return it
+	}
+	r, str, cid := encodeEntry(l.e)
+	it.r, it.str, it.cid = r, []byte(str), []byte(cid)
+	it.r.flags |= marks
+	return it
 }
 
-// fill sets a row's fields from an entry; its path and flags stay. A
-// symlink keeps its Target and a file its SHA256, as the encoding does.
-func (x *Index) fill(r *row, e *IndexEntry) {
+// grew checkpoints the layers once they are large.
+func (x *Index) grew() {
+	if x.replaying || x.spill == "" {
+		return
+	}
+	k := len(x.added) + len(x.logged)
+	limit := checkpointAt
+	if x.base != nil {
+		limit = max(limit, x.base.n/8)
+	}
+	if k < limit || k < 2*x.spillFailed {
+		return
+	}
+	if err := x.checkpoint(); err != nil {
+		x.spillFailed = k // try again when twice as large
+	}
+}
+
+// checkpoint merges the base and the layers into a new base in an unnamed
+// file in the spill directory, marks kept, and empties the layers. A
+// checkpoint is never a saved index: if it fails, or the process dies, the
+// layers or the file are simply gone.
+func (x *Index) checkpoint() error {
+	n := 0
+	for range x.items("") {
+		n++
+	}
+	if err := os.MkdirAll(x.spill, 0o700); err != nil {
+		return err
+	}
+	f, err := unnamedFile(x.spill)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	w := newBaseWriter(f, n)
+	for it := range x.items("") {
+		w.add(&it)
+	}
+	if err := w.finish(); err != nil {
+		return err
+	}
+	data, unmap, err := mapBase(f, w.size())
+	if err != nil {
+		return err
+	}
+	b, err := layoutBase(data, true, true)
+	if err != nil {
+		unmap()
+		return err
+	}
+	b.live, b.changed = w.live, w.changed
+	x.base, x.logged, x.added = b.own(unmap), nil, nil
+	return nil
+}
+
+// encodeEntry is an entry as a row (its strings apart). A symlink keeps
+// its Target and a file its SHA256, as the log's encoding does.
+func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 	r.ino, r.size, r.mtime, r.ctime, r.mode = int64(e.Ino), e.Size, e.Mtime, e.Ctime, e.Mode
-	r.owner = x.ownerOf(owner{e.UID, e.GID})
+	r.uid, r.gid = e.UID, e.GID
 	sumFree := true
 	switch {
 	case e.Mode&fs.ModeSymlink != 0:
 		if e.Target != "" {
-			r.str, r.flags = x.arena.put(e.Target), r.flags|fStr
+			str, r.flags = e.Target, r.flags|fStr
 		}
 	case len(e.SHA256) == 64 && isHex(e.SHA256):
 		hex.Decode(r.sum[:], []byte(e.SHA256))
 		r.flags |= fSHA
 		sumFree = false
 	case e.SHA256 != "":
-		r.str, r.flags = x.arena.put(e.SHA256), r.flags|fStr
+		str, r.flags = e.SHA256, r.flags|fStr
 	}
 	id := e.ContentID
 	switch {
@@ -297,159 +440,44 @@ func (x *Index) fill(r *row, e *IndexEntry) {
 	case len(id) == 44 && id[:4] == "git:" && isHex(id[4:]):
 		var raw [20]byte
 		hex.Decode(raw[:], []byte(id[4:]))
-		r.cid, r.flags = x.arena.put(string(raw[:])), r.flags|fCidGit
+		cid, r.flags = string(raw[:]), r.flags|fCidGit
 	default:
-		r.cid, r.flags = x.arena.put(id), r.flags|fCidStr
+		cid, r.flags = id, r.flags|fCidStr
 	}
+	return r, str, cid
 }
 
-func (x *Index) ownerOf(o owner) uint32 {
-	for i, have := range x.owners { // a tree has one or two
-		if have == o {
-			return uint32(i)
+// entry rebuilds an item's entry.
+func (it *item) entry() *IndexEntry {
+	r := &it.r
+	e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}}
+	if r.flags&fSHA != 0 {
+		e.SHA256 = hex.EncodeToString(r.sum[:])
+	}
+	if r.flags&fStr != 0 {
+		if r.mode&fs.ModeSymlink != 0 {
+			e.Target = string(it.str)
+		} else {
+			e.SHA256 = string(it.str)
 		}
 	}
-	if x.ownerIdx == nil && len(x.owners) >= 8 {
-		x.ownerIdx = make(map[owner]uint32, len(x.owners))
-		for i, have := range x.owners {
-			x.ownerIdx[have] = uint32(i)
-		}
+	switch {
+	case r.flags&fCidSum != 0:
+		e.ContentID = "sha256:" + hex.EncodeToString(r.sum[:])
+	case r.flags&fCidGit != 0:
+		e.ContentID = "git:" + hex.EncodeToString(it.cid)
+	case r.flags&fCidStr != 0:
+		e.ContentID = string(it.cid)
 	}
-	if x.ownerIdx != nil {
-		if i, ok := x.ownerIdx[o]; ok {
-			return i
-		}
-		x.ownerIdx[o] = uint32(len(x.owners))
-	}
-	x.owners = append(x.owners, o)
-	return uint32(len(x.owners) - 1)
+	return e
 }
 
-// fold merges the added entries into the rows, in place: their strings
-// join the arena and the rows move up from the back, so the index never
-// exists twice. Saved, the dead rows go and nothing is left to write; else
-// both stay marked.
-func (x *Index) fold(saved bool) {
-	added := make([]string, 0, len(x.added))
-	for p := range x.added {
-		added = append(added, p)
-	}
-	slices.Sort(added)
-	n, k := len(x.rows), len(added)
-	x.rows = slices.Grow(x.rows, k)[:n+k]
-	i, j := n-1, k-1
-	for out := n + k - 1; j >= 0; out-- {
-		if i >= 0 && x.arena.get(x.rows[i].path) > added[j] {
-			x.rows[out] = x.rows[i]
-			i--
-			continue
-		}
-		r := row{path: x.arena.put(added[j]), flags: fChanged}
-		x.fill(&r, x.added[added[j]])
-		x.rows[out] = r
-		j--
-	}
-	clear(x.added)
-	if !saved {
-		return
-	}
-	live := x.rows[:0]
-	for _, r := range x.rows {
-		if r.flags&fDead == 0 {
-			r.flags &^= fChanged
-			live = append(live, r)
+// isHex reports whether s is lowercase hex, as hex.EncodeToString writes.
+func isHex(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
 		}
 	}
-	clear(x.rows[len(live):])
-	x.rows = live
-}
-
-// saved marks everything written: rows deleted or added make new rows,
-// else only the marks are cleared (a log replayed at load changes rows in
-// place, and copying them all would double the index's peak).
-func (x *Index) saved() {
-	fold := len(x.added) > 0
-	for i := range x.rows {
-		if x.rows[i].flags&fDead != 0 {
-			fold = true
-			break
-		}
-	}
-	if fold {
-		x.fold(true)
-		return
-	}
-	for i := range x.rows {
-		x.rows[i].flags &^= fChanged
-	}
-}
-
-// Child is a name directly in an index directory: its entry, nil when only
-// entries below it are recorded, and whether there are any.
-type Child struct {
-	Entry *IndexEntry
-	Below bool
-}
-
-// Children lists the names directly in dir ("" is the top): a contiguous
-// run of rows, whose subdirectories are stepped over by search.
-func (x *Index) Children(dir string) map[string]Child {
-	prefix := ""
-	if dir != "" {
-		prefix = dir + "/"
-	}
-	out := map[string]Child{}
-	add := func(rest string, e func() *IndexEntry) (sub string) {
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			c := out[rest[:j]]
-			c.Below = true
-			out[rest[:j]] = c
-			return rest[:j]
-		}
-		c := out[rest]
-		c.Entry = e()
-		out[rest] = c
-		return ""
-	}
-	i, _ := x.find(prefix)
-	for i < len(x.rows) {
-		r := &x.rows[i]
-		p := x.arena.get(r.path)
-		if !strings.HasPrefix(p, prefix) {
-			break
-		}
-		if r.flags&fDead != 0 {
-			i++
-			continue
-		}
-		if sub := add(p[len(prefix):], func() *IndexEntry { return x.entryOf(r) }); sub != "" {
-			i, _ = x.find(prefix + sub + "0") // '0' follows '/': past sub's entries
-			continue
-		}
-		i++
-	}
-	for p, e := range x.added {
-		if strings.HasPrefix(p, prefix) {
-			add(p[len(prefix):], func() *IndexEntry { c := *e; return &c })
-		}
-	}
-	return out
-}
-
-// DeleteBelow forgets every entry below dir.
-func (x *Index) DeleteBelow(dir string) {
-	prefix := dir + "/"
-	i, _ := x.find(prefix)
-	for ; i < len(x.rows) && strings.HasPrefix(x.arena.get(x.rows[i].path), prefix); i++ {
-		if x.rows[i].flags&fDead == 0 {
-			x.rows[i].flags |= fDead | fChanged
-			x.n--
-		}
-	}
-	for p := range x.added {
-		if strings.HasPrefix(p, prefix) {
-			delete(x.added, p)
-			x.n--
-		}
-	}
+	return true
 }

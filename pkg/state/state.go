@@ -413,7 +413,7 @@ func checksum(fields map[string]any) (string, error) {
 // WriteFile writes data to path atomically (temp, fsync, rename, fsync dir),
 // 0600 in a 0700 directory.
 func WriteFile(path string, data []byte) error {
-	return writeFileFunc(path, func(f io.Writer) error {
+	return writeFileFunc(path, func(f *os.File) error {
 		_, err := f.Write(data)
 		return err
 	})
@@ -430,7 +430,7 @@ func syncClose(f *os.File) error {
 }
 
 // writeFileFunc is WriteFile with the content written by write.
-func writeFileFunc(path string, write func(io.Writer) error) error {
+func writeFileFunc(path string, write func(*os.File) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
