@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -103,7 +102,8 @@ type base struct {
 	changed    int  // rows marked changed
 	marked     bool // a checkpoint: rows may carry marks
 	mapped     bool
-	touched    atomic.Int64 // bytes read through the mapping since the last release
+	touched    int // bytes read through the mapping since the last release
+	hint       int // the row found last: look-ups come mostly in order
 }
 
 // releaseEvery is how many bytes are read through a mapping before its
@@ -115,8 +115,8 @@ const releaseEvery = 1 << 20
 // this process (the page cache keeps them, and a later read maps them
 // again).
 func (b *base) touch(n int) {
-	if b.mapped && b.touched.Add(int64(n)) >= releaseEvery {
-		b.touched.Store(0)
+	if b.touched += n; b.touched >= releaseEvery && b.mapped {
+		b.touched = 0
 		unix.Madvise(b.data, unix.MADV_DONTNEED)
 	}
 }
@@ -137,6 +137,20 @@ func (b *base) str(off uint32) []byte {
 
 func (b *base) path(i int) []byte {
 	return b.str(binary.LittleEndian.Uint32(b.rows[i*rowSize+64:]))
+}
+
+// find is p's row, tried first just after the one found last.
+func (b *base) find(p string) (int, bool) {
+	if i := b.hint + 1; i < b.n && string(b.path(i)) == p {
+		b.hint = i
+		return i, true
+	}
+	i := b.search(p)
+	if i < b.n && string(b.path(i)) == p {
+		b.hint = i
+		return i, true
+	}
+	return i, false
 }
 
 // search is the first row whose path is not below p.

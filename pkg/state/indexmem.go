@@ -84,7 +84,7 @@ func (x *Index) below(p string) *IndexEntry {
 		return x.logged[i].e
 	}
 	if b := x.base; b != nil {
-		if i := b.search(p); i < b.n && string(b.path(i)) == p {
+		if i, ok := b.find(p); ok {
 			if it := b.item(i); it.r.flags&fDead == 0 {
 				return it.entry()
 			}
