@@ -357,16 +357,7 @@ func (x *Index) save(path string) error {
 	}
 	// A new base, written whole; the log it replaces names the old base, so
 	// should the removal below not happen, the next load ignores it.
-	err := writeFileFunc(path, func(f *os.File) error {
-		w := newBaseWriter(f, x.n)
-		for it := range x.items("") {
-			if it.r.flags&fDead == 0 {
-				it.r.flags &^= fMarks
-				w.add(&it)
-			}
-		}
-		return w.finish()
-	})
+	err := writeFileFunc(path, func(f *os.File) error { return x.writeBase(f) })
 	if err != nil {
 		return err
 	}
@@ -586,17 +577,22 @@ func (x *Index) applyFrame(payload []byte) error {
 // encode is the index as a base file's bytes, in memory.
 func (x *Index) encode() []byte {
 	m := &memFile{}
-	w := newBaseWriter(m, x.n)
+	if err := x.writeBase(m); err != nil {
+		panic(err) // x.n counts the live entries
+	}
+	return m.b
+}
+
+// writeBase writes the entries as a base to f, without marks.
+func (x *Index) writeBase(f io.WriterAt) error {
+	w := newBaseWriter(f, x.n)
 	for it := range x.items("") {
 		if it.r.flags&fDead == 0 {
 			it.r.flags &^= fMarks
 			w.add(&it)
 		}
 	}
-	if err := w.finish(); err != nil {
-		panic(err) // x.n counts the live entries
-	}
-	return m.b
+	return w.finish()
 }
 
 // byteWriter is what the encoding is written to: a bytes.Buffer or a

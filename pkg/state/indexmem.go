@@ -149,12 +149,12 @@ func (x *Index) Delete(p string) {
 
 // DeleteBelow forgets every entry below dir.
 func (x *Index) DeleteBelow(dir string) {
-	prefix := dir + "/"
-	from := prefix
+	prefix := []byte(dir + "/")
+	from := string(prefix)
 	for {
 		var batch []string
 		for it := range x.items(from) {
-			if !bytes.HasPrefix(it.path, []byte(prefix)) || len(batch) == 1024 {
+			if !bytes.HasPrefix(it.path, prefix) || len(batch) == 1024 {
 				break
 			}
 			if it.r.flags&fDead == 0 {
@@ -224,10 +224,10 @@ func (x *Index) Children(dir string) map[string]Child {
 		prefix = dir + "/"
 	}
 	out := map[string]Child{}
-	c := x.cursor(prefix)
+	c, pre := x.cursor(prefix), []byte(prefix)
 	for {
 		it, ok := c.next()
-		if !ok || !bytes.HasPrefix(it.path, []byte(prefix)) {
+		if !ok || !bytes.HasPrefix(it.path, pre) {
 			return out
 		}
 		if it.r.flags&fDead != 0 {
