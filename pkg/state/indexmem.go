@@ -447,27 +447,29 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 	return r, str, cid
 }
 
-// entry rebuilds an item's entry.
+// entry rebuilds an item's entry. A SHA-256 that is also the content ID
+// shares its string.
 func (it *item) entry() *IndexEntry {
 	r := &it.r
 	e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}}
-	if r.flags&fSHA != 0 {
-		e.SHA256 = hex.EncodeToString(r.sum[:])
-	}
-	if r.flags&fStr != 0 {
-		if r.mode&fs.ModeSymlink != 0 {
-			e.Target = string(it.str)
-		} else {
-			e.SHA256 = string(it.str)
-		}
-	}
+	var buf [7 + 64]byte
 	switch {
 	case r.flags&fCidSum != 0:
-		e.ContentID = "sha256:" + hex.EncodeToString(r.sum[:])
+		e.ContentID = string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
 	case r.flags&fCidGit != 0:
-		e.ContentID = "git:" + hex.EncodeToString(it.cid)
+		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), it.cid))
 	case r.flags&fCidStr != 0:
 		e.ContentID = string(it.cid)
+	}
+	switch {
+	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
+		e.SHA256 = e.ContentID[7:]
+	case r.flags&fSHA != 0:
+		e.SHA256 = string(hex.AppendEncode(buf[:0], r.sum[:]))
+	case r.flags&fStr != 0 && r.mode&fs.ModeSymlink != 0:
+		e.Target = string(it.str)
+	case r.flags&fStr != 0:
+		e.SHA256 = string(it.str)
 	}
 	return e
 }
