@@ -177,7 +177,7 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		return c, nil
 	}
 	if ran && !o.Failed && rec.SpecHash == specHash(r) {
-		c.Detail = "a resource it refreshes on changed"
+		c.Detail = inputsChanged(&spec.Exec, spec.RefreshOn, "refreshes on")
 	}
 	return c, nil
 }
