@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -66,7 +65,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 				g.capture(o) // a reload reads options, and runs nothing
 				return nil
 			}
-			return runAgent(cmd.Context(), g, o)
+			return runAgent(cmd.Context(), g, o, io.Err)
 		},
 	}
 	o.src.add(cmd)
@@ -93,7 +92,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 // The agent supervises its state dir's processes itself, for its whole
 // life and across reloads; on its way out it hands them over to a
 // re-executed supervisor, so they stay supervised while no agent runs.
-func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
+func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -124,7 +123,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 				cancel()
 				return err
 			case <-hup:
-				ng, no, err := reloadOptions()
+				ng, no, err := reloadOptions(stderr)
 				if err != nil {
 					g.log.Error("config reload failed; keeping the running config", "error", err)
 					continue
@@ -140,12 +139,12 @@ func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 	}
 }
 
-// reloadOptions parses this command line again, re-reading --config.
-func reloadOptions() (*globals, *runOptions, error) {
+// reloadOptions parses this command line again, re-reading --config. The
+// new options log to stderr, as the first did.
+func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 	var got *runOptions
 	var gg *globals
-	var errs bytes.Buffer
-	root := newRootCmd(streams{In: strings.NewReader(""), Out: io.Discard, Err: &errs}, func(g *globals) {
+	root := newRootCmd(streams{In: strings.NewReader(""), Out: io.Discard, Err: stderr}, func(g *globals) {
 		g.capture = func(o *runOptions) { got, gg = o, g }
 	})
 	root.SetArgs(os.Args[1:])
