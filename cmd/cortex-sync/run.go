@@ -33,6 +33,7 @@ type runOptions struct {
 	listen            string
 	tokenFile         string
 	webhookSecretFile string
+	retention         state.Retention
 }
 
 func newRunCmd(g *globals, io streams) *cobra.Command {
@@ -82,6 +83,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "address of the HTTP server (metrics, health, status, control, webhooks)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the control endpoints require (needed beyond loopback)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhooks' shared secret (serves POST /hooks/git)")
+	addRetentionFlags(cmd, &o.retention, "once a reconcile converged (at most hourly)")
 	return cmd
 }
 
@@ -177,7 +179,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions) error {
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, WaitTimeout: o.waitTimeout,
-		Metrics: metrics, Log: g.log,
+		Retention: o.retention, Metrics: metrics, Log: g.log,
 	})
 	opts := agent.ServerOptions{
 		Addr: o.listen, Registry: reg, TokenFile: o.tokenFile, Logger: g.log,
