@@ -371,6 +371,8 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	e.Created = true
 	e.Extra, _ = json.Marshal(x)
 	switch {
+	case runErr != nil && len(out) == 0:
+		return e, runErr
 	case runErr != nil:
 		return e, fmt.Errorf("%w; output: %s", runErr, tailOf(out, 512))
 	case code != 0:
