@@ -50,8 +50,8 @@ interrupted. No agent is needed. -o json writes one JSON object a line
 }
 
 func logsRun(cmd *cobra.Command, g *globals, o *logsOptions, io streams, id resource.ID) error {
-	if o.output != "text" && o.output != "json" {
-		return fmt.Errorf("-o %q: use text or json", o.output)
+	if err := checkOutput(o.output, "text", "json"); err != nil {
+		return err
 	}
 	file, err := driver.LogFile(g.stateDir, id)
 	if err != nil {
