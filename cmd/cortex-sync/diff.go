@@ -110,7 +110,7 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		return err
 	}
 	if errs := plan.Errors(); len(errs) > 0 {
-		return fmt.Errorf("%d resources could not be planned (see above)", len(errs))
+		return fmt.Errorf("%s could not be planned (see above)", plural(len(errs), "resource"))
 	}
 	if o.exitCode && plan.HasChanges() {
 		return &exitError{code: exitChanges}

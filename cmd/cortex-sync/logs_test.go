@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,5 +73,83 @@ func TestLogsFollow(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("logs -f did not end when interrupted")
+	}
+}
+
+// TestLogsJSON: logs -o json writes one object a line, the last line
+// even without its newline, following too; a line that comes in two parts
+// is one object, written once its newline comes.
+func TestLogsJSON(t *testing.T) {
+	state := t.TempDir()
+	log := filepath.Join(state, "logs", "web.log")
+	os.MkdirAll(filepath.Dir(log), 0o700)
+	os.WriteFile(log, []byte("one\n<two> & \"2\"\nthree"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, `{"resource":"Process/web","line":"one"}
+{"resource":"Process/web","line":"<two> & \"2\""}
+{"resource":"Process/web","line":"three"}
+`},
+		{[]string{"--tail", "1"}, `{"resource":"Process/web","line":"three"}
+`},
+	} {
+		var out, errOut bytes.Buffer
+		args := append([]string{"logs", "Process/web", "-o", "json", "--state-dir", state}, tc.args...)
+		if code := run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+		}
+		if out.String() != tc.want {
+			t.Errorf("%v printed\n%s\nwant\n%s", args, out.String(), tc.want)
+		}
+	}
+
+	os.WriteFile(log, []byte("one\n"), 0o600)
+	ctx, cancel := context.WithCancel(context.Background())
+	var out, errOut syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"logs", "-f", "-o", "json", "Process/web", "--state-dir", state}, strings.NewReader(""), &out, &errOut)
+	}()
+	waitFor := func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for out.String() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("logs -f -o json printed %q, never %q (stderr %q)", out.String(), want, errOut.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	one := `{"resource":"Process/web","line":"one"}` + "\n"
+	waitFor(one)
+	f, _ := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0o600)
+	f.WriteString("four\nfi")
+	f.Close()
+	four := one + `{"resource":"Process/web","line":"four"}` + "\n"
+	waitFor(four)
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("logs -f exited %d: %s", code, errOut.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("logs -f did not end when interrupted")
+	}
+	if want := four + `{"resource":"Process/web","line":"fi"}` + "\n"; out.String() != want {
+		t.Errorf("interrupted, logs -f -o json printed %q, want %q (the part of a line it held)", out.String(), want)
+	}
+
+	var parts bytes.Buffer
+	j := &jsonLines{enc: json.NewEncoder(&parts), id: "Command/x"}
+	j.Write([]byte("fo"))
+	if parts.Len() != 0 {
+		t.Fatalf("a part of a line was written: %q", parts.String())
+	}
+	j.Write([]byte("ur\n"))
+	if want := `{"resource":"Command/x","line":"four"}` + "\n"; parts.String() != want {
+		t.Errorf("two parts of a line gave %q, want %q", parts.String(), want)
 	}
 }

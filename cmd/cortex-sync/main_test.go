@@ -195,6 +195,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"signal":     cmdSignal,
 			"within":     cmdWithin,
 			"grepr":      cmdGrepR,
+			"recipe":     cmdRecipe,
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {

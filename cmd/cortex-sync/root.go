@@ -227,7 +227,42 @@ applied, and takes the smallest action that closes the gap.`,
 		newLogsCmd(g, io),
 		newVersionCmd(io),
 	)
+	addCompletionExamples(cmd)
 	return cmd
+}
+
+// completionExamples are the examples of cobra's completion commands, which
+// come with none (their Long text has the details).
+var completionExamples = map[string]string{
+	"completion": `  # Completion in this bash session
+  source <(cortex-sync completion bash)
+
+  # For every new session (the packages install bash, zsh and fish already)
+  cortex-sync completion bash > /etc/bash_completion.d/cortex-sync
+  cortex-sync completion zsh > "${fpath[1]}/_cortex-sync"
+  cortex-sync completion fish > ~/.config/fish/completions/cortex-sync.fish`,
+	"bash": `  source <(cortex-sync completion bash)
+  cortex-sync completion bash > /etc/bash_completion.d/cortex-sync`,
+	"zsh": `  source <(cortex-sync completion zsh)
+  cortex-sync completion zsh > "${fpath[1]}/_cortex-sync"`,
+	"fish": `  cortex-sync completion fish | source
+  cortex-sync completion fish > ~/.config/fish/completions/cortex-sync.fish`,
+	"powershell": `  cortex-sync completion powershell | Out-String | Invoke-Expression`,
+}
+
+// addCompletionExamples adds cobra's completion commands now rather than
+// when the root runs, so that they can carry examples.
+func addCompletionExamples(root *cobra.Command) {
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "completion" {
+			continue
+		}
+		c.Example = completionExamples[c.Name()]
+		for _, sub := range c.Commands() {
+			sub.Example = completionExamples[sub.Name()]
+		}
+	}
 }
 
 func (g *globals) setup(io streams) error {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -34,6 +33,7 @@ type runOptions struct {
 	listen            string
 	tokenFile         string
 	webhookSecretFile string
+	retention         state.Retention
 }
 
 func newRunCmd(g *globals, io streams) *cobra.Command {
@@ -66,7 +66,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 				g.capture(o) // a reload reads options, and runs nothing
 				return nil
 			}
-			return runAgent(cmd.Context(), g, o)
+			return runAgent(cmd.Context(), g, o, io.Err)
 		},
 	}
 	o.src.add(cmd)
@@ -83,6 +83,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "address of the HTTP server (metrics, health, status, control, webhooks)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the control endpoints require (needed beyond loopback)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhooks' shared secret (serves POST /hooks/git)")
+	addRetentionFlags(cmd, &o.retention, "once a reconcile converged (at most hourly)")
 	return cmd
 }
 
@@ -93,7 +94,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 // The agent supervises its state dir's processes itself, for its whole
 // life and across reloads; on its way out it hands them over to a
 // re-executed supervisor, so they stay supervised while no agent runs.
-func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
+func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) (err error) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -124,7 +125,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 				cancel()
 				return err
 			case <-hup:
-				ng, no, err := reloadOptions()
+				ng, no, err := reloadOptions(stderr)
 				if err != nil {
 					g.log.Error("config reload failed; keeping the running config", "error", err)
 					continue
@@ -140,12 +141,12 @@ func runAgent(ctx context.Context, g *globals, o *runOptions) (err error) {
 	}
 }
 
-// reloadOptions parses this command line again, re-reading --config.
-func reloadOptions() (*globals, *runOptions, error) {
+// reloadOptions parses this command line again, re-reading --config. The
+// new options log to stderr, as the first did.
+func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 	var got *runOptions
 	var gg *globals
-	var errs bytes.Buffer
-	root := newRootCmd(streams{In: strings.NewReader(""), Out: io.Discard, Err: &errs}, func(g *globals) {
+	root := newRootCmd(streams{In: strings.NewReader(""), Out: io.Discard, Err: stderr}, func(g *globals) {
 		g.capture = func(o *runOptions) { got, gg = o, g }
 	})
 	root.SetArgs(os.Args[1:])
@@ -178,7 +179,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions) error {
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, WaitTimeout: o.waitTimeout,
-		Metrics: metrics, Log: g.log,
+		Retention: o.retention, Metrics: metrics, Log: g.log,
 	})
 	opts := agent.ServerOptions{
 		Addr: o.listen, Registry: reg, TokenFile: o.tokenFile, Logger: g.log,

@@ -14,8 +14,14 @@ type stateSyncFlags struct {
 }
 
 func (s *stateSyncFlags) add(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&s.acceptRollback, "accept-state-rollback", false, "trust a snapshot older than the last one this state dir wrote (a restored backup) and prune from its inventory")
+	addRetentionFlags(cmd, &s.retention, "after a successful sync")
+}
+
+// addRetentionFlags gives sync and run the backup retention, applied when
+// (for the help text).
+func addRetentionFlags(cmd *cobra.Command, r *state.Retention, when string) {
 	f := cmd.Flags()
-	f.BoolVar(&s.acceptRollback, "accept-state-rollback", false, "trust a snapshot older than the last one this state dir wrote (a restored backup) and prune from its inventory")
-	f.IntVar(&s.retention.Keep, "backup-keep", state.DefaultRetention.Keep, "after a successful sync, always keep this many of the newest backup runs")
-	f.DurationVar(&s.retention.MaxAge, "backup-max-age", state.DefaultRetention.MaxAge, "after a successful sync, delete backup runs older than this that --backup-keep does not keep; 0 keeps them forever")
+	f.IntVar(&r.Keep, "backup-keep", state.DefaultRetention.Keep, when+", always keep this many of the newest backup runs")
+	f.DurationVar(&r.MaxAge, "backup-max-age", state.DefaultRetention.MaxAge, when+", delete backup runs older than this that --backup-keep does not keep; 0 keeps them forever")
 }

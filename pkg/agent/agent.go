@@ -38,6 +38,10 @@ type Options struct {
 	FightThreshold int
 	FightWindow    time.Duration
 	WaitTimeout    time.Duration
+	// Retention is how long backup runs are kept, applied once a reconcile
+	// converged and then at most every retentionEvery; the zero value
+	// keeps them all.
+	Retention state.Retention
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
@@ -117,6 +121,7 @@ type Agent struct {
 	stamp   fileStamp   // state.json as last loaded or saved by the agent
 	saved   time.Time   // when the agent last saved it
 	linger  *time.Timer // lets go of a lock held through a burst
+	pruned  time.Time   // when the backup retention last ran
 }
 
 // New makes an agent; Run starts it.

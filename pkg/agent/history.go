@@ -138,6 +138,7 @@ func (a *Agent) settle() {
 			if err := a.flush(); err != nil {
 				a.log.Error("save snapshot", "error", err)
 			}
+			a.pruneBackups()
 		})
 	}
 	m := a.opts.Metrics

@@ -464,6 +464,41 @@ func (a *Agent) flush() error {
 	return a.save()
 }
 
+// retentionEvery bounds how often the agent applies the backup retention:
+// backups come only from overwriting what cortex-sync had not written, so
+// they grow slowly, and a drifting host converges many times an hour.
+const retentionEvery = time.Hour
+
+// pruneBackups applies the backup retention, as a sync does after it
+// succeeded: under the state lock, taken only if free at once (the next
+// converged reconcile tries again) and never through a burst.
+func (a *Agent) pruneBackups() {
+	if a.opts.Retention.MaxAge <= 0 {
+		return
+	}
+	a.wmu.Lock()
+	defer a.wmu.Unlock()
+	if a.holders > 0 || a.lock != nil || time.Since(a.pruned) < retentionEvery {
+		return
+	}
+	a.mu.Lock()
+	st := a.sess.State
+	a.mu.Unlock()
+	l, err := st.Lock(context.Background(), 0)
+	if err != nil {
+		return
+	}
+	defer l.Unlock()
+	a.pruned = time.Now()
+	gone, err := st.PruneBackups(a.opts.Retention, a.pruned)
+	for _, run := range gone {
+		a.log.Info("backup run deleted", "run", run.Name, "files", run.Files, "bytes", run.Bytes)
+	}
+	if err != nil {
+		a.log.Warn("backup retention", "error", err)
+	}
+}
+
 // reload reads a snapshot another writer (a manual sync) saved, and queues
 // every key to re-plan against it. Called with wmu held and the lock taken.
 func (a *Agent) reload() error {

@@ -177,7 +177,7 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		return c, nil
 	}
 	if ran && !o.Failed && rec.SpecHash == specHash(r) {
-		c.Detail = "a resource it refreshes on changed"
+		c.Detail = inputsChanged(&spec.Exec, spec.RefreshOn, "refreshes on")
 	}
 	return c, nil
 }
@@ -371,6 +371,8 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	e.Created = true
 	e.Extra, _ = json.Marshal(x)
 	switch {
+	case runErr != nil && len(out) == 0:
+		return e, runErr
 	case runErr != nil:
 		return e, fmt.Errorf("%w; output: %s", runErr, tailOf(out, 512))
 	case code != 0:

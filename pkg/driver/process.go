@@ -262,6 +262,21 @@ func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (s
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
+// inputsChanged says why the effective spec changed when the spec did
+// not: what `restartOn` (or `refreshOn`, said by verb) names, or the content
+// of a secretEnv file. The snapshot keeps one hash of both, so with both
+// in use either may be the cause.
+func inputsChanged(x *Exec, on []resource.ID, verb string) string {
+	switch {
+	case len(x.SecretEnv) == 0:
+		return "a resource it " + verb + " changed"
+	case len(on) == 0:
+		return "a secretEnv file changed"
+	default:
+		return "a resource it " + verb + ", or a secretEnv file, changed"
+	}
+}
+
 // live is what the status file says of a process. The status is the
 // truth of what runs: the snapshot may lag behind it (a sync killed after
 // starting a process and before saving).
@@ -411,7 +426,7 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	}
 	o.Crashed = rec != nil && !o.Exists
 	if o.GitChanged && rec != nil && rec.SpecHash == specHash(r) {
-		c.Detail = "a resource it restarts on changed"
+		c.Detail = inputsChanged(&spec.Exec, spec.RestartOn, "restarts on")
 	}
 	return c, nil
 }

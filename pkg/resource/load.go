@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/hashicorp/go-multierror"
@@ -328,6 +329,9 @@ var syntaxLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
 
 // decodeFile decodes every document of one manifest file.
 func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([]*Resource, error) {
+	if err := checkUTF8(file, data); err != nil {
+		return nil, err
+	}
 	var errs *multierror.Error
 	var list []*Resource
 	dec := yaml.NewDecoder(bytes.NewReader(data))
@@ -367,6 +371,29 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([
 		errs = appendProblems(errs, err)
 	}
 	return list, errs.ErrorOrNil()
+}
+
+// checkUTF8 refuses a manifest file that is not UTF-8 text, at the line
+// of the first byte that is not: YAML is UTF-8 here, so no path, content
+// or name in it can hold other bytes.
+func checkUTF8(file string, data []byte) error {
+	if utf8.Valid(data) {
+		return nil
+	}
+	off := 0
+	for off < len(data) {
+		r, n := utf8.DecodeRune(data[off:])
+		if r == utf8.RuneError && n <= 1 {
+			break
+		}
+		off += n
+	}
+	before := data[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	doc := 1 + bytes.Count(before, []byte("\n---")) // a leading "---" opens document 1
+	col := off - bytes.LastIndexByte(before, '\n')
+	return &FieldError{Origin: Origin{File: file, Doc: doc}, Line: line,
+		Msg: fmt.Sprintf("byte 0x%02x (column %d) is not UTF-8; manifests are UTF-8 text", data[off], col)}
 }
 
 // tooDeep walks a document (aliases are not followed: they point back up)
