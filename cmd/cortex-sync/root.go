@@ -17,6 +17,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/exemem"
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
@@ -65,6 +66,7 @@ func isTerminal(w io.Writer) bool {
 type globals struct {
 	root        string
 	allowed     []string
+	limits      resource.Limits
 	stateDir    string
 	concurrency int
 	logLevel    string
@@ -210,6 +212,11 @@ applied, and takes the smallest action that closes the gap.`,
 	f.StringVar(&g.logLevel, "log-level", "warn", "debug, info, warn or error")
 	f.StringVar(&g.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another cortex-sync holding the state lock")
+	l := resource.DefaultLimits
+	f.Int64Var(&g.limits.FileBytes, "limit-file-bytes", l.FileBytes, "refuse a manifest file of more bytes than this")
+	f.Int64Var(&g.limits.TotalBytes, "limit-total-bytes", l.TotalBytes, "refuse manifests of more bytes than this together")
+	f.IntVar(&g.limits.Documents, "limit-documents", l.Documents, "refuse more YAML documents than this in all manifests together")
+	f.IntVar(&g.limits.Depth, "limit-depth", l.Depth, "refuse a YAML document nested deeper than this")
 	f.StringVar(&g.config, "config", "", "Agent config file (kind: Agent); flags given on the command line win")
 	cmd.AddCommand(
 		newValidateCmd(g, io),
@@ -290,7 +297,7 @@ func (g *globals) setup(io streams) error {
 
 // config is the engine's configuration from the global flags.
 func (g *globals) engine() reconcile.Config {
-	return reconcile.Config{Root: g.root, Allowed: g.allowed, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log}
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log}
 }
 
 // load fetches and validates the source's current revision.
@@ -299,7 +306,7 @@ func (g *globals) load(ctx context.Context, src *sourceFlags) (*reconcile.Desire
 	if err != nil {
 		return nil, err
 	}
-	return reconcile.Load(ctx, s, g.allowed, g.log)
+	return reconcile.Load(ctx, s, g.engine().Manifests(), g.log)
 }
 
 // session opens the host and the snapshot, with the desired state when a

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -83,7 +82,7 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return err
 	}
 	defer co.Close()
-	set, err := resource.Options{AllowedPaths: g.allowed}.Load(co.Tree, co.Path, driver.Kinds())
+	set, err := g.engine().Manifests().Load(co.Tree, co.Path, driver.Kinds())
 	if o.output == "json" {
 		doc := validateDoc{Valid: err == nil, Source: s.Ref().URL, Revision: co.Revision, Problems: []problemDoc{}}
 		if err != nil {

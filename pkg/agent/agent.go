@@ -258,7 +258,7 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 // changes nothing: the last good revision goes on being healed.
 func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	start := time.Now()
-	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Allowed, a.log)
+	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Manifests(), a.log)
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
 		a.mu.Lock()

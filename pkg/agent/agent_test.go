@@ -20,6 +20,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,7 +153,7 @@ func TestIdleCost(t *testing.T) {
 func stopAll(t *testing.T, repo, root, stateDir string) {
 	os.Remove(filepath.Join(repo, "all.yaml"))
 	ctx := context.Background()
-	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, nil, nil)
+	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, resource.Options{}, nil)
 	if err != nil {
 		t.Error(err)
 		return

@@ -14,6 +14,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -168,7 +169,7 @@ func TestQueueUnderChurn(t *testing.T) {
 	if len(temps) > 0 {
 		t.Errorf("%d temp files left, e.g. %s", len(temps), temps[0])
 	}
-	d, err := reconcile.Load(context.Background(), &source.Dir{Dir: repo.dir, Path: "."}, nil, nil)
+	d, err := reconcile.Load(context.Background(), &source.Dir{Dir: repo.dir, Path: "."}, resource.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +278,7 @@ func TestAgentIndexesWhatItWasMirroring(t *testing.T) {
 func syncOnce(t *testing.T, repo, root, stateDir string) {
 	t.Helper()
 	ctx := context.Background()
-	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, nil, nil)
+	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, resource.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,8 +22,9 @@ import (
 
 // Config is where the engine works and how.
 type Config struct {
-	Root        string   // every host path is re-rooted under it
-	Allowed     []string // write only below these (inside Root)
+	Root        string          // every host path is re-rooted under it
+	Allowed     []string        // write only below these (inside Root)
+	Limits      resource.Limits // bound what loading the manifests takes
 	StateDir    string
 	Concurrency int
 	LockTimeout time.Duration
@@ -60,9 +61,14 @@ func (m *ManifestError) Error() string {
 
 func (m *ManifestError) Unwrap() error { return m.Err }
 
+// Manifests are the load options of c: its allowed paths and limits.
+func (c Config) Manifests() resource.Options {
+	return resource.Options{AllowedPaths: c.Allowed, Limits: c.Limits}
+}
+
 // Load fetches the source's current revision and validates it. An invalid
 // revision is a *ManifestError.
-func Load(ctx context.Context, src source.Source, allowed []string, log *slog.Logger) (*Desired, error) {
+func Load(ctx context.Context, src source.Source, opts resource.Options, log *slog.Logger) (*Desired, error) {
 	co, err := src.Fetch(ctx)
 	if err != nil {
 		return nil, err
@@ -70,7 +76,7 @@ func Load(ctx context.Context, src source.Source, allowed []string, log *slog.Lo
 	for _, n := range co.Notes {
 		log.Warn("source", "note", n)
 	}
-	set, err := resource.Options{AllowedPaths: allowed}.Load(co.Tree, co.Path, driver.Kinds())
+	set, err := opts.Load(co.Tree, co.Path, driver.Kinds())
 	if err != nil {
 		co.Close()
 		return nil, &ManifestError{err}

@@ -29,7 +29,7 @@ func TestLimits(t *testing.T) {
 	}{
 		{"within every limit", map[string]string{"a.yaml": fileDoc(1, "x") + fileDoc(2, "y")}, "", ""},
 		{"a file too big", map[string]string{"a.yaml": fileDoc(1, strings.Repeat("x", 1200))}, "FileBytes",
-			"a.yaml: it holds 1301 bytes, more than the 1000 bytes a manifest file may hold (limit FileBytes; see docs/reliability.md); move large content into a file named by spec.source"},
+			"a.yaml: it holds 1301 bytes, more than the 1000 bytes a manifest file may hold (limit FileBytes: --limit-file-bytes raises it, or limitFileBytes in the Agent config); move large content into a file named by spec.source"},
 		{"too much in all", map[string]string{"a.yaml": fileDoc(1, strings.Repeat("x", 700)), "b.yaml": fileDoc(2, strings.Repeat("y", 700))}, "TotalBytes",
 			"b.yaml: the manifests up to this file hold 1602 bytes, more than the 1500 bytes all manifest files together may hold (limit TotalBytes"},
 		{"too many documents", map[string]string{"a.yaml": fileDoc(1, "") + fileDoc(2, "") + fileDoc(3, ""), "b.yaml": fileDoc(4, "") + fileDoc(5, "") + fileDoc(6, "")}, "Documents",

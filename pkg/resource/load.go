@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
@@ -169,10 +170,29 @@ func (e *LimitError) Error() string {
 	case "Depth":
 		hint = "no cortex-sync spec nests this deep; check the YAML"
 	}
-	return fmt.Sprintf("%s: %s, more than the %s (limit %s; see docs/reliability.md); %s", where, e.Msg, limitAmount(e.Limit, e.Max), e.Limit, hint)
+	return fmt.Sprintf("%s: %s, more than the %s (limit %s: --%s raises it, or %s in the Agent config); %s", where, e.Msg, limitAmount(e.Limit, e.Max), e.Limit, limitFlag(e.Limit), limitField(e.Limit), hint)
 }
 
 func (e *LimitError) Unwrap() error { return ErrLimit }
+
+// limitFlag is the flag that sets a Limits field: FileBytes ↔
+// --limit-file-bytes.
+func limitFlag(limit string) string {
+	var b strings.Builder
+	b.WriteString("limit")
+	for _, r := range limit {
+		if unicode.IsUpper(r) {
+			b.WriteByte('-')
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// limitField is the Agent config's field for a Limits field: FileBytes ↔
+// limitFileBytes.
+func limitField(limit string) string { return "limit" + limit }
 
 func limitAmount(limit string, n int64) string {
 	switch limit {
