@@ -116,3 +116,22 @@ func TestMirrorChangesCounted(t *testing.T) {
 		t.Errorf("counted %d files, %d drifted, %s; listed %d, %d, %s", counted.FileCount(), counted.Drifted, counted.Reason, listed.FileCount(), listed.Drifted, listed.Reason)
 	}
 }
+
+// TestMirrorNameNotUTF8: a Linux file name is any bytes but '/' and NUL. A
+// directory source's file whose name is not UTF-8 is mirrored as a Git
+// source's is, and a converged host plans nothing.
+func TestMirrorNameNotUTF8(t *testing.T) {
+	h := newHost(t)
+	h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n")
+	name := "caf\xe9.md" // Latin-1
+	h.write(filepath.Join(h.repo, "kb", "d\xff", name), "latin-1\n")
+	if rep := h.sync(); rep.Failed() {
+		t.Fatalf("sync: %+v", rep.Results[0])
+	}
+	if b, err := os.ReadFile(h.hostPath(filepath.Join("srv/kb", "d\xff", name))); err != nil || string(b) != "latin-1\n" {
+		t.Fatalf("mirrored: %q, %v", b, err)
+	}
+	if c := find(h.plan(false), "Directory/kb"); c.Action != diff.NoOp {
+		t.Fatalf("converged host planned %s: %+v", c.Action, c.Files)
+	}
+}

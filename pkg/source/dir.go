@@ -82,7 +82,7 @@ type dirTree struct {
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
-	if !fs.ValidPath(name) {
+	if !validPath(name) {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrInvalid}
 	}
 	f, err := t.root.OpenFile(name)
@@ -94,7 +94,7 @@ func (t *dirTree) Open(name string) (fs.File, error) {
 
 // Lstat describes name without following a final symlink (fs.ReadLinkFS).
 func (t *dirTree) Lstat(name string) (fs.FileInfo, error) {
-	if !fs.ValidPath(name) {
+	if !validPath(name) {
 		return nil, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrInvalid}
 	}
 	d, err := t.root.OpenDir(path.Dir(name))

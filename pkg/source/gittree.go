@@ -66,7 +66,7 @@ func gitMode(m filemode.FileMode) fs.FileMode {
 
 // entry finds name in the tree; "." is the root.
 func (t *gitTree) entry(op, name string) (*object.TreeEntry, error) {
-	if !fs.ValidPath(name) {
+	if !validPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
 	if name == "." {

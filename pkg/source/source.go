@@ -7,6 +7,7 @@ import (
 	"context"
 	"io"
 	"io/fs"
+	"strings"
 
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -58,4 +59,23 @@ type Entry struct {
 	// caller read it and returns the content ID: a tree whose IDs are
 	// digests is spared a second read of what was just copied.
 	Digested func(sum string) string
+}
+
+// validPath is fs.ValidPath without its demand for UTF-8: a file name on
+// Linux is any bytes but '/' and NUL, and a tree serves what it holds (a
+// Git tree may name a file in Latin-1 as well as a directory can).
+func validPath(name string) bool {
+	if name == "." {
+		return true
+	}
+	for {
+		elem, rest, more := strings.Cut(name, "/")
+		if elem == "" || elem == "." || elem == ".." || strings.IndexByte(elem, 0) >= 0 {
+			return false
+		}
+		if !more {
+			return true
+		}
+		name = rest
+	}
 }
