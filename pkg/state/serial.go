@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
+	"sync"
 )
 
 // ErrRollback reports a snapshot older than the last one its state dir
@@ -14,11 +16,34 @@ var ErrRollback = errors.New("the snapshot was rolled back")
 
 // serialFile is state.serial: the lineage and serial of the last snapshot
 // saved, kept apart from it, so that an older state.json put back (a
-// restored backup, a copied state dir) is noticed.
+// restored backup, a copied state dir) is noticed, and the host that
+// saved it, so that a state dir copied whole from another host is too.
 type serialFile struct {
 	Lineage string `json:"lineage"`
 	Serial  uint64 `json:"serial"`
+	Host    string `json:"host,omitempty"`
 }
+
+// HostIDEnv names the variable that sets this host's identity, recorded in
+// state.serial; without it the identity is the machine ID. A host whose
+// machine ID changes at each boot (some containers) sets it.
+const HostIDEnv = "CORTEX_SYNC_HOST_ID"
+
+// hostID is this host's identity: $CORTEX_SYNC_HOST_ID, else the machine
+// ID; "" when there is none, and then no copy between hosts is noticed.
+var hostID = sync.OnceValue(func() string {
+	if id := os.Getenv(HostIDEnv); id != "" {
+		return id
+	}
+	for _, p := range []string{"/etc/machine-id", "/var/lib/dbus/machine-id"} {
+		if b, err := os.ReadFile(p); err == nil {
+			if id := strings.TrimSpace(string(b)); id != "" && id != "uninitialized" {
+				return id
+			}
+		}
+	}
+	return ""
+})
 
 func (d Dir) serialPath() string { return d.Sub("state.serial") }
 
@@ -26,18 +51,22 @@ func (d Dir) serialPath() string { return d.Sub("state.serial") }
 // snapshot saved here. ok is false when there is none (a state dir from
 // before state.serial, or a new one).
 func (d Dir) LastWritten() (lineage string, serial uint64, ok bool, err error) {
+	f, ok, err := d.lastWritten()
+	return f.Lineage, f.Serial, ok, err
+}
+
+func (d Dir) lastWritten() (f serialFile, ok bool, err error) {
 	data, err := os.ReadFile(d.serialPath())
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", 0, false, nil
+		return f, false, nil
 	}
 	if err != nil {
-		return "", 0, false, err
+		return f, false, err
 	}
-	var f serialFile
 	if err := json.Unmarshal(data, &f); err != nil || f.Lineage == "" {
-		return "", 0, false, fmt.Errorf("%s is damaged: %q", d.serialPath(), truncate(data, 80))
+		return f, false, fmt.Errorf("%s is damaged: %q", d.serialPath(), truncate(data, 80))
 	}
-	return f.Lineage, f.Serial, true, nil
+	return f, true, nil
 }
 
 func truncate(b []byte, n int) string {
@@ -54,13 +83,16 @@ func (d Dir) checkSerial(s *Snapshot) string {
 	if len(s.Inventory) == 0 {
 		return ""
 	}
-	lineage, serial, ok, err := d.LastWritten()
+	f, ok, err := d.lastWritten()
+	lineage, serial, host := f.Lineage, f.Serial, hostID()
 	how := "run `cortex-sync state accept-rollback` (or sync with --accept-state-rollback) once you are sure its inventory is what cortex-sync owns on this host"
 	switch {
 	case err != nil:
 		return fmt.Sprintf("%v; %s", err, how)
 	case !ok:
 		return ""
+	case f.Host != "" && host != "" && f.Host != host:
+		return fmt.Sprintf("this state dir was last written on host %s, and this is host %s (its %s): it was copied here; %s", f.Host, host, hostIDName(), how)
 	case lineage != s.Lineage:
 		return fmt.Sprintf("state.json is of lineage %s, but this state dir last wrote lineage %s (serial %d): it was copied from elsewhere or put back; %s", s.Lineage, lineage, serial, how)
 	case s.Serial < serial:
@@ -69,9 +101,17 @@ func (d Dir) checkSerial(s *Snapshot) string {
 	return ""
 }
 
+// hostIDName says where hostID comes from.
+func hostIDName() string {
+	if os.Getenv(HostIDEnv) != "" {
+		return "$" + HostIDEnv
+	}
+	return "machine ID"
+}
+
 // writeSerial records s as the last snapshot saved.
 func (d Dir) writeSerial(s *Snapshot) error {
-	data, err := json.Marshal(serialFile{Lineage: s.Lineage, Serial: s.Serial})
+	data, err := json.Marshal(serialFile{Lineage: s.Lineage, Serial: s.Serial, Host: hostID()})
 	if err != nil {
 		return err
 	}
