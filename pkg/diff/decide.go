@@ -28,6 +28,9 @@ type Observation struct {
 	Ours bool
 	// GitChanged: the desired state differs from what was last applied.
 	GitChanged bool
+	// SecretChanged: it does only because the content of a secretEnv file
+	// changed on the host (a rotated secret), not in Git.
+	SecretChanged bool
 	// Attrs are the attributes in which the live object differs from the
 	// desired one.
 	Attrs []Attr
@@ -60,11 +63,11 @@ var DefaultVerbs = Verbs{Create: Create, Update: Update}
 //	desired  exists  type  content/attrs        action  reason
 //	no       no      -     -                    no-op
 //	no       yes     -     -                    delete  declaredAbsent | removedFromGit
-//	yes      no      -     -                    create  addedInGit | missingOnHost | crashed
+//	yes      no      -     -                    create  addedInGit | missingOnHost | crashed | changedInGit | secretChanged
 //	yes      yes     bad   -                    update  addedInGit | driftedOnHost
 //	yes      yes     ok    match, unsupervised  adopt   driftedOnHost
 //	yes      yes     ok    match, no attrs      no-op
-//	yes      yes     ok    differ               update  addedInGit | changedInGit | driftedOnHost | failedLastTime
+//	yes      yes     ok    differ               update  addedInGit | changedInGit | secretChanged | driftedOnHost | failedLastTime
 //
 // A change is changedInGit only when the host still holds what cortex-sync
 // last wrote; anything else that differs was done on the host.
@@ -85,7 +88,7 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 		case o.Crashed:
 			return v.Update, Crashed
 		case o.GitChanged:
-			return v.Update, ChangedInGit
+			return v.Update, changed(o)
 		}
 		return v.Create, MissingOnHost
 	case o.WrongType != "":
@@ -102,9 +105,18 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 	case o.Failed && !o.GitChanged:
 		return v.Update, Retry
 	case o.Ours && o.GitChanged:
-		return v.Update, ChangedInGit
+		return v.Update, changed(o)
 	}
 	return v.Update, Drifted
+}
+
+// changed is why the desired state changed: in Git, or a secret on the
+// host.
+func changed(o *Observation) Reason {
+	if o.SecretChanged {
+		return SecretChanged
+	}
+	return ChangedInGit
 }
 
 // decide sets the change's action and reason from what was observed; a

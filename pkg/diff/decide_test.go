@@ -26,6 +26,9 @@ func TestDecide(t *testing.T) {
 		{"found as desired, never applied", Observation{Desired: true, Exists: true}, Restart, AddedInGit},
 		{"failed last time", Observation{Desired: true, Recorded: true, Exists: true, Failed: true}, Restart, Retry},
 		{"changed in Git", Observation{Desired: true, Recorded: true, Exists: true, Ours: true, GitChanged: true}, Restart, ChangedInGit},
+		{"a secret rotated on the host", Observation{Desired: true, Recorded: true, Exists: true, Ours: true, GitChanged: true, SecretChanged: true}, Restart, SecretChanged},
+		{"missing, a secret rotated", Observation{Desired: true, Recorded: true, GitChanged: true, SecretChanged: true}, Restart, SecretChanged},
+		{"failed last time, a secret rotated", Observation{Desired: true, Recorded: true, Exists: true, Ours: true, Failed: true, GitChanged: true, SecretChanged: true}, Restart, SecretChanged},
 		{"edited on the host", Observation{Desired: true, Recorded: true, Exists: true}, Restart, Drifted},
 		{"edited on the host and changed in Git", Observation{Desired: true, Recorded: true, Exists: true, GitChanged: true}, Restart, Drifted},
 	} {

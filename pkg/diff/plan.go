@@ -48,6 +48,7 @@ const (
 	Unmanaged      Reason = "unmanaged"      // an entry purge removes
 	Crashed        Reason = "crashed"        // a process ended that should run
 	Retry          Reason = "failedLastTime" // a command that failed is tried again
+	SecretChanged  Reason = "secretChanged"  // a secretEnv file's content changed on the host
 )
 
 // Phrase is the reason in words.
@@ -71,6 +72,8 @@ func (r Reason) Phrase() string {
 		return "crashed on the host"
 	case Retry:
 		return "failed last time"
+	case SecretChanged:
+		return "a secretEnv file changed on the host"
 	}
 	return "in sync"
 }

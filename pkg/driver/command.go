@@ -90,7 +90,8 @@ func (commandDriver) verbs() diff.Verbs { return diff.Verbs{Create: diff.Run, Up
 
 // commandExtra is what the snapshot keeps of a command's last run.
 type commandExtra struct {
-	Hash     string    `json:"hash"` // the effective spec last run
+	Hash     string    `json:"hash"`             // the effective spec last run
+	Inputs   string    `json:"inputs,omitempty"` // Hash without the secrets (effectiveHash)
 	OK       bool      `json:"ok"`
 	ExitCode int       `json:"exitCode"`
 	Output   string    `json:"output,omitempty"`   // the tail
@@ -142,15 +143,16 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		return c, nil
 	}
 	spec := r.Spec.(*CommandSpec)
-	hash := x.Hash // recalled: what last ran is what is desired
+	hash, inputs := x.Hash, x.Inputs // recalled: what last ran is what is desired
 	if !env.recalled() {
 		var err error
-		if hash, err = effectiveHash(env, r, &spec.Exec, spec.RefreshOn); err != nil {
+		if hash, inputs, err = effectiveHash(env, r, &spec.Exec, spec.RefreshOn); err != nil {
 			return nil, err
 		}
 	}
 	o.Desired, o.Ours = true, true
 	o.GitChanged = x.Hash != hash
+	o.SecretChanged = o.GitChanged && x.Inputs != "" && x.Inputs == inputs
 	o.Failed = ran && !x.OK
 	o.Matches = ran && x.OK && !o.GitChanged
 	if o.Matches && spec.Creates != "" && !env.Simulate {
@@ -176,7 +178,7 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		c.Health, c.Detail = health.Healthy, why
 		return c, nil
 	}
-	if ran && !o.Failed && rec.SpecHash == specHash(r) {
+	if ran && !o.Failed && !o.SecretChanged && rec.SpecHash == specHash(r) {
 		c.Detail = inputsChanged(&spec.Exec, spec.RefreshOn, "refreshes on")
 	}
 	return c, nil
@@ -333,13 +335,13 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		return c.Record, nil
 	}
 	spec := c.Desired.Spec.(*CommandSpec)
-	hash, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RefreshOn)
+	hash, inputs, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RefreshOn)
 	if err != nil {
 		return nil, err
 	}
 	if env.Simulate {
 		e := newEntry(c.Desired, "")
-		e.Extra, _ = json.Marshal(commandExtra{Hash: hash, OK: true})
+		e.Extra, _ = json.Marshal(commandExtra{Hash: hash, Inputs: inputs, OK: true})
 		return e, nil
 	}
 	prev, ran := commandExtraOf(c.Record)
@@ -355,7 +357,7 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	out, code, runErr := runCommand(ctx, env, spec, spec.Command, timeout)
 	appendLog(env, c.Desired.Metadata.Name, spec.Command, out, code, runErr)
-	x := commandExtra{Hash: hash, OK: runErr == nil && code == 0, ExitCode: code, Output: tailOf(out, 2048), Time: time.Now().UTC()}
+	x := commandExtra{Hash: hash, Inputs: inputs, OK: runErr == nil && code == 0, ExitCode: code, Output: tailOf(out, 2048), Time: time.Now().UTC()}
 	if !x.OK {
 		x.Failures = 1
 		if ran && !prev.OK && prev.Hash == hash {

@@ -225,6 +225,8 @@ type processExtra struct {
 	// state of everything it restarts on. A restart owed is never lost:
 	// it is owed until a process with the new hash runs.
 	Hash string `json:"hash"`
+	// Inputs is Hash without the secrets' content (see effectiveHash).
+	Inputs string `json:"inputs,omitempty"`
 	// How to stop it, kept for when its manifest is gone (prune).
 	StopSignal  syscall.Signal `json:"stopSignal,omitempty"`
 	StopTimeout time.Duration  `json:"stopTimeout,omitempty"`
@@ -239,14 +241,24 @@ func extraOf(rec *state.Entry) processExtra {
 }
 
 // effectiveHash names a spec together with the desired state of the
-// resources it restarts (or refreshes) on.
-func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (string, error) {
-	h := sha256.New()
-	h.Write([]byte(specHash(r)))
+// resources it restarts (or refreshes) on and the content of its secretEnv
+// files; inputs names the same without the secrets, so that a change of
+// theirs alone is told apart. inputs is "" without secretEnv.
+func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (hash, inputs string, err error) {
 	secrets, err := secretsDigest(env, x.SecretEnv)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
+	if hash, err = inputsHash(env, r, secrets, on); err != nil || len(x.SecretEnv) == 0 {
+		return hash, "", err
+	}
+	inputs, err = inputsHash(env, r, "", on)
+	return hash, inputs, err
+}
+
+func inputsHash(env *Env, r *resource.Resource, secrets string, on []resource.ID) (string, error) {
+	h := sha256.New()
+	h.Write([]byte(specHash(r)))
 	h.Write([]byte(secrets))
 	for _, id := range on {
 		target := env.Set.Get(id)
@@ -285,6 +297,7 @@ type live struct {
 	supervised bool   // the supervisor that wrote the status runs and looks after it
 	alive      bool   // the process the status names runs
 	hash       string // the desired effective spec, when observed from one
+	inputs     string // hash without the secrets (effectiveHash)
 }
 
 func observeProcess(env *Env, name string) (live, error) {
@@ -390,19 +403,20 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		return c, nil
 	}
 	o.Desired, o.Ours = true, true
-	hash := x.Hash // recalled: the effective spec last started is the desired one
+	hash, inputs := x.Hash, x.Inputs // recalled: the effective spec last started is the desired one
 	if !env.recalled() {
-		if hash, err = effectiveHash(env, r, &spec.Exec, spec.RestartOn); err != nil {
+		if hash, inputs, err = effectiveHash(env, r, &spec.Exec, spec.RestartOn); err != nil {
 			return nil, err
 		}
 	}
-	l.hash = hash
+	l.hash, l.inputs = hash, inputs
 	c.Work = l
 	running := x.Hash // what runs: the status's word over the snapshot's
 	if st != nil {
 		running = st.Hash
 	}
 	o.GitChanged = x.Hash != hash
+	o.SecretChanged = o.GitChanged && x.Inputs != "" && x.Inputs == inputs
 	o.Matches = running == hash
 	switch {
 	case st == nil:
@@ -425,7 +439,7 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		o.Exists = true
 	}
 	o.Crashed = rec != nil && !o.Exists
-	if o.GitChanged && rec != nil && rec.SpecHash == specHash(r) {
+	if o.GitChanged && !o.SecretChanged && rec != nil && rec.SpecHash == specHash(r) {
 		c.Detail = inputsChanged(&spec.Exec, spec.RestartOn, "restarts on")
 	}
 	return c, nil
@@ -460,17 +474,17 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 				e = &cp
 			}
 			e.Created = true
-			e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: l.hash, StopSignal: stopSig, StopTimeout: stopTimeout})
+			e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: l.hash, Inputs: l.inputs, StopSignal: stopSig, StopTimeout: stopTimeout})
 		}
 		return e, nil
 	}
-	hash, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RestartOn)
+	hash, inputs, err := effectiveHash(env, c.Desired, &spec.Exec, spec.RestartOn)
 	if err != nil {
 		return nil, err
 	}
 	if env.Simulate {
 		e := newEntry(c.Desired, "")
-		e.Extra, _ = json.Marshal(processExtra{Hash: hash})
+		e.Extra, _ = json.Marshal(processExtra{Hash: hash, Inputs: inputs})
 		return e, nil
 	}
 	s, err := shimSpec(env, c.Desired, spec, hash)
@@ -489,7 +503,7 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	e := newEntry(c.Desired, "")
 	e.Created = true
-	e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: hash, StopSignal: stopSig, StopTimeout: stopTimeout})
+	e.Extra, _ = json.Marshal(processExtra{Shim: st.Shim, Process: st.Process, Hash: hash, Inputs: inputs, StopSignal: stopSig, StopTimeout: stopTimeout})
 	return e, nil
 }
 
