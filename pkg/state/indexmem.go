@@ -57,8 +57,8 @@ func (l *layer) drop(p string) {
 }
 
 // checkpointAt is the fewest layered entries that make a checkpoint; a
-// larger base waits for an eighth of its rows, so that a tree written
-// whole is rewritten a bounded number of times.
+// larger base waits for an eighth of its rows: a first sync of 45,912
+// files checkpoints 10 times, writing about 5 rows an entry in all.
 var checkpointAt = 4096 // a variable for tests
 
 // Get returns p's entry, a copy; nil when there is none.
@@ -375,8 +375,8 @@ func (x *Index) grew() {
 
 // checkpoint merges the base and the layers into a new base in an unnamed
 // file in the spill directory, marks kept, and empties the layers. A
-// checkpoint is never a saved index: if it fails, or the process dies, the
-// layers or the file are simply gone.
+// checkpoint is never a saved index: if it fails, the layers stay as they
+// were; if the process dies, the file goes with it.
 func (x *Index) checkpoint() error {
 	n := 0
 	for range x.items("") {
