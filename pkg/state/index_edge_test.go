@@ -1,0 +1,157 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+)
+
+// oddPaths sort around '/' and each other: a name and the names that
+// share its prefix with a byte below or above '/', NUL, bytes that are not
+// UTF-8, the empty path, doubled and leading slashes, and a long path.
+var oddPaths = []string{
+	"", "a", "a-", "a-/x", "a.b", "a.b/c", "a/b", "a/b/c", "a/b.c", "a/b/", "a//b",
+	"a0", "a\x00", "a\x00/b", "a/\xff", "\xff", "\xff/\xfe", "/a", "/", "b", "a/b/c/d",
+	strings.Repeat("x/", 3000) + "y", strings.Repeat("x/", 3000) + "y0",
+}
+
+// TestIndexMatchesMapOddPaths is TestIndexMatchesMap over oddPaths, with a
+// checkpoint every few entries, and with checkpoints that fail (a state
+// dir that cannot be written): the layers then stay in memory, and the
+// index must answer all the same.
+func TestIndexMatchesMapOddPaths(t *testing.T) {
+	for _, spill := range []string{"ok", "fails"} {
+		t.Run("checkpoints "+spill, func(t *testing.T) {
+			defer func(was int) { checkpointAt = was }(checkpointAt)
+			checkpointAt = 3
+			dir := t.TempDir()
+			p := filepath.Join(dir, "Directory.kb.idx")
+			blocked := filepath.Join(dir, "file")
+			if err := os.WriteFile(blocked, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			fix := func(x *Index) {
+				if spill == "fails" {
+					x.spill = filepath.Join(blocked, "sub") // below a file: MkdirAll fails
+				}
+			}
+			rng := rand.New(rand.NewPCG(3, 4))
+			want := map[string]IndexEntry{}
+			x := NewIndexAt(p)
+			fix(x)
+			dirs := []string{"", "a", "a/b", "a.b", "a\x00", "\xff", "x", strings.Repeat("x/", 2999) + "x"}
+			for step := range 3000 {
+				k := oddPaths[rng.IntN(len(oddPaths))]
+				switch r := rng.IntN(20); {
+				case r < 10:
+					e := IndexEntry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644}, SHA256: fmt.Sprintf("%064x", rng.Uint64()), ContentID: "git:" + strings.Repeat("0a", 20)}
+					x.Set(k, &e)
+					want[k] = e
+				case r < 14:
+					x.Delete(k)
+					delete(want, k)
+				case r < 15:
+					d := dirs[rng.IntN(len(dirs))]
+					x.DeleteBelow(d)
+					for w := range want {
+						if strings.HasPrefix(w, d+"/") {
+							delete(want, w)
+						}
+					}
+				case r < 16:
+					x.Touch(k)
+				case r < 18:
+					checkChildren(t, step, x, want, dirs[rng.IntN(len(dirs))])
+				default:
+					if err := x.Save(p); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+					var err error
+					if x, err = LoadIndex(p); err != nil {
+						t.Fatalf("step %d: %v", step, err)
+					}
+					fix(x)
+				}
+				w, ok := want[k]
+				if got := x.Get(k); (got != nil) != ok || ok && *got != w {
+					t.Fatalf("step %d: Get(%q) = %+v, want %+v", step, k, got, w)
+				}
+				if x.Len() != len(want) {
+					t.Fatalf("step %d: Len() = %d, want %d", step, x.Len(), len(want))
+				}
+			}
+			if !reflect.DeepEqual(entries(x), want) {
+				t.Fatal("entries differ from the map's")
+			}
+			if err := x.Save(p); err != nil {
+				t.Fatal(err)
+			}
+			y, err := LoadIndex(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !maps.Equal(entries(y), want) {
+				t.Fatal("saved entries differ from the map's")
+			}
+		})
+	}
+}
+
+// TestIndexBitFlips flips a bit of every byte of a saved base, one at a
+// time: each load refuses with ErrCorruptIndex naming the file, and never
+// panics.
+func TestIndexBitFlips(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
+	if err := sampleIndex().Save(p); err != nil {
+		t.Fatal(err)
+	}
+	good, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range len(good) {
+		bad := append([]byte(nil), good...)
+		bad[i] ^= 1 << (i % 8)
+		if err := os.WriteFile(p, bad, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := LoadIndex(p)
+		if !errors.Is(err, ErrCorruptIndex) || !strings.Contains(err.Error(), p) {
+			t.Fatalf("bit %d of byte %d flipped: err = %v, want ErrCorruptIndex naming %s", i%8, i, err, p)
+		}
+	}
+}
+
+// TestIndexBaseReplacedWhileMapped renames another base over the one an
+// index reads in place: the index keeps reading what it loaded.
+func TestIndexBaseReplacedWhileMapped(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "Directory.kb.idx")
+	if err := sampleIndex().Save(p); err != nil {
+		t.Fatal(err)
+	}
+	x, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := entries(sampleIndex())
+	other := NewIndex()
+	other.Set("z", &IndexEntry{SHA256: "00"})
+	if err := other.Save(filepath.Join(dir, "other.idx")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(dir, "other.idx"), p); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(x); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the rename: %+v, want %+v", got, want)
+	}
+}
