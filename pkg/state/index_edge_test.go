@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -153,5 +155,71 @@ func TestIndexBaseReplacedWhileMapped(t *testing.T) {
 	}
 	if got := entries(x); !reflect.DeepEqual(got, want) {
 		t.Fatalf("after the rename: %+v, want %+v", got, want)
+	}
+}
+
+// readOnly makes dir refuse new files for the rest of the test: by its
+// mode, or for root (whom modes do not stop) with chattr +i.
+func readOnly(t *testing.T, dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if err := os.Chmod(dir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Chmod(dir, 0o700) })
+		return
+	}
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("root, and chattr +i fails: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("chattr", "-i", dir).Run() })
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		f.Close()
+		os.Remove(f.Name())
+		t.Skip("chattr +i did not make the directory read-only")
+	}
+}
+
+// TestIndexOfFormat1InReadOnlyDir loads an index of format 1 (and its log)
+// from a state dir its reader cannot write, as a diff by another user
+// does: the conversion has nowhere to go on disk, and is made in memory;
+// checkpoints fail, and the layers stay in memory.
+func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
+	defer func(was int) { checkpointAt = was }(checkpointAt)
+	checkpointAt = 8
+	dir := t.TempDir()
+	p := filepath.Join(dir, "Directory.kb.idx")
+	x := sampleIndex()
+	if err := os.WriteFile(p, encodeV1(x), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
+	y.Delete("c")
+	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
+		t.Fatal(err)
+	}
+	want := entries(y)
+	readOnly(t, dir)
+	z, err := LoadIndex(p)
+	if err != nil {
+		t.Fatalf("format 1 in a read-only dir: %v", err)
+	}
+	if !reflect.DeepEqual(entries(z), want) {
+		t.Fatalf("format 1 in a read-only dir:\n got %+v\nwant %+v", entries(z), want)
+	}
+	for i := range 100 {
+		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)}
+		k := fmt.Sprintf("d/f%03d", i)
+		z.Set(k, &e)
+		want[k] = e
+	}
+	z.Delete("link")
+	delete(want, "link")
+	if !reflect.DeepEqual(entries(z), want) {
+		t.Fatal("after checkpoints that failed, entries differ")
 	}
 }
