@@ -10,8 +10,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -221,5 +223,100 @@ func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
 	delete(want, "link")
 	if !reflect.DeepEqual(entries(z), want) {
 		t.Fatal("after checkpoints that failed, entries differ")
+	}
+}
+
+// smallDisk is a directory on a filesystem of size bytes, and a function
+// that fills what is left of it.
+func smallDisk(t *testing.T, size int) (string, func()) {
+	t.Helper()
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d", size), "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a small tmpfs: %v %s", err, out)
+	}
+	t.Cleanup(func() {
+		// An index's mappings go once the collector finds it unreachable.
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			runtime.GC()
+			out, err := exec.Command("umount", dir).CombinedOutput()
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("umount %s: %v %s", dir, err, out)
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	fill := func() {
+		f, err := os.Create(filepath.Join(dir, "filler"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		buf := make([]byte, 4096)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				return
+			}
+		}
+	}
+	return dir, fill
+}
+
+// TestIndexOnFullDisk loads an index of format 1 from a full disk (the
+// conversion is held in memory), sets more than a checkpoint holds (the
+// checkpoints fail; the layers stay in memory), fails to save, and saves
+// once there is room again: nothing is lost or torn along the way.
+func TestIndexOnFullDisk(t *testing.T) {
+	defer func(was int) { checkpointAt = was }(checkpointAt)
+	checkpointAt = 16
+	dir, fill := smallDisk(t, 256<<10)
+	p := filepath.Join(dir, "Directory.kb.idx")
+	x := NewIndex()
+	for i := range 500 {
+		x.Set(fmt.Sprintf("d/f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)})
+	}
+	if err := os.WriteFile(p, encodeV1(x), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := entries(x)
+	fill()
+	y, err := LoadIndex(p)
+	if err != nil {
+		t.Fatalf("format 1 on a full disk: %v", err)
+	}
+	for i := range 300 {
+		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: "new"}
+		k := fmt.Sprintf("e/f%04d", i)
+		y.Set(k, &e)
+		want[k] = e
+		y.Delete(fmt.Sprintf("d/f%04d", i))
+		delete(want, fmt.Sprintf("d/f%04d", i))
+	}
+	if !reflect.DeepEqual(entries(y), want) {
+		t.Fatal("on a full disk, entries differ")
+	}
+	if err := y.Save(p); err == nil {
+		t.Fatal("saved to a full disk")
+	}
+	if !reflect.DeepEqual(entries(y), want) {
+		t.Fatal("after a failed save, entries differ")
+	}
+	if z, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(z), entries(x)) {
+		t.Fatalf("after a failed save, the index on disk is not as it was: %v", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	if z, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(z), want) {
+		t.Fatalf("saved once there was room: %v", err)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 1 {
+		t.Errorf("files beside the index: %v", left)
 	}
 }
