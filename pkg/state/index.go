@@ -101,7 +101,10 @@ func LoadIndex(path string) (*Index, error) {
 	}
 	if err := x.open(data, true, x.spill); err != nil {
 		unmap()
-		return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
+		if errors.Is(err, ErrCorruptIndex) {
+			return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
+		}
+		return nil, fmt.Errorf("read index %s: %w", path, err)
 	}
 	if x.rewrite {
 		unmap() // converted from format 1: the old bytes are done with
@@ -170,27 +173,49 @@ func readBounded(path string) ([]byte, fs.FileInfo, error) {
 // each of its three string lengths and seven numbers.
 const minIndexEntry = 10
 
-// convertIndex reads an index of format 1 into a base of format 2.
+// convertIndex reads an index of format 1 into a base of format 2, in an
+// unnamed file in dir; in memory when dir is "", or cannot take the file
+// (a state dir its reader cannot write, as for a diff by another user, or
+// a full disk): it is held there until the next save.
 func convertIndex(data []byte, dir string) (*base, error) {
+	if dir != "" {
+		if f, err := unnamedFile(dir); err == nil {
+			defer f.Close()
+			size, err := convertTo(f, data)
+			if errors.Is(err, ErrCorruptIndex) {
+				return nil, err
+			}
+			if err == nil {
+				conv, unmap, err := mapBase(f, size)
+				if err != nil {
+					return nil, err
+				}
+				b, err := parseBase(conv, true, false)
+				if err != nil {
+					unmap()
+					return nil, err
+				}
+				return b.own(unmap), nil
+			}
+		}
+	}
+	m := &memFile{}
+	if _, err := convertTo(m, data); err != nil {
+		return nil, err
+	}
+	return parseBase(m.b, false, false)
+}
+
+// convertTo writes an index of format 1 to out as a base of format 2, and
+// returns the base's size.
+func convertTo(out io.WriterAt, data []byte) (int64, error) {
 	d := &indexDecoder{b: data, off: len(indexMagic)}
 	n := d.uvarint("entry count")
 	if rest := uint64(len(data) - d.off); d.err == nil && n > rest/minIndexEntry {
 		d.fail("%d entries claimed in %d bytes", n, rest)
 	}
 	if d.err != nil {
-		return nil, d.err
-	}
-	var out io.WriterAt
-	var f *os.File
-	if dir != "" {
-		var err error
-		if f, err = unnamedFile(dir); err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		out = f
-	} else {
-		out = &memFile{}
+		return 0, d.err
 	}
 	w := newBaseWriter(out, int(n))
 	prev := ""
@@ -203,7 +228,7 @@ func convertIndex(data []byte, dir string) (*base, error) {
 		}
 		e := d.indexEntry()
 		if d.err != nil {
-			return nil, d.err
+			return 0, d.err
 		}
 		r, str, cid := encodeEntry(e)
 		w.add(&item{path: []byte(p), r: r, str: []byte(str), cid: []byte(cid)})
@@ -212,24 +237,12 @@ func convertIndex(data []byte, dir string) (*base, error) {
 	if d.off != len(data) {
 		d.entry = 0
 		d.fail("%d bytes of trailing data", len(data)-d.off)
-		return nil, d.err
+		return 0, d.err
 	}
 	if err := w.finish(); err != nil {
-		return nil, err
+		return 0, err
 	}
-	if f == nil {
-		return parseBase(out.(*memFile).b, false, false)
-	}
-	conv, unmap, err := mapBase(f, w.size())
-	if err != nil {
-		return nil, err
-	}
-	b, err := parseBase(conv, true, false)
-	if err != nil {
-		unmap()
-		return nil, err
-	}
-	return b.own(unmap), nil
+	return w.size(), nil
 }
 
 // indexEntry decodes an entry's fields after its path.
