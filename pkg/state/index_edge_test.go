@@ -2,7 +2,9 @@ package state
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"math/rand/v2"
@@ -319,4 +321,137 @@ func TestIndexOnFullDisk(t *testing.T) {
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
 		t.Errorf("files beside the index: %v", left)
 	}
+}
+
+// residentOf is how much of the file at path this process's mappings of
+// it hold resident, in bytes (Rss in /proc/self/smaps).
+func residentOf(t *testing.T, path string) int64 {
+	t.Helper()
+	data, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps: %v", err)
+	}
+	var total int64
+	in, found := false, false
+	for line := range strings.Lines(string(data)) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		if strings.Contains(fields[0], "-") && !strings.HasSuffix(fields[0], ":") {
+			// A mapping's first line: range, perms, offset, dev, inode, path.
+			in = len(fields) >= 6 && fields[5] == path
+			found = found || in
+			continue
+		}
+		if in && fields[0] == "Rss:" {
+			var kb int64
+			if _, err := fmt.Sscan(fields[1], &kb); err != nil {
+				t.Fatalf("Rss: %q: %v", line, err)
+			}
+			total += kb << 10
+		}
+	}
+	if !found {
+		t.Fatalf("%s is not mapped", path)
+	}
+	return total
+}
+
+var checkRSS = flag.Bool("index.rss", false, "run TestIndexPagesReleasedByConvergedDiff, which fails on kernels that map page-cache folios whole")
+
+// TestIndexPagesReleasedByConvergedDiff checks a converged 45,000-file
+// tree against its index as a diff does (directory by directory: its
+// children, then each file looked up and set as it stands): the index's
+// pages are given back as the walk goes, so what of it is resident stays
+// about releaseEvery, far below its size.
+//
+// It fails on Linux 6.18 (ext4, large folios): a fault maps the folio
+// around it whole (up to 2 MiB), and one search of the rows or strings
+// touches every folio, so the index is resident whole within a few
+// look-ups; the release every releaseEvery bytes read (bytes, not pages
+// mapped) cannot bound that. Opt in with -index.rss.
+func TestIndexPagesReleasedByConvergedDiff(t *testing.T) {
+	if !*checkRSS {
+		t.Skip("fails where faults map large folios whole; run with -index.rss")
+	}
+	const n, perDir = 45000, 40
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.idx")
+	x := NewIndexAt(p)
+	path := func(i int) string { return fmt.Sprintf("src/pkg%d/file%d.go", i/perDir, i) }
+	entry := func(i int) *IndexEntry {
+		return &IndexEntry{
+			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1, Ctime: 1, Mode: 0o644},
+			SHA256:    fmt.Sprintf("%064x", i),
+			ContentID: fmt.Sprintf("git:%040x", i),
+		}
+	}
+	for i := range n {
+		x.Set(path(i), entry(i))
+	}
+	for d := range n / perDir {
+		x.Set(fmt.Sprintf("src/pkg%d", d), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(d), Mtime: 1, Ctime: 1, Mode: fs.ModeDir | 0o755}})
+	}
+	// Saved elsewhere and copied, so that only y maps p.
+	if err := x.Save(p + ".saved"); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(p + ".saved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x = nil
+	peak := int64(0)
+	for d := range n / perDir {
+		dp := fmt.Sprintf("src/pkg%d", d)
+		if y.Get(dp) == nil {
+			t.Fatalf("%s not in the index", dp)
+		}
+		kids := y.Children(dp)
+		for i := d * perDir; i < (d+1)*perDir; i++ {
+			name := path(i)
+			if kids[filepath.Base(name)].Entry == nil {
+				t.Fatalf("%s not among the children of %s", name, dp)
+			}
+			if e := y.Get(name); e == nil || y.Racy(e) {
+				t.Fatalf("%s: %+v", name, e)
+			}
+			y.Set(name, entry(i))
+		}
+		if d%50 == 0 {
+			peak = max(peak, residentOf(t, p))
+		}
+	}
+	if y.Dirty() {
+		t.Error("a converged diff made the index dirty")
+	}
+	t.Logf("in order: at most %d KiB resident", peak>>10)
+	// Look-ups out of order, as parallel comparisons of directories make
+	// them: each a search.
+	rng := rand.New(rand.NewPCG(5, 6))
+	for k := range n {
+		if y.Get(path(rng.IntN(n))) == nil {
+			t.Fatal("a file not in the index")
+		}
+		if k%1000 == 0 {
+			peak = max(peak, residentOf(t, p))
+		}
+	}
+	t.Logf("index of %d bytes; at most %d KiB of it resident during the walk", fi.Size(), peak>>10)
+	if limit := int64(2 * releaseEvery); peak > limit || peak > fi.Size()/2 {
+		t.Errorf("%d bytes of the index resident during the walk, want at most %d (the index is %d bytes)", peak, limit, fi.Size())
+	}
+	runtime.KeepAlive(y)
 }
