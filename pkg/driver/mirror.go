@@ -438,7 +438,7 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 				p.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
-			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.idx.Racy)
+			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.racy)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
 			}
@@ -562,6 +562,14 @@ func (p *treePlanner) hostOnly(parent *hostfs.Dir, rel string) error {
 	}
 	defer sub.Close()
 	return p.compare(sub, rel, nil, nil)
+}
+
+// racy is the index's Racy, called as every use of the index is: holding
+// p.mu.
+func (p *treePlanner) racy(e *state.IndexEntry) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.idx.Racy(e)
 }
 
 // set records an entry that stands.

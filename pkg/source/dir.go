@@ -228,8 +228,9 @@ func (t *dirTree) ContentID(name string) (string, error) {
 func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
 	t.mu.Lock()
 	e := t.cache.Get(full)
+	racy := e != nil && t.cache.Racy(e)
 	t.mu.Unlock()
-	if e != nil && e.Stat.Same(st) && !t.cache.Racy(e) {
+	if e != nil && e.Stat.Same(st) && !racy {
 		return e.ContentID, nil
 	}
 	f, err := t.root.OpenFile(full)
