@@ -455,3 +455,51 @@ func TestIndexPagesReleasedByConvergedDiff(t *testing.T) {
 	}
 	runtime.KeepAlive(y)
 }
+
+// TestIndexStaleLogOfFormat1 upgrades an index of format 1 with a log, and
+// puts the log back, as a kill between the new base's rename and the log's
+// removal leaves it: the log names the old base, and is not replayed over
+// the new one, nor does it stop the next save's append.
+func TestIndexStaleLogOfFormat1(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
+	if err := os.WriteFile(p, encodeV1(sampleIndex()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y.Delete("c")
+	y.Set("new", &IndexEntry{SHA256: "01"})
+	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
+		t.Fatal(err)
+	}
+	stale, err := os.ReadFile(p + logSuffix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z, err := LoadIndex(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z.Set("c", &IndexEntry{SHA256: "02"}) // undoes the log's deletion
+	want := entries(z)
+	if err := z.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p+logSuffix, stale, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadIndex(p)
+	if err != nil || !reflect.DeepEqual(entries(got), want) {
+		t.Fatalf("a stale log of format 1 was replayed: %v\n got %+v\nwant %+v", err, entries(got), want)
+	}
+	got.Set("later", &IndexEntry{SHA256: "03"})
+	want["later"] = IndexEntry{SHA256: "03"}
+	if err := got.Save(p); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(again), want) {
+		t.Fatalf("after an append over a stale log: %v\n got %+v\nwant %+v", err, entries(again), want)
+	}
+}
