@@ -503,3 +503,31 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 		t.Fatalf("after an append over a stale log: %v\n got %+v\nwant %+v", err, entries(again), want)
 	}
 }
+
+// TestCheckOffersToDeleteOnlyDamagedIndexes: an index that cannot be read
+// for another reason than damage (here a directory where the file would
+// be; a full disk or a missing permission did it too) is reported, but
+// repair does not delete it: the next sync would no longer know which
+// files are cortex-sync's.
+func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
+	d, _ := saved(t, 1)
+	p := filepath.Join(d.Sub("trees"), "Directory.kb.idx")
+	if err := os.MkdirAll(p, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var found *Finding
+	for _, f := range d.Check() {
+		if f.File == filepath.Join("trees", "Directory.kb.idx") {
+			found = &f
+		}
+	}
+	if found == nil || found.OK || found.Repairable || strings.Contains(found.Fix, "delete") {
+		t.Fatalf("finding: %+v, want a problem that repair leaves alone", found)
+	}
+	if _, err := d.Repair(d.Check()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("repair deleted what was not a damaged index: %v", err)
+	}
+}
