@@ -64,6 +64,8 @@ func (d Dir) Check() []Finding {
 			rel := filepath.Join(sub, filepath.Base(p))
 			x, err := LoadIndex(p)
 			switch {
+			case err != nil && !errors.Is(err, ErrCorruptIndex):
+				out = append(out, Finding{File: rel, What: err.Error(), Fix: "repair cannot fix this: see the message"})
 			case err != nil && sub == "trees":
 				out = append(out, Finding{File: rel, What: err.Error(), Repairable: true,
 					Fix:    "delete it: the next sync re-hashes the tree and adopts the files that match Git; files removed from Git meanwhile are no longer known as cortex-sync's and stay on the host",

@@ -97,7 +97,7 @@ func LoadIndex(path string) (*Index, error) {
 	}
 	data, unmap, err := mapBase(f, fi.Size())
 	if err != nil {
-		return nil, fmt.Errorf("read index: %w", err)
+		return nil, fmt.Errorf("read index %s: %w", path, err)
 	}
 	if err := x.open(data, true, x.spill); err != nil {
 		unmap()

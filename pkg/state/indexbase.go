@@ -293,7 +293,7 @@ func mapBase(f *os.File, size int64) ([]byte, func(), error) {
 		return nil, func() {}, nil
 	}
 	if size >= 1<<40 {
-		return nil, nil, fmt.Errorf("%s: %d bytes is too large for an index", f.Name(), size)
+		return nil, nil, fmt.Errorf("%d bytes is too large for an index", size)
 	}
 	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
