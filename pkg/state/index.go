@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -77,10 +78,11 @@ const indexMagic = "CSIX\x01"
 // ErrCorruptIndex reports an index file that is truncated or damaged.
 var ErrCorruptIndex = errors.New("index is corrupt")
 
-// LoadIndex maps an index and replays its log; a missing file is an empty
-// index. A damaged base is an error wrapping ErrCorruptIndex and naming the
-// file; a damaged log ends where the damage starts (it only ever loses the
-// last writes, as a torn append would).
+// LoadIndex opens an index and replays its log; a missing file is an
+// empty index. A damaged base is an error wrapping ErrCorruptIndex and
+// naming the file; a damaged log ends where the damage starts (it only
+// ever loses the last writes, as a torn append would). The base stays
+// open, read as it is used.
 func LoadIndex(path string) (*Index, error) {
 	x := NewIndexAt(path)
 	f, err := os.Open(path)
@@ -90,27 +92,29 @@ func LoadIndex(path string) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
+		f.Close()
 		return nil, fmt.Errorf("read index: %w", err)
 	}
-	data, unmap, err := mapBase(f, fi.Size())
-	if err != nil {
-		return nil, fmt.Errorf("read index %s: %w", path, err)
-	}
-	if err := x.open(data, true, x.spill); err != nil {
-		unmap()
-		if errors.Is(err, ErrCorruptIndex) {
-			return nil, fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
+	var magic [len(indexMagic)]byte
+	f.ReadAt(magic[:], 0)
+	if string(magic[:]) == indexMagic {
+		// Format 1: read whole, once, and converted.
+		f.Close()
+		data, _, err := readBounded(path)
+		if err == nil {
+			x.base, err = convertIndex(data, x.spill)
 		}
-		return nil, fmt.Errorf("read index %s: %w", path, err)
+		if err != nil {
+			return nil, loadError(path, err)
+		}
+		x.rewrite = true
+	} else if x.base, err = parseBase(f, nil, fi.Size(), false); err != nil {
+		f.Close()
+		return nil, loadError(path, err)
 	}
-	if x.rewrite {
-		unmap() // converted from format 1: the old bytes are done with
-	} else {
-		x.base.own(unmap)
-	}
+	x.n = x.base.live
 	x.disk = baseOf(fi)
 	x.ref = fi.ModTime().UnixNano()
 	if err := x.replay(path + logSuffix); err != nil {
@@ -119,34 +123,30 @@ func LoadIndex(path string) (*Index, error) {
 	return x, nil
 }
 
+// loadError names the index; only a damaged one is to be deleted.
+func loadError(path string, err error) error {
+	if errors.Is(err, ErrCorruptIndex) {
+		return fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
+	}
+	return fmt.Errorf("read index %s: %w", path, err)
+}
+
 // decodeIndex reads an index file's bytes in memory; any fault is an
 // error wrapping ErrCorruptIndex.
 func decodeIndex(data []byte) (*Index, error) {
 	x := NewIndex()
-	if err := x.open(data, false, ""); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// open makes data the base: format 2 as it is, format 1 converted to
-// format 2 in an unnamed file in dir (in memory when dir is "").
-func (x *Index) open(data []byte, mapped bool, dir string) error {
-	if len(data) == 0 {
-		return corrupt("bad header")
-	}
 	var err error
-	if !bytes.HasPrefix(data, []byte(indexMagic)) {
-		x.base, err = parseBase(data, mapped, false)
-	} else {
-		x.base, err = convertIndex(data, dir)
+	if bytes.HasPrefix(data, []byte(indexMagic)) {
+		x.base, err = convertIndex(data, "")
 		x.rewrite = true
+	} else {
+		x.base, err = parseBase(nil, data, int64(len(data)), false)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	x.n = x.base.live
-	return nil
+	return x, nil
 }
 
 // readBounded reads a file whole: its real size, never a count inside it,
@@ -180,30 +180,26 @@ const minIndexEntry = 10
 func convertIndex(data []byte, dir string) (*base, error) {
 	if dir != "" {
 		if f, err := unnamedFile(dir); err == nil {
-			defer f.Close()
 			size, err := convertTo(f, data)
 			if errors.Is(err, ErrCorruptIndex) {
+				f.Close()
 				return nil, err
 			}
 			if err == nil {
-				conv, unmap, err := mapBase(f, size)
+				b, err := parseBase(f, nil, size, false)
 				if err != nil {
-					return nil, err
+					f.Close()
 				}
-				b, err := parseBase(conv, true, false)
-				if err != nil {
-					unmap()
-					return nil, err
-				}
-				return b.own(unmap), nil
+				return b, err
 			}
+			f.Close()
 		}
 	}
 	m := &memFile{}
 	if _, err := convertTo(m, data); err != nil {
 		return nil, err
 	}
-	return parseBase(m.b, false, false)
+	return parseBase(nil, m.b, int64(len(m.b)), false)
 }
 
 // convertTo writes an index of format 1 to out as a base of format 2, and
@@ -231,7 +227,7 @@ func convertTo(out io.WriterAt, data []byte) (int64, error) {
 			return 0, d.err
 		}
 		r, str, cid := encodeEntry(e)
-		w.add(&item{path: []byte(p), r: r, str: []byte(str), cid: []byte(cid)})
+		w.add(&item{path: p, r: r, str: str, cid: cid})
 		prev = p
 	}
 	if d.off != len(data) {
@@ -358,6 +354,9 @@ func (x *Index) Save(path string) error {
 }
 
 func (x *Index) save(path string) error {
+	if err := x.readErr(); err != nil {
+		return err // what was read of the base cannot be trusted
+	}
 	logPath := path + logSuffix
 	if x.disk != (baseID{}) && !x.rewrite {
 		fi, err := os.Stat(path)
@@ -605,7 +604,17 @@ func (x *Index) writeBase(f io.WriterAt) error {
 			w.add(&it)
 		}
 	}
-	return w.finish()
+	return cmp.Or(x.readErr(), w.finish())
+}
+
+// readErr is the first read of the base that failed: a file changed
+// under it (only ever by another program: cortex-sync replaces a base by a
+// rename).
+func (x *Index) readErr() error {
+	if x.base != nil {
+		return x.base.err
+	}
+	return nil
 }
 
 // byteWriter is what the encoding is written to: a bytes.Buffer or a

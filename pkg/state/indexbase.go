@@ -3,6 +3,7 @@ package state
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,15 +12,16 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"runtime"
-
-	"golang.org/x/sys/unix"
+	"slices"
 )
 
-// An index's base file, format 2, is read in place through a read-only
-// mapping rather than decoded: a command that checks a tree of 45,000
-// files keeps none of its entries on the heap, and gives the mapped pages
-// back as it goes, so memory stays flat as trees grow.
+// An index's base file, format 2, is read in place rather than decoded:
+// its rows are found by search and read as a walk needs them, through a
+// small cache of the file's blocks, so that a command that checks a tree
+// of 45,000 files keeps none of its entries on the heap, and memory stays
+// flat as trees grow. (A read-only mapping was tried first: the kernel may
+// map a large folio of the page cache at each fault, 2 MiB where the file
+// was written in one go, and the index came to be resident whole.)
 //
 //	header   40 bytes: "CSIX\x02" and 3 zero bytes; the row count and the
 //	         string table's size (uint64); the CRC-32C of the rows, of the
@@ -92,61 +94,160 @@ func getRow(b []byte) (r row) {
 	return r
 }
 
-// base is a base file's bytes, mapped or (decoded from an older format,
-// or handed to decodeIndex) on the heap. Nothing taken from it outlives
-// the call that reads it: what callers get is copied.
+// base is a base file, read in place: a file through a small cache of
+// its blocks, or bytes in memory (decoded from an older format, or handed
+// to decodeIndex). Its size never grows with the file's: reading the
+// index of a large tree costs the cache, however the page cache holds the
+// file. What callers get is copied. A base is not safe for concurrent use.
 type base struct {
-	data       []byte
-	rows, strs []byte
-	n, live    int  // rows, and rows not marked dead
-	changed    int  // rows marked changed
-	marked     bool // a checkpoint: rows may carry marks
-	mapped     bool
-	touched    int // bytes read through the mapping since the last release
-	hint       int // the row found last: look-ups come mostly in order
+	f       *os.File // nil in memory; kept open while the base is used
+	mem     []byte   // in memory: the whole base
+	size    int64
+	n, live int   // rows, and rows not marked dead
+	changed int   // rows marked changed
+	marked  bool  // a checkpoint: rows may carry marks
+	strOff  int64 // where the string table starts
+	hint    int   // the row found last: look-ups come mostly in order
+	cache   blockCache
+	scratch [2][]byte // paths compared, without allocating
+	err     error     // the first read that failed (the file changed under it); Save reports it
 }
 
-// releaseEvery is how many bytes are read through a mapping before its
-// pages are given back: a walk over a large index keeps about this much of
-// it resident, however large it is.
-const releaseEvery = 1 << 20
+// newBase lays out a base from its header: in memory when f is nil.
+func newBase(f *os.File, mem []byte, size int64, marked bool) (*base, error) {
+	b := &base{f: f, mem: mem, size: size, marked: marked}
+	var h [headerSize]byte
+	if size < headerSize {
+		return nil, corrupt("bad header")
+	}
+	if b.read(0, h[:]); b.err != nil {
+		return nil, b.err
+	}
+	if string(h[:len(baseMagic)]) != baseMagic {
+		return nil, corrupt("bad header")
+	}
+	le := binary.LittleEndian
+	if crc32.Checksum(h[:32], crcTable) != le.Uint32(h[32:]) || le.Uint32(h[36:]) != 0 {
+		return nil, corrupt("header checksum mismatch")
+	}
+	n, strs := le.Uint64(h[8:]), le.Uint64(h[16:])
+	rest := uint64(size - headerSize)
+	if n > rest/rowSize || strs != rest-n*rowSize || strs > 1<<32 {
+		return nil, corrupt("%d rows and %d bytes of strings claimed in %d bytes", n, strs, rest)
+	}
+	b.n, b.strOff = int(n), headerSize+int64(n)*rowSize
+	return b, nil
+}
 
-// touch counts n bytes read; past releaseEvery the mapping's pages leave
-// this process (the page cache keeps them, and a later read maps them
-// again).
-func (b *base) touch(n int) {
-	if b.touched += n; b.touched >= releaseEvery && b.mapped {
-		b.touched = 0
-		unix.Madvise(b.data, unix.MADV_DONTNEED)
+// read fills dst from off. A read that fails (a file cut short under it)
+// is kept in err and gives zeros: nothing read after that is trusted.
+func (b *base) read(off int64, dst []byte) {
+	if b.err != nil {
+		clear(dst)
+		return
+	}
+	if b.f == nil {
+		copy(dst, b.mem[off:])
+		return
+	}
+	for len(dst) > 0 {
+		blk, err := b.cache.block(b.f, b.size, off/blockSize)
+		if err == nil && off-(off/blockSize)*blockSize >= int64(len(blk)) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			b.err = fmt.Errorf("read index %s: %w", b.f.Name(), err)
+			clear(dst)
+			return
+		}
+		k := copy(dst, blk[off%blockSize:])
+		dst, off = dst[k:], off+int64(k)
 	}
 }
 
+const (
+	blockSize   = 16 << 10
+	cacheBlocks = 32 // 512 KiB: a walk's rows and strings, and the top of its searches
+)
+
+// blockCache holds the blocks of a file read last, evicted by the clock.
+type blockCache struct {
+	num  [cacheBlocks]int64 // block number + 1 each slot holds; 0: none
+	buf  [cacheBlocks][]byte
+	ref  [cacheBlocks]bool
+	hand int
+	last int // the slot hit last
+}
+
+func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
+	if c.num[c.last] == blk+1 {
+		return c.buf[c.last], nil
+	}
+	for i := range c.num {
+		if c.num[i] == blk+1 {
+			c.ref[i], c.last = true, i
+			return c.buf[i], nil
+		}
+	}
+	for c.ref[c.hand] {
+		c.ref[c.hand] = false
+		c.hand = (c.hand + 1) % cacheBlocks
+	}
+	i := c.hand
+	c.hand = (c.hand + 1) % cacheBlocks
+	if c.buf[i] == nil {
+		c.buf[i] = make([]byte, blockSize)
+	}
+	n := min(blockSize, max(size-blk*blockSize, 0))
+	c.num[i] = 0
+	if k, err := f.ReadAt(c.buf[i][:n], blk*blockSize); k < int(n) {
+		return nil, cmp.Or(err, io.ErrUnexpectedEOF)
+	}
+	c.num[i], c.ref[i], c.last = blk+1, true, i
+	c.buf[i] = c.buf[i][:n]
+	return c.buf[i], nil
+}
+
 func (b *base) row(i int) row {
-	b.touch(rowSize)
-	return getRow(b.rows[i*rowSize:])
+	var buf [rowSize]byte
+	b.read(headerSize+int64(i)*rowSize, buf[:])
+	return getRow(buf[:])
 }
 
-// str is the string at off in the table; parseBase checked every offset a
-// row names.
-func (b *base) str(off uint32) []byte {
-	s := b.strs[off:]
-	l, k := binary.Uvarint(s)
-	b.touch(k + int(l))
-	return s[k : k+int(l)]
+// strBytes reads the string at off in the table into dst's memory.
+// parseBase checked every offset a row names.
+func (b *base) strBytes(off uint32, dst []byte) []byte {
+	var head [binary.MaxVarintLen64]byte
+	at := b.strOff + int64(off)
+	h := head[:min(int64(len(head)), b.size-at)]
+	b.read(at, h)
+	l, k := binary.Uvarint(h)
+	if k <= 0 || int64(l) > b.size-at-int64(k) {
+		return dst[:0] // only after a failed read
+	}
+	dst = slices.Grow(dst[:0], int(l))[:l]
+	b.read(at+int64(k), dst)
+	return dst
 }
 
-func (b *base) path(i int) []byte {
-	return b.str(binary.LittleEndian.Uint32(b.rows[i*rowSize+64:]))
+func (b *base) str(off uint32) string { return string(b.strBytes(off, nil)) }
+
+// path reads row i's path into scratch k.
+func (b *base) path(i, k int) []byte {
+	var off [4]byte
+	b.read(headerSize+int64(i)*rowSize+64, off[:])
+	b.scratch[k] = b.strBytes(binary.LittleEndian.Uint32(off[:]), b.scratch[k])
+	return b.scratch[k]
 }
 
 // find is p's row, tried first just after the one found last.
 func (b *base) find(p string) (int, bool) {
-	if i := b.hint + 1; i < b.n && string(b.path(i)) == p {
+	if i := b.hint + 1; i < b.n && string(b.path(i, 0)) == p {
 		b.hint = i
 		return i, true
 	}
 	i := b.search(p)
-	if i < b.n && string(b.path(i)) == p {
+	if i < b.n && string(b.path(i, 0)) == p {
 		b.hint = i
 		return i, true
 	}
@@ -158,7 +259,7 @@ func (b *base) search(p string) int {
 	lo, hi := 0, b.n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if string(b.path(m)) < p {
+		if string(b.path(m, 0)) < p {
 			lo = m + 1
 		} else {
 			hi = m
@@ -180,27 +281,33 @@ func (b *base) item(i int) item {
 	return it
 }
 
-// parseBase checks a base's bytes whole (checksums, every offset a row
-// names, the order of the paths) so that reading it later cannot fail;
-// any fault is an error wrapping ErrCorruptIndex. Only a checkpoint may
-// carry marks.
-func parseBase(data []byte, mapped, marked bool) (*base, error) {
-	b, err := layoutBase(data, mapped, marked)
+// parseBase checks a base whole (checksums, every offset a row names, the
+// order of the paths) so that reading it later cannot fail; any fault is
+// an error wrapping ErrCorruptIndex. Only a checkpoint may carry marks.
+func parseBase(f *os.File, mem []byte, size int64, marked bool) (*base, error) {
+	b, err := newBase(f, mem, size, marked)
 	if err != nil {
 		return nil, err
 	}
+	var h [headerSize]byte
+	b.read(0, h[:])
 	le := binary.LittleEndian
-	if !b.sum(b.rows, le.Uint32(data[24:])) || !b.sum(b.strs, le.Uint32(data[28:])) {
+	rows, strs := b.sum(headerSize, b.strOff), b.sum(b.strOff, size)
+	if b.err != nil {
+		return nil, b.err
+	}
+	if rows != le.Uint32(h[24:]) || strs != le.Uint32(h[28:]) {
 		return nil, corrupt("checksum mismatch")
 	}
 	allowed := fEntry
 	if marked {
 		allowed |= fMarks
 	}
-	var prev []byte
+	var raw [rowSize]byte
+	strSize := uint64(size - b.strOff)
 	for i := range b.n {
-		raw := b.rows[i*rowSize:]
-		r := getRow(raw)
+		b.read(headerSize+int64(i)*rowSize, raw[:])
+		r := getRow(raw[:])
 		if !validFlags(r, allowed) || le.Uint16(raw[90:]) != 0 {
 			return nil, corrupt("entry %d: bad flags %#x", i+1, r.flags)
 		}
@@ -208,22 +315,23 @@ func parseBase(data []byte, mapped, marked bool) (*base, error) {
 			off  uint32
 			used bool
 		}{{r.path, true}, {r.str, r.flags&fStr != 0}, {r.cid, r.flags&(fCidGit|fCidStr) != 0}} {
-			if s.used && !validString(b.strs, s.off) {
+			if s.used && !b.validString(s.off, strSize) {
 				return nil, corrupt("entry %d: string at %d runs past the end", i+1, s.off)
 			}
 		}
-		p := b.path(i)
-		if i > 0 && bytes.Compare(p, prev) <= 0 {
+		p := b.path(i, i%2)
+		if i > 0 && bytes.Compare(p, b.scratch[(i+1)%2]) <= 0 {
 			return nil, corrupt("entry %d: path %q out of order", i+1, p)
 		}
-		prev = p
 		if r.flags&fDead == 0 {
 			b.live++
 		}
 		if r.flags&fChanged != 0 {
 			b.changed++
 		}
-		b.touch(rowSize)
+	}
+	if b.err != nil {
+		return nil, b.err
 	}
 	return b, nil
 }
@@ -245,67 +353,37 @@ func corrupt(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrCorruptIndex, fmt.Sprintf(format, args...))
 }
 
-// layoutBase checks a base's header and finds its parts.
-func layoutBase(data []byte, mapped, marked bool) (*base, error) {
-	if len(data) < headerSize || string(data[:len(baseMagic)]) != baseMagic {
-		return nil, corrupt("bad header")
+// sum is the CRC-32C of the bytes from off to end, read straight from the
+// file (the cache is for the walk).
+func (b *base) sum(off, end int64) uint32 {
+	if b.f == nil {
+		return crc32.Checksum(b.mem[off:end], crcTable)
 	}
-	le := binary.LittleEndian
-	if crc32.Checksum(data[:32], crcTable) != le.Uint32(data[32:]) || le.Uint32(data[36:]) != 0 {
-		return nil, corrupt("header checksum mismatch")
-	}
-	n, size := le.Uint64(data[8:]), le.Uint64(data[16:])
-	rest := uint64(len(data) - headerSize)
-	if n > rest/rowSize || size != rest-n*rowSize || size > 1<<32 {
-		return nil, corrupt("%d rows and %d bytes of strings claimed in %d bytes", n, size, rest)
-	}
-	b := &base{data: data, n: int(n), marked: marked, mapped: mapped}
-	b.rows = data[headerSize : headerSize+n*rowSize]
-	b.strs = data[headerSize+n*rowSize:]
-	return b, nil
-}
-
-// sum checks part's CRC-32C, giving its pages back as it goes.
-func (b *base) sum(part []byte, want uint32) bool {
 	var c uint32
-	for len(part) > 0 {
-		k := min(len(part), releaseEvery)
-		c = crc32.Update(c, crcTable, part[:k])
-		b.touch(k)
-		part = part[k:]
+	buf := make([]byte, 64<<10)
+	for off < end && b.err == nil {
+		k := min(int64(len(buf)), end-off)
+		if n, err := b.f.ReadAt(buf[:k], off); int64(n) < k {
+			b.err = fmt.Errorf("read index %s: %w", b.f.Name(), cmp.Or(err, io.ErrUnexpectedEOF))
+			break
+		}
+		c = crc32.Update(c, crcTable, buf[:k])
+		off += k
 	}
-	return c == want
+	return c
 }
 
-func validString(strs []byte, off uint32) bool {
-	if uint64(off) >= uint64(len(strs)) {
+// validString reports whether a whole string starts at off in a table of
+// size bytes.
+func (b *base) validString(off uint32, size uint64) bool {
+	if uint64(off) >= size {
 		return false
 	}
-	l, k := binary.Uvarint(strs[off:])
-	return k > 0 && l <= uint64(len(strs))-uint64(off)-uint64(k)
-}
-
-// mapBase maps a base file read-only; nil data for an empty file. The
-// mapping is unmapped once b is unreachable: nothing handed out points
-// into it.
-func mapBase(f *os.File, size int64) ([]byte, func(), error) {
-	if size == 0 {
-		return nil, func() {}, nil
-	}
-	if size >= 1<<40 {
-		return nil, nil, fmt.Errorf("%d bytes is too large for an index", size)
-	}
-	data, err := unix.Mmap(int(f.Fd()), 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		return nil, nil, err
-	}
-	return data, func() { unix.Munmap(data) }, nil
-}
-
-// own unmaps b's mapping once b is unreachable.
-func (b *base) own(unmap func()) *base {
-	runtime.AddCleanup(b, func(f func()) { f() }, unmap)
-	return b
+	var head [binary.MaxVarintLen64]byte
+	h := head[:min(uint64(len(head)), size-uint64(off))]
+	b.read(b.strOff+int64(off), h)
+	l, k := binary.Uvarint(h)
+	return k > 0 && l <= size-uint64(off)-uint64(k)
 }
 
 // baseWriter writes a base of a known number of rows: the rows and the
@@ -365,11 +443,11 @@ func (w *baseWriter) add(it *item) {
 // size is the base's size in bytes, once finished.
 func (w *baseWriter) size() int64 { return headerSize + int64(w.n)*rowSize + int64(w.soff) }
 
-func (w *baseWriter) put(s []byte) uint32 {
+func (w *baseWriter) put(s string) uint32 {
 	off := w.soff
 	k := binary.PutUvarint(w.tmp[:], uint64(len(s)))
 	w.strs.Write(w.tmp[:k])
-	w.strs.Write(s)
+	w.strs.WriteString(s)
 	w.soff += uint64(k + len(s))
 	return uint32(off)
 }

@@ -1,13 +1,13 @@
 package state
 
 import (
-	"bytes"
 	"encoding/hex"
 	"io/fs"
 	"iter"
 	"os"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -101,7 +101,7 @@ func (x *Index) Len() int { return x.n }
 func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
 		for it := range x.items("") {
-			if it.r.flags&fDead == 0 && !yield(string(it.path), it.entry()) {
+			if it.r.flags&fDead == 0 && !yield(it.path, it.entry()) {
 				return
 			}
 		}
@@ -149,16 +149,16 @@ func (x *Index) Delete(p string) {
 
 // DeleteBelow forgets every entry below dir.
 func (x *Index) DeleteBelow(dir string) {
-	prefix := []byte(dir + "/")
-	from := string(prefix)
+	prefix := dir + "/"
+	from := prefix
 	for {
 		var batch []string
 		for it := range x.items(from) {
-			if !bytes.HasPrefix(it.path, prefix) || len(batch) == 1024 {
+			if !strings.HasPrefix(it.path, prefix) || len(batch) == 1024 {
 				break
 			}
 			if it.r.flags&fDead == 0 {
-				batch = append(batch, string(it.path))
+				batch = append(batch, it.path)
 			}
 		}
 		if len(batch) == 0 {
@@ -202,7 +202,7 @@ func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 			if it.r.flags&fDead == 0 {
 				e = it.entry()
 			}
-			if !yield(string(it.path), e) {
+			if !yield(it.path, e) {
 				return
 			}
 		}
@@ -224,25 +224,25 @@ func (x *Index) Children(dir string) map[string]Child {
 		prefix = dir + "/"
 	}
 	out := map[string]Child{}
-	c, pre := x.cursor(prefix), []byte(prefix)
+	c := x.cursor(prefix)
 	for {
 		it, ok := c.next()
-		if !ok || !bytes.HasPrefix(it.path, pre) {
+		if !ok || !strings.HasPrefix(it.path, prefix) {
 			return out
 		}
 		if it.r.flags&fDead != 0 {
 			continue
 		}
 		rest := it.path[len(prefix):]
-		if j := bytes.IndexByte(rest, '/'); j >= 0 {
-			name := string(rest[:j])
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			name := rest[:j]
 			ch := out[name]
 			ch.Below = true
 			out[name] = ch
 			c = x.cursor(prefix + name + "0") // '0' follows '/': past name's entries
 			continue
 		}
-		name := string(rest)
+		name := rest
 		ch := out[name]
 		ch.Entry = it.entry()
 		out[name] = ch
@@ -252,7 +252,7 @@ func (x *Index) Children(dir string) map[string]Child {
 // item is an entry as a merge of the base and the layers meets it: its
 // row (whose flags carry the marks) and its strings.
 type item struct {
-	path, str, cid []byte
+	path, str, cid string
 	r              row
 }
 
@@ -292,7 +292,7 @@ func (c *cursor) next() (item, bool) {
 		}
 		inB := false
 		if c.b != nil && c.bi < c.b.n {
-			switch bp := c.b.path(c.bi); {
+			switch bp := c.b.path(c.bi, 0); {
 			case !inL && !inA || string(bp) < p:
 				inB, inL, inA = true, false, false
 			case string(bp) == p:
@@ -344,13 +344,12 @@ func (x *Index) items(from string) iter.Seq[item] {
 // layerItem is a layer's entry as an item with the given marks; a
 // deletion is a dead row.
 func layerItem(l lent, marks uint16) item {
-	it := item{path: []byte(l.p)}
+	it := item{path: l.p}
 	if l.e == nil {
 		it.r.flags = fDead | marks
 		return it
 	}
-	r, str, cid := encodeEntry(l.e)
-	it.r, it.str, it.cid = r, []byte(str), []byte(cid)
+	it.r, it.str, it.cid = encodeEntry(l.e)
 	it.r.flags |= marks
 	return it
 }
@@ -389,25 +388,24 @@ func (x *Index) checkpoint() error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
 	w := newBaseWriter(f, n)
 	for it := range x.items("") {
 		w.add(&it)
 	}
 	if err := w.finish(); err != nil {
+		f.Close()
 		return err
 	}
-	data, unmap, err := mapBase(f, w.size())
+	b, err := newBase(f, nil, w.size(), true)
 	if err != nil {
-		return err
-	}
-	b, err := layoutBase(data, true, true)
-	if err != nil {
-		unmap()
+		f.Close()
 		return err
 	}
 	b.live, b.changed = w.live, w.changed
-	x.base, x.logged, x.added = b.own(unmap), nil, nil
+	if old := x.base; old != nil && old.marked && old.f != nil {
+		old.f.Close() // a checkpoint superseded: its space goes back now
+	}
+	x.base, x.logged, x.added = b, nil, nil
 	return nil
 }
 
@@ -457,9 +455,9 @@ func (it *item) entry() *IndexEntry {
 	case r.flags&fCidSum != 0:
 		e.ContentID = string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
 	case r.flags&fCidGit != 0:
-		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), it.cid))
+		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), []byte(it.cid)))
 	case r.flags&fCidStr != 0:
-		e.ContentID = string(it.cid)
+		e.ContentID = it.cid
 	}
 	switch {
 	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
@@ -467,9 +465,9 @@ func (it *item) entry() *IndexEntry {
 	case r.flags&fSHA != 0:
 		e.SHA256 = string(hex.AppendEncode(buf[:0], r.sum[:]))
 	case r.flags&fStr != 0 && r.mode&fs.ModeSymlink != 0:
-		e.Target = string(it.str)
+		e.Target = it.str
 	case r.flags&fStr != 0:
-		e.SHA256 = string(it.str)
+		e.SHA256 = it.str
 	}
 	return e
 }
