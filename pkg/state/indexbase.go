@@ -219,6 +219,9 @@ func (b *base) row(i int) row {
 func (b *base) strBytes(off uint32, dst []byte) []byte {
 	var head [binary.MaxVarintLen64]byte
 	at := b.strOff + int64(off)
+	if at >= b.size {
+		return dst[:0] // only after a failed read
+	}
 	h := head[:min(int64(len(head)), b.size-at)]
 	b.read(at, h)
 	l, k := binary.Uvarint(h)
