@@ -37,22 +37,7 @@ func TestLogsFollow(t *testing.T) {
 	log := filepath.Join(state, "logs", "web.log")
 	os.MkdirAll(filepath.Dir(log), 0o700)
 	os.WriteFile(log, []byte("one\ntwo\nthree\n"), 0o600)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"logs", "-f", "--tail", "1", "Process/web", "--state-dir", state}, strings.NewReader(""), &out, &errOut)
-	}()
-	waitFor := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(out.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("logs -f printed %q, never %q (stderr %q)", out.String(), want, errOut.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	out, waitFor, stop := follow(t, strings.Contains, "--tail", "1", "--state-dir", state)
 	waitFor("three\n")
 	if strings.Contains(out.String(), "two") {
 		t.Fatalf("--tail 1 printed more: %q", out.String())
@@ -65,15 +50,42 @@ func TestLogsFollow(t *testing.T) {
 	f.WriteString("five\n")
 	f.Close()
 	waitFor("four\nfive\n")
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("logs -f exited %d: %s", code, errOut.String())
+	stop()
+}
+
+// follow runs logs -f Process/web with args until stop, which fails the
+// test unless it ends, with 0, when interrupted; waitFor waits until what
+// it printed matches want (by match).
+func follow(t *testing.T, match func(out, want string) bool, args ...string) (out *syncBuffer, waitFor func(want string), stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, append([]string{"logs", "-f", "Process/web"}, args...), strings.NewReader(""), &stdout, &stderr)
+	}()
+	waitFor = func(want string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !match(stdout.String(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("logs -f %v printed %q, never %q (stderr %q)", args, stdout.String(), want, stderr.String())
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("logs -f did not end when interrupted")
 	}
+	stop = func() {
+		t.Helper()
+		cancel()
+		select {
+		case code := <-done:
+			if code != 0 {
+				t.Fatalf("logs -f exited %d: %s", code, stderr.String())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("logs -f did not end when interrupted")
+		}
+	}
+	return &stdout, waitFor, stop
 }
 
 // TestLogsJSON: logs -o json writes one object a line, the last line
@@ -106,22 +118,7 @@ func TestLogsJSON(t *testing.T) {
 	}
 
 	os.WriteFile(log, []byte("one\n"), 0o600)
-	ctx, cancel := context.WithCancel(context.Background())
-	var out, errOut syncBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"logs", "-f", "-o", "json", "Process/web", "--state-dir", state}, strings.NewReader(""), &out, &errOut)
-	}()
-	waitFor := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for out.String() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("logs -f -o json printed %q, never %q (stderr %q)", out.String(), want, errOut.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	out, waitFor, stop := follow(t, func(out, want string) bool { return out == want }, "-o", "json", "--state-dir", state)
 	one := `{"resource":"Process/web","line":"one"}` + "\n"
 	waitFor(one)
 	f, _ := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0o600)
@@ -129,15 +126,7 @@ func TestLogsJSON(t *testing.T) {
 	f.Close()
 	four := one + `{"resource":"Process/web","line":"four"}` + "\n"
 	waitFor(four)
-	cancel()
-	select {
-	case code := <-done:
-		if code != 0 {
-			t.Fatalf("logs -f exited %d: %s", code, errOut.String())
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("logs -f did not end when interrupted")
-	}
+	stop()
 	if want := four + `{"resource":"Process/web","line":"fi"}` + "\n"; out.String() != want {
 		t.Errorf("interrupted, logs -f -o json printed %q, want %q (the part of a line it held)", out.String(), want)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -192,20 +191,7 @@ func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
 	checkpointAt = 8
 	dir := t.TempDir()
 	p := filepath.Join(dir, "Directory.kb.idx")
-	x := sampleIndex()
-	if err := os.WriteFile(p, encodeV1(x), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	y, err := LoadIndex(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
-	y.Delete("c")
-	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
-		t.Fatal(err)
-	}
-	want := entries(y)
+	want := writeFormat1WithLog(t, p)
 	readOnly(t, dir)
 	z, err := LoadIndex(p)
 	if err != nil {
@@ -431,18 +417,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 // the new one, nor does it stop the next save's append.
 func TestIndexStaleLogOfFormat1(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	if err := os.WriteFile(p, encodeV1(sampleIndex()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	y, err := LoadIndex(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	y.Delete("c")
-	y.Set("new", &IndexEntry{SHA256: "01"})
-	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
-		t.Fatal(err)
-	}
+	writeFormat1WithLog(t, p)
 	stale, err := os.ReadFile(p + logSuffix)
 	if err != nil {
 		t.Fatal(err)

@@ -438,12 +438,12 @@ func encodeV1(x *Index) []byte {
 	return b.Bytes()
 }
 
-// TestIndexOfFormat1 loads an index written in format 1 with a log beside
-// it: the entries are as they were, and the next save writes format 2.
-func TestIndexOfFormat1(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	x := sampleIndex()
-	if err := os.WriteFile(p, encodeV1(x), 0o600); err != nil {
+// writeFormat1WithLog writes sampleIndex at p in format 1, and a log
+// beside it that sets "new" and deletes "c"; it returns the entries both
+// make.
+func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
+	t.Helper()
+	if err := os.WriteFile(p, encodeV1(sampleIndex()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	y, err := LoadIndex(p)
@@ -452,11 +452,17 @@ func TestIndexOfFormat1(t *testing.T) {
 	}
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	y.Delete("c")
-	// A log extends the old base...
 	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
 		t.Fatal(err)
 	}
-	want := entries(y)
+	return entries(y)
+}
+
+// TestIndexOfFormat1 loads an index written in format 1 with a log beside
+// it: the entries are as they were, and the next save writes format 2.
+func TestIndexOfFormat1(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
+	want := writeFormat1WithLog(t, p)
 	z, err := LoadIndex(p)
 	if err != nil {
 		t.Fatal(err)
