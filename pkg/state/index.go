@@ -617,17 +617,10 @@ func (x *Index) readErr() error {
 	return nil
 }
 
-// byteWriter is what the encoding is written to: a bytes.Buffer or a
-// bufio.Writer, whose errors wait for Flush.
-type byteWriter interface {
-	io.Writer
-	io.ByteWriter
-	io.StringWriter
-}
-
-// entryWriter writes the index encoding.
+// entryWriter writes the log's encoding of entries (an index of format 1
+// wrote its entries so).
 type entryWriter struct {
-	b   byteWriter
+	b   *bytes.Buffer
 	tmp [binary.MaxVarintLen64]byte
 }
 

@@ -63,13 +63,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 					x.Delete(k)
 					delete(want, k)
 				case r < 15:
-					d := dirs[rng.IntN(len(dirs))]
-					x.DeleteBelow(d)
-					for w := range want {
-						if strings.HasPrefix(w, d+"/") {
-							delete(want, w)
-						}
-					}
+					deleteBelow(x, want, dirs[rng.IntN(len(dirs))])
 				case r < 16:
 					x.Touch(k)
 				case r < 18:
@@ -84,13 +78,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 					}
 					fix(x)
 				}
-				w, ok := want[k]
-				if got := x.Get(k); (got != nil) != ok || ok && *got != w {
-					t.Fatalf("step %d: Get(%q) = %+v, want %+v", step, k, got, w)
-				}
-				if x.Len() != len(want) {
-					t.Fatalf("step %d: Len() = %d, want %d", step, x.Len(), len(want))
-				}
+				checkGet(t, step, x, want, k)
 			}
 			if !reflect.DeepEqual(entries(x), want) {
 				t.Fatal("entries differ from the map's")

@@ -306,13 +306,7 @@ func TestIndexMatchesMap(t *testing.T) {
 					x.Delete(k)
 					delete(want, k)
 				case r < 17:
-					d := k[:strings.IndexByte(k, '/')]
-					x.DeleteBelow(d)
-					for w := range want {
-						if strings.HasPrefix(w, d+"/") {
-							delete(want, w)
-						}
-					}
+					deleteBelow(x, want, k[:strings.IndexByte(k, '/')])
 				case r < 18:
 					x.Touch(k)
 				case r < 19:
@@ -332,10 +326,7 @@ func TestIndexMatchesMap(t *testing.T) {
 						}
 					}
 				}
-				w, ok := want[k]
-				if got := x.Get(k); (got != nil) != ok || ok && *got != w {
-					t.Fatalf("step %d: Get(%s) = %+v, want %+v", step, k, got, w)
-				}
+				checkGet(t, step, x, want, k)
 				if step%10 == 0 && !x.Dirty() && !maps.Equal(want, saved) {
 					t.Fatalf("step %d: changed since the last save, but not dirty", step)
 				}
@@ -348,6 +339,28 @@ func TestIndexMatchesMap(t *testing.T) {
 				t.Errorf("files beside the index: %v", left)
 			}
 		})
+	}
+}
+
+// deleteBelow deletes what is below d from the index and from the map.
+func deleteBelow(x *Index, want map[string]IndexEntry, d string) {
+	x.DeleteBelow(d)
+	for w := range want {
+		if strings.HasPrefix(w, d+"/") {
+			delete(want, w)
+		}
+	}
+}
+
+// checkGet compares Get(k) and Len with what the map holds.
+func checkGet(t *testing.T, step int, x *Index, want map[string]IndexEntry, k string) {
+	t.Helper()
+	w, ok := want[k]
+	if got := x.Get(k); (got != nil) != ok || ok && *got != w {
+		t.Fatalf("step %d: Get(%q) = %+v, want %+v", step, k, got, w)
+	}
+	if x.Len() != len(want) {
+		t.Fatalf("step %d: Len() = %d, want %d", step, x.Len(), len(want))
 	}
 }
 

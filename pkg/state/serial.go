@@ -47,14 +47,9 @@ var hostID = sync.OnceValue(func() string {
 
 func (d Dir) serialPath() string { return d.Sub("state.serial") }
 
-// LastWritten reads state.serial: the lineage and serial of the last
-// snapshot saved here. ok is false when there is none (a state dir from
-// before state.serial, or a new one).
-func (d Dir) LastWritten() (lineage string, serial uint64, ok bool, err error) {
-	f, ok, err := d.lastWritten()
-	return f.Lineage, f.Serial, ok, err
-}
-
+// lastWritten reads state.serial: the last snapshot saved here. ok is
+// false when there is none (a state dir from before state.serial, or a new
+// one).
 func (d Dir) lastWritten() (f serialFile, ok bool, err error) {
 	data, err := os.ReadFile(d.serialPath())
 	if errors.Is(err, fs.ErrNotExist) {
@@ -128,8 +123,8 @@ func (d Dir) AcceptRollback(s *Snapshot) {
 	if s.rollback == nil {
 		return
 	}
-	if lineage, serial, ok, err := d.LastWritten(); err == nil && ok && lineage == s.Lineage && serial > s.Serial {
-		s.Serial = serial
+	if f, ok, err := d.lastWritten(); err == nil && ok && f.Lineage == s.Lineage && f.Serial > s.Serial {
+		s.Serial = f.Serial
 	}
 	s.rollback, s.RolledBack = nil, ""
 }
