@@ -93,12 +93,12 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 	if o.against != "" {
 		// The sandbox's own source is the pull request; its snapshot
 		// recorded the base, which is not a change of source.
-		s.Snapshot.Source = s.Desired.Ref
+		s.Snapshot().Source = s.Desired().Ref
 	}
 	plan := s.Plan(ctx)
 	// Warn of the refusal sync --prune would meet, before anyone runs it.
-	check := reconcile.SyncOptions{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback}
-	if err := s.Check(plan, check); err != nil {
+	s.Policy = reconcile.Policy{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback}
+	if err := s.Check(plan); err != nil {
 		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
 	}
 	if o.output != "json" {
@@ -173,7 +173,8 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 	}
 	defer done()
 	s.Env.Simulate = true
-	rep, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{WaitTimeout: time.Minute})
+	s.Policy = reconcile.Policy{WaitTimeout: time.Minute}
+	rep, err := s.Sync(ctx, s.Plan(ctx), state.Retention{})
 	if err != nil {
 		return nil, err
 	}

@@ -77,9 +77,9 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	defer done()
 	s.Env.Verify = o.verify
 	s.Env.CountFiles = true // the report counts a tree's changes; it lists none
-	opts := reconcile.SyncOptions{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
-		AcceptRollback: o.state.acceptRollback, Retention: o.state.retention}
-	rep, err := s.Sync(ctx, s.Plan(ctx), opts)
+	s.Policy = reconcile.Policy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
+		AcceptRollback: o.state.acceptRollback}
+	rep, err := s.Sync(ctx, s.Plan(ctx), o.state.retention)
 	if rep != nil {
 		if o.output == "json" {
 			rep.JSON(io.Out)

@@ -2,7 +2,7 @@ package agent
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -37,7 +36,9 @@ type Options struct {
 	// it fighting: reported, and its corrections back off.
 	FightThreshold int
 	FightWindow    time.Duration
-	WaitTimeout    time.Duration
+	// WaitTimeout bounds how long a dependent waits for a dependency to
+	// turn healthy after that dependency's apply; then it is blocked.
+	WaitTimeout time.Duration
 	// Retention is how long backup runs are kept, applied once a reconcile
 	// converged and then at most every retentionEvery; the zero value
 	// keeps them all.
@@ -81,23 +82,32 @@ func (o *Options) defaults() {
 	}
 }
 
+// policy is what the options let the engine do.
+func (o *Options) policy() reconcile.Policy {
+	return reconcile.Policy{Prune: o.Prune, AllowEmpty: o.AllowEmpty, AllowSourceChange: o.AllowSourceChange,
+		NoSelfHeal: !o.SelfHeal, WaitTimeout: o.WaitTimeout}
+}
+
 // Agent is the continuous reconciliation loop: it polls the source, keeps
-// resource IDs on a rate-limited work queue, and heals what drifts.
+// resource IDs on a rate-limited work queue, and converges each through
+// the engine (reconcile.Session.Converge), which decides everything; the
+// agent maps what it says to queue verbs, metrics and status.
 type Agent struct {
 	opts  Options
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[resource.ID]
 	fetch chan Trigger // a fetch and full pass now
 	fight *FightDetector
+	ready chan struct{} // closed once the session is open
 
-	mu        sync.Mutex // guards what follows
-	sess      *reconcile.Session
-	desired   *reconcile.Desired
-	retired   []*reconcile.Desired // closed when no key is in flight
-	suspended bool
-	fetchErr  error     // the last fetch or validation failure
+	sess *reconcile.Session // set before ready is closed, then never again
+
+	mu       sync.Mutex           // guards what follows
+	retired  []*reconcile.Desired // closed when no key is in flight
+	fetchErr error                // the last fetch or validation failure
+	// refused is the newest revision, when it was refused (invalid).
+	refused   *Refusal
 	fetchTime time.Time // the last successful fetch
-	pruneHold string    // why prune is refused for this revision
 	started   bool      // the first reconcile is done
 	// firstPass holds the keys of the first revision not yet reconciled
 	// once: the first reconcile is done when it empties (or when the
@@ -105,23 +115,27 @@ type Agent struct {
 	firstPass map[resource.ID]struct{}
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
-	watch     *watcher
-	gauging   atomic.Bool // the resources gauges are being refreshed
+	// held are the keys the engine holds back (waiting, blocked or
+	// refused), with why: status shows them.
+	held map[resource.ID]diff.Outcome
+	// unobserved are the keys the last scan could not observe, with why.
+	unobserved map[resource.ID]error
+	watch      *watcher
+	rewatch    bool // an apply made paths: the watches follow
+	history    []Reconcile
+
+	gauging atomic.Bool // the resources gauges are being refreshed
 	// inflight counts keys a worker took off the queue and has not
 	// finished: the queue's length leaves them out.
 	inflight atomic.Int32
 	bg       sync.WaitGroup // such refreshes, waited for before closing
-	rewatch  bool           // an apply made paths: the watches follow
-	history  []Reconcile
+}
 
-	wmu     sync.Mutex // guards the state lock and what follows
-	lock    *state.Lock
-	holders int
-	dirty   bool
-	stamp   fileStamp   // state.json as last loaded or saved by the agent
-	saved   time.Time   // when the agent last saved it
-	linger  *time.Timer // lets go of a lock held through a burst
-	pruned  time.Time   // when the backup retention last ran
+// Refusal is a revision the agent refused, and why.
+type Refusal struct {
+	Revision string    `json:"revision"`
+	Error    string    `json:"error"`
+	Since    time.Time `json:"since"`
 }
 
 // New makes an agent; Run starts it.
@@ -130,13 +144,14 @@ func New(opts Options) *Agent {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
 	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
-		opts:      opts,
-		log:       opts.Log,
-		queue:     workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
-		fetch:     make(chan Trigger, 1),
-		fight:     NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow}),
-		suspended: opts.Suspend,
-		hints:     map[resource.ID]hintOf{},
+		opts:  opts,
+		log:   opts.Log,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
+		fetch: make(chan Trigger, 1),
+		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow}),
+		ready: make(chan struct{}),
+		hints: map[resource.ID]hintOf{},
+		held:  map[resource.ID]diff.Outcome{},
 	}
 }
 
@@ -148,19 +163,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
+	sess.Policy = a.opts.policy()
+	sess.Suspend(a.opts.Suspend)
+	sess.AddHold(a.fightHold)
+	w := sess.Writer()
+	w.Busy = func() bool { return a.queue.Len() > 0 }
+	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }
 	a.sess = sess
-	a.mu.Unlock()
-	a.stamp = snapshotStamp(sess.State)
+	close(a.ready)
 	defer a.close()
 
-	w, err := newWatcher(a)
+	watch, err := newWatcher(a)
 	if err != nil {
 		return err
 	}
-	defer w.close()
+	defer watch.close()
 	a.mu.Lock()
-	a.watch = w
+	a.watch = watch
 	a.mu.Unlock()
 
 	var wg sync.WaitGroup
@@ -170,25 +189,35 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 		})
 	}
-	wg.Go(func() { w.run(ctx) })
-	wg.Go(func() { a.poll(ctx, w) })
+	wg.Go(func() { watch.run(ctx) })
+	wg.Go(func() { a.poll(ctx, watch) })
 	<-ctx.Done()
 	a.queue.ShutDownWithDrain()
 	wg.Wait()
 	a.bg.Wait()
-	return a.flush()
+	return w.Flush(context.WithoutCancel(ctx))
 }
 
 func (a *Agent) close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.desired != nil {
-		a.desired.Close()
+	if d := a.sess.Desired(); d != nil {
+		d.Close()
 	}
 	for _, d := range a.retired {
 		d.Close()
 	}
 	a.sess.Close()
+}
+
+// session is the engine, once Run opened it; nil before.
+func (a *Agent) session() *reconcile.Session {
+	select {
+	case <-a.ready:
+		return a.sess
+	default:
+		return nil
+	}
 }
 
 // Reconcile asks for a fetch and a full pass now.
@@ -209,9 +238,10 @@ func (a *Agent) Resume() {
 }
 
 func (a *Agent) setSuspended(v bool) {
-	a.mu.Lock()
-	a.suspended = v
-	a.mu.Unlock()
+	a.opts.Suspend = v
+	if s := a.session(); s != nil {
+		s.Suspend(v)
+	}
 	a.log.Info("agent", "suspended", v)
 }
 
@@ -221,6 +251,8 @@ func (a *Agent) Ready() (bool, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
+	case a.refused != nil:
+		return false, "revision " + a.refused.Revision + " refused: " + a.refused.Error
 	case a.fetchErr != nil:
 		return false, "source failing: " + a.fetchErr.Error()
 	case !a.started:
@@ -255,54 +287,34 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 
 // refresh fetches the source; a new revision is validated and adopted and
 // the keys it changes are queued. A failed fetch or an invalid revision
-// changes nothing: the last good revision goes on being healed.
+// changes nothing: the revision the host is on goes on being healed.
 func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	start := time.Now()
 	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Manifests(), a.log)
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
-		a.mu.Lock()
-		a.fetchErr = err
-		a.mu.Unlock()
-		a.log.Error("fetch failed; the last good revision stays", "error", err)
+		a.refuse(err)
 		if t != TriggerInterval {
 			a.scan(ctx, t) // still heal what is there
 		}
 		return
 	}
 	a.mu.Lock()
-	a.fetchErr, a.fetchTime = nil, time.Now()
-	old := a.desired
-	same := old != nil && d.Revision() != "" && d.Revision() == old.Revision()
-	if same {
-		a.mu.Unlock()
+	a.fetchErr, a.refused, a.fetchTime = nil, nil, time.Now()
+	a.mu.Unlock()
+	old := a.sess.Desired()
+	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
 		d.Close()
 		if t != TriggerInterval {
 			a.scan(ctx, t)
 		}
 		return
 	}
-	a.desired = d
+	keys := a.sess.Changed(old, d)
+	a.sess.SetDesired(d)
+	a.mu.Lock()
 	if old != nil {
 		a.retired = append(a.retired, old)
-	}
-	snap := a.sess.Snapshot
-	a.pruneHold = ""
-	switch {
-	case snap.Source.URL != "" && snap.Source != d.Ref && !a.opts.AllowSourceChange:
-		a.pruneHold = fmt.Sprintf("the source changed (%s path %q, now %s path %q); start with --allow-source-change if the host should follow it", snap.Source.URL, snap.Source.Path, d.Ref.URL, d.Ref.Path)
-	case d.Set.Len() == 0 && len(snap.Inventory) > 0 && !a.opts.AllowEmpty:
-		a.pruneHold = "the desired set is empty; start with --allow-empty if everything should go"
-	}
-	if a.pruneHold == "" {
-		snap.Source = d.Ref
-	}
-	// Creations intended for what left Git are owed no more.
-	snap.Settle(func(id string) bool { return d.Set.Get(resource.ID(id)) != nil })
-	keys := a.changedKeys(old, d)
-	hold := a.pruneHold
-	if rb := snap.Rollback(); rb != nil && hold == "" {
-		hold = rb.Error()
 	}
 	if !a.started && a.firstPass == nil {
 		a.firstPass = make(map[resource.ID]struct{}, len(keys))
@@ -311,8 +323,8 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 	}
 	a.mu.Unlock()
-	if hold != "" && a.opts.Prune {
-		a.log.Warn("not pruning", "reason", hold)
+	if err := a.sess.PruneHold(); err != nil {
+		a.log.Warn("not pruning", "reason", err)
 	}
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
 	trigger := t
@@ -323,75 +335,71 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	for _, id := range keys {
 		a.queue.Add(id)
 	}
-	w.sync(d.Set)
+	w.sync(a.sess.Watches())
 	if t != TriggerInterval && old != nil {
 		a.scan(ctx, t)
 	}
 	a.settle()
 }
 
-// changedKeys are the resources whose desired state differs between two
-// revisions, and those in the inventory that left Git. Called with mu held.
-func (a *Agent) changedKeys(old, d *reconcile.Desired) []resource.ID {
-	var keys []resource.ID
-	digest := func(des *reconcile.Desired, r *resource.Resource) string {
-		env := *a.sess.Env
-		env.Tree, env.Set = des.Checkout.Tree, des.Set
-		s, err := driver.Host{Env: &env}.Digest(r)
-		if err != nil {
-			return "error: " + err.Error()
+// refuse keeps a failed fetch, or a revision that does not validate: the
+// host stays on the revision it has.
+func (a *Agent) refuse(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var me *reconcile.ManifestError
+	if errors.As(err, &me) {
+		rev := me.Revision
+		if rev == "" {
+			rev = "the source's newest"
 		}
-		return s
+		if a.refused == nil || a.refused.Revision != rev || a.refused.Error != err.Error() {
+			a.refused = &Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
+			a.log.Error("revision refused; the host stays on the revision it has", "revision", rev, "error", err)
+		}
+		a.fetchErr = nil
+		return
 	}
-	for _, r := range d.Set.Resources() {
-		if old == nil {
-			keys = append(keys, r.ID())
-			continue
-		}
-		if prev := old.Set.Get(r.ID()); prev == nil || digest(old, prev) != digest(d, r) {
-			keys = append(keys, r.ID())
-		}
-	}
-	for _, rec := range a.sess.Snapshot.Inventory {
-		id := resource.ID(rec.ID)
-		if d.Set.Get(id) == nil || old == nil {
-			keys = append(keys, id)
-		}
-	}
-	return keys
+	a.fetchErr = err
+	a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
 }
 
 // scan observes everything and queues what is not converged: the full
 // drift check, the safety net under the watches.
 func (a *Agent) scan(ctx context.Context, t Trigger) {
-	a.mu.Lock()
-	d := a.desired
+	d := a.sess.Desired()
 	if d == nil {
-		a.mu.Unlock()
 		return
 	}
-	env := a.env(d)
-	snap := a.sess.Snapshot.WithInventory(append([]*state.Entry(nil), a.sess.Snapshot.Inventory...))
-	a.mu.Unlock()
-	plan := diff.Make(ctx, driver.Host{Env: env}, d.Set, snap, a.opts.Engine.Concurrency)
-	n := 0
-	for _, c := range plan.Changes {
-		if c.Pending() || c.Err != nil {
-			a.queue.Add(c.ID)
-			n++
-		}
+	due, problems := a.sess.Scan(ctx)
+	a.mu.Lock()
+	a.unobserved = map[resource.ID]error{}
+	for _, c := range problems {
+		a.unobserved[c.ID] = c.Err
 	}
-	if n > 0 {
+	a.mu.Unlock()
+	for _, c := range problems {
+		a.log.Error("cannot observe", "resource", c.ID, "error", c.Err)
+	}
+	for _, id := range due {
+		a.queue.Add(id)
+	}
+	if len(due) > 0 {
 		a.begin(t, d.Revision(), time.Now())
-		a.log.Info("scan", "trigger", t, "pending", n)
+		a.log.Info("scan", "trigger", t, "pending", len(due))
 	}
 	a.settle()
 }
 
-// env is the engine's environment for one revision. Called with mu held.
-func (a *Agent) env(d *reconcile.Desired) *driver.Env {
-	env := *a.sess.Env
-	env.Snapshot = a.sess.Snapshot
-	env.Tree, env.Set = d.Checkout.Tree, d.Set
-	return &env
+// requeueAll queues every key: another cortex-sync wrote the snapshot, so
+// everything is planned again against it.
+func (a *Agent) requeueAll() {
+	if d := a.sess.Desired(); d != nil {
+		for _, r := range d.Set.Resources() {
+			a.queue.Add(r.ID())
+		}
+	}
+	for _, e := range a.sess.View().Inventory {
+		a.queue.Add(resource.ID(e.ID))
+	}
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -165,7 +166,8 @@ func stopAll(t *testing.T, repo, root, stateDir string) {
 		return
 	}
 	defer s.Close()
-	if _, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{Prune: true, AllowEmpty: true}); err != nil {
+	s.Policy = reconcile.Policy{Prune: true, AllowEmpty: true}
+	if _, err := s.Sync(ctx, s.Plan(ctx), state.Retention{}); err != nil {
 		t.Error(err)
 	}
 }

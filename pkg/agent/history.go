@@ -2,11 +2,13 @@ package agent
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // Reconcile is one reconcile of the agent: from a change being seen (a new
@@ -90,16 +92,18 @@ func (a *Agent) settle() {
 	if a.queue.Len() > 0 || a.inflight.Load() > 0 {
 		return
 	}
-	a.wmu.Lock()
-	busy := a.holders > 0 || a.lock != nil
-	a.wmu.Unlock()
+	s := a.session()
+	if s == nil {
+		return
+	}
+	busy := !s.Writer().Idle()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !busy && a.rewatch && a.desired != nil && a.watch != nil {
+	if !busy && a.rewatch && a.watch != nil {
 		a.rewatch = false
-		w, set := a.watch, a.desired.Set
+		w := a.watch
 		a.mu.Unlock()
-		w.sync(set)
+		w.sync(s.Watches())
 		a.mu.Lock()
 	}
 	e := a.episode
@@ -125,22 +129,24 @@ func (a *Agent) settle() {
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure
-	} else if a.desired != nil {
-		// Converged: the revision counts as applied, as a sync records it.
-		snap := a.sess.Snapshot
-		snap.LastSyncTime = time.Now().UTC().Truncate(time.Millisecond)
-		if snap.LastAttempt == nil || len(snap.LastAttempt.Failed) == 0 {
-			snap.Revision = a.desired.Revision()
-			snap.LastAttempt = &state.Attempt{Revision: snap.Revision, Time: snap.LastSyncTime}
-		}
-		a.bg.Go(func() {
-			a.markDirty()
-			if err := a.flush(); err != nil {
-				a.log.Error("save snapshot", "error", err)
-			}
-			a.pruneBackups()
-		})
 	}
+	waiting := 0
+	for _, o := range a.held {
+		if o.Verdict != diff.Refused {
+			waiting++
+		}
+	}
+	converged := e.Errors == 0 && waiting == 0
+	a.bg.Go(func() {
+		// The revision counts as applied once all of it converged, as a
+		// sync records it; the snapshot is saved, and the retention runs.
+		if s.Settle(converged) && converged {
+			s.Writer().Retain(a.opts.Retention, retentionEvery)
+		}
+		if err := s.Writer().Flush(context.Background()); err != nil {
+			a.log.Error("save snapshot", "error", err)
+		}
+	})
 	m := a.opts.Metrics
 	m.ObserveReconcile(e.Trigger, result, e.Duration)
 	if e.Errors == 0 {
@@ -148,6 +154,11 @@ func (a *Agent) settle() {
 		m.ObserveApplied(e.Revision, time.Now())
 	}
 }
+
+// retentionEvery bounds how often the agent applies the backup retention:
+// backups come only from overwriting what cortex-sync had not written, so
+// they grow slowly, and a drifting host converges many times an hour.
+const retentionEvery = time.Hour
 
 // Conditions are the agent's state at a glance, as Flux reports them.
 type Conditions struct {
@@ -157,44 +168,63 @@ type Conditions struct {
 	Message     string `json:"message,omitempty"`
 }
 
+// Held is a key the engine holds back, and why.
+type Held struct {
+	ID      string    `json:"id"`
+	Verdict string    `json:"verdict"` // waiting, blocked or refused
+	Reason  string    `json:"reason"`
+	Until   time.Time `json:"until,omitzero"`
+}
+
 // Status is /api/v1/status: the status document of status -o json, and
 // the agent's own state.
 type Status struct {
 	*reconcile.Status
 	Conditions Conditions  `json:"conditions"`
 	Suspended  bool        `json:"suspended"`
+	Refused    *Refusal    `json:"refused,omitempty"`
+	PruneHold  string      `json:"pruneHold,omitempty"`
 	Fighting   []string    `json:"fighting,omitempty"`
+	Held       []Held      `json:"held,omitempty"`
 	Reconciles []Reconcile `json:"reconciles"`
 }
 
 // Status observes the host against the current revision and reports.
 func (a *Agent) Status(ctx context.Context) *Status {
-	a.mu.Lock()
-	if a.sess == nil {
-		a.mu.Unlock()
+	s := a.session()
+	if s == nil {
 		return &Status{Status: &reconcile.Status{}, Conditions: Conditions{Message: "starting"}}
 	}
-	sess := *a.sess // a view: its own snapshot copy, the current revision
-	sess.Snapshot = a.sess.Snapshot.WithInventory(append(a.sess.Snapshot.Inventory[:0:0], a.sess.Snapshot.Inventory...))
-	sess.Desired = a.desired
-	env := *a.sess.Env
-	env.Snapshot = sess.Snapshot
-	if a.desired != nil {
-		env.Tree, env.Set = a.desired.Checkout.Tree, a.desired.Set
-	}
-	sess.Env = &env
-	st := &Status{Suspended: a.suspended, Reconciles: append([]Reconcile(nil), a.history...)}
+	a.mu.Lock()
+	st := &Status{Suspended: s.Suspended(), Refused: a.refused, Reconciles: append([]Reconcile(nil), a.history...)}
 	st.Conditions.Reconciling = a.episode != nil
 	if a.fetchErr != nil {
-		st.Conditions.Stalled, st.Conditions.Message = true, a.fetchErr.Error()
+		st.Conditions.Stalled, st.Conditions.Message = true, "source failing: "+a.fetchErr.Error()
+	}
+	if a.refused != nil {
+		st.Conditions.Stalled = true
+	}
+	for id, o := range a.held {
+		h := Held{ID: string(id), Verdict: string(o.Verdict), Until: o.Until}
+		if o.Err != nil {
+			h.Reason = o.Err.Error()
+		}
+		st.Held = append(st.Held, h)
 	}
 	a.mu.Unlock()
-	st.Status = sess.Status(ctx)
+	slices.SortFunc(st.Held, func(x, y Held) int { return strings.Compare(x.ID, y.ID) })
+	if err := s.PruneHold(); err != nil {
+		st.PruneHold = err.Error()
+	}
+	st.Status = s.Status(ctx)
 	st.Fighting = a.fight.Fighting()
 	ready, why := a.Ready()
 	st.Conditions.Ready = ready && st.Status.Converged()
 	if st.Conditions.Message == "" {
 		st.Conditions.Message = why
+	}
+	if !st.Conditions.Ready && st.Conditions.Message == "" {
+		st.Conditions.Message = "not converged: " + string(st.Status.Sync) + ", " + string(st.Status.Health)
 	}
 	states := make([]ResourceState, 0, len(st.Resources))
 	fighting := map[string]bool{}

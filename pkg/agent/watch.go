@@ -3,18 +3,15 @@ package agent
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"os"
-	"path"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -26,11 +23,12 @@ const settleDelay = 20 * time.Millisecond
 // watcher turns host events into queued keys: inotify watches on the
 // directories that hold managed paths (directories, not files: editors
 // replace files by rename), every directory of a mirrored tree, and the
-// supervisors' status files, plus a pidfd on each supervisor.
+// supervisors' status files, plus a pidfd on each supervisor. What to
+// watch, and for which key, is the engine's (reconcile.Watches): the
+// watcher knows no kind.
 type watcher struct {
-	a    *Agent
-	fs   *fsnotify.Watcher
-	root string
+	a  *Agent
+	fs *fsnotify.Watcher
 	// procs is where supervisors write their status.
 	procs string
 
@@ -40,8 +38,9 @@ type watcher struct {
 	dirs  map[string][]resource.ID // watched host directory → interested keys
 	paths map[string]resource.ID   // managed host path → its key
 	trees map[string]resource.ID   // host directory inside a mirror → its Directory
-	shims map[string]int           // process name → supervisor pid watched
-	runs  map[string]int           // process name → restarts its supervisor reported
+	files map[string]resource.ID   // state file → its key
+	shims map[resource.ID]int      // key → supervisor pid watched
+	runs  map[resource.ID]int      // key → restarts its supervisor reported
 	full  bool                     // ran out of watches (said once)
 }
 
@@ -55,8 +54,10 @@ func newWatcher(a *Agent) (*watcher, error) {
 		f.Close()
 		return nil, err
 	}
-	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
-		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}, runs: map[string]int{}}
+	procs, _ := filepath.Abs(a.sess.State.Sub("procs"))
+	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, procs: procs,
+		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
+		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}}
 	if err := os.MkdirAll(w.procs, 0o700); err == nil {
 		w.fs.Add(w.procs)
 	}
@@ -68,58 +69,21 @@ func (w *watcher) close() {
 	w.stop.Close() // every await returns; the read end stays open for them
 }
 
-// host is an in-root path on the host.
-func (w *watcher) host(p string) string { return filepath.Join(w.root, filepath.FromSlash(p)) }
-
-// sync watches what set manages, and nothing else.
-func (w *watcher) sync(set *resource.Set) {
-	want := map[string][]resource.ID{}
-	paths := map[string]resource.ID{}
-	trees := map[string]resource.ID{}
-	add := func(dir string, id resource.ID) {
-		// A directory that does not exist yet is watched through its
-		// nearest ancestor that does, so its creation is seen.
-		for {
-			if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-				break
-			}
-			parent := filepath.Dir(dir)
-			if parent == dir || !strings.HasPrefix(parent, w.root) {
-				return
-			}
-			dir = parent
-		}
-		want[dir] = append(want[dir], id)
-	}
-	for _, r := range set.Resources() {
-		for _, c := range r.Spec.Claims() {
-			p := w.host(c.Path)
-			paths[p] = r.ID()
-			add(filepath.Dir(p), r.ID())
-			if c.Tree {
-				filepath.WalkDir(p, func(sub string, d fs.DirEntry, err error) error {
-					if err == nil && d.IsDir() {
-						add(sub, r.ID())
-						trees[sub] = r.ID()
-					}
-					return nil
-				})
-			}
-		}
-	}
+// sync watches what the engine says, and nothing else.
+func (w *watcher) sync(ws reconcile.Watches) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for dir := range w.dirs {
-		if _, ok := want[dir]; !ok {
+		if _, ok := ws.Dirs[dir]; !ok {
 			w.fs.Remove(dir)
 		}
 	}
-	for dir := range want {
+	for dir := range ws.Dirs {
 		if _, ok := w.dirs[dir]; !ok {
 			w.watch(dir)
 		}
 	}
-	w.dirs, w.paths, w.trees = want, paths, trees
+	w.dirs, w.paths, w.trees, w.files = ws.Dirs, ws.Paths, ws.Trees, ws.Files
 	w.watchShims()
 }
 
@@ -156,16 +120,19 @@ func (w *watcher) run(ctx context.Context) {
 func (w *watcher) event(ev fsnotify.Event) {
 	dir := filepath.Dir(ev.Name)
 	if dir == w.procs {
-		if name, ok := strings.CutSuffix(filepath.Base(ev.Name), ".json"); ok {
-			w.a.hint(resource.NewID("Process", name), TriggerProcessExit, settleDelay)
-			w.mu.Lock()
-			w.countRestarts(name, ev.Name)
+		w.mu.Lock()
+		id, ok := w.files[ev.Name]
+		if ok {
+			w.countRestarts(id, ev.Name)
 			w.watchShims()
-			w.mu.Unlock()
+		}
+		w.mu.Unlock()
+		if ok {
+			w.a.hint(id, TriggerProcessExit, settleDelay)
 		}
 		return
 	}
-	if hostfs.IsTemp(filepath.Base(ev.Name)) {
+	if reconcile.IsTemp(filepath.Base(ev.Name)) {
 		return // cortex-sync's own write in progress
 	}
 	w.mu.Lock()
@@ -200,13 +167,13 @@ func (w *watcher) event(ev fsnotify.Event) {
 // countRestarts counts the restarts a supervisor made on its own (a crash,
 // a failed liveness probe) since the agent last read its status. Called
 // with mu held.
-func (w *watcher) countRestarts(name, file string) {
+func (w *watcher) countRestarts(id resource.ID, file string) {
 	st, err := supervise.ReadStatus(file)
 	if err != nil || st == nil {
 		return
 	}
-	seen, known := w.runs[name]
-	w.runs[name] = st.Restarts
+	seen, known := w.runs[id]
+	w.runs[id] = st.Restarts
 	if !known || st.Restarts <= seen {
 		return // first sight, or a new process (the count starts again)
 	}
@@ -223,14 +190,9 @@ func (w *watcher) countRestarts(name, file string) {
 // yet: its death is seen at once, even though it can no longer write its
 // status. Called with mu held.
 func (w *watcher) watchShims() {
-	entries, _ := os.ReadDir(w.procs)
-	for _, e := range entries {
-		name, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok {
-			continue
-		}
-		st, err := supervise.ReadStatus(path.Join(w.procs, e.Name()))
-		if err != nil || st == nil || st.Shim.PID == 0 || w.shims[name] == st.Shim.PID || !st.Shim.Alive() {
+	for file, id := range w.files {
+		st, err := supervise.ReadStatus(file)
+		if err != nil || st == nil || st.Shim.PID == 0 || w.shims[id] == st.Shim.PID || !st.Shim.Alive() {
 			continue
 		}
 		if st.Shim.PID == os.Getpid() {
@@ -240,13 +202,13 @@ func (w *watcher) watchShims() {
 		if err != nil {
 			continue
 		}
-		w.shims[name] = st.Shim.PID
-		go w.await(name, st.Shim.PID, fd)
+		w.shims[id] = st.Shim.PID
+		go w.await(id, st.Shim.PID, fd)
 	}
 }
 
 // await waits for a supervisor to end and queues its process.
-func (w *watcher) await(name string, pid, fd int) {
+func (w *watcher) await(id resource.ID, pid, fd int) {
 	defer unix.Close(fd)
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(w.stopped.Fd()), Events: unix.POLLIN}}
 	for {
@@ -258,9 +220,9 @@ func (w *watcher) await(name string, pid, fd int) {
 		return // the agent stops
 	}
 	w.mu.Lock()
-	if w.shims[name] == pid {
-		delete(w.shims, name)
+	if w.shims[id] == pid {
+		delete(w.shims, id)
 	}
 	w.mu.Unlock()
-	w.a.hint(resource.NewID("Process", name), TriggerProcessExit, 0)
+	w.a.hint(id, TriggerProcessExit, 0)
 }

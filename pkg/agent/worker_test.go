@@ -288,7 +288,8 @@ func syncOnce(t *testing.T, repo, root, stateDir string) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	rep, err := s.Sync(ctx, s.Plan(ctx), reconcile.SyncOptions{Prune: true})
+	s.Policy = reconcile.Policy{Prune: true}
+	rep, err := s.Sync(ctx, s.Plan(ctx), state.Retention{})
 	if err != nil || rep.Failed() {
 		t.Fatalf("sync: %v %+v", err, rep)
 	}

@@ -2,7 +2,6 @@ package apply_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -13,16 +12,15 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
-// recorder is an Applier that leaves the host alone: apply's business here
-// is order and bookkeeping. It records every call, fails the IDs in fail,
-// and with gate > 0 holds each call until gate calls run at once.
+// recorder is a Converger that leaves the host alone: apply's business
+// here is order and concurrency (what may go when is the engine's, tested
+// with it). It records every call, and with gate > 0 holds each call until
+// gate calls run at once.
 type recorder struct {
-	fail map[resource.ID]bool
 	gate int
 
 	mu             sync.Mutex
@@ -30,7 +28,7 @@ type recorder struct {
 	inflight, peak int
 }
 
-func (r *recorder) Apply(ctx context.Context, c *diff.Change) (*state.Entry, error) {
+func (r *recorder) ApplyPlanned(ctx context.Context, c *diff.Change) diff.Outcome {
 	r.mu.Lock()
 	r.calls = append(r.calls, string(c.Action)+" "+string(c.ID))
 	r.inflight++
@@ -45,18 +43,10 @@ func (r *recorder) Apply(ctx context.Context, c *diff.Change) (*state.Entry, err
 			break
 		}
 	}
-	if r.fail[c.ID] {
-		return nil, errors.New("it would not go")
-	}
-	if c.Action == diff.Delete {
-		return nil, nil
-	}
-	return &state.Entry{ID: string(c.ID), Kind: c.Kind, Path: c.Path, SpecHash: "h", Created: true}, nil
+	return diff.Outcome{Verdict: diff.Applied, Change: c}
 }
 
-func (r *recorder) Ready(ctx context.Context, rec *state.Entry) (health.Report, bool) {
-	return health.Report{}, false
-}
+func (r *recorder) Save() error { return nil }
 
 func loadSet(t *testing.T, manifests string) *resource.Set {
 	t.Helper()
@@ -80,17 +70,20 @@ func createAll(set *resource.Set) *diff.Plan {
 	return p
 }
 
-// pruneAll plans the deletion of every entry, as when all left Git.
-func pruneAll(snap *state.Snapshot) *diff.Plan {
+// pruneAll plans the deletion of every resource of set, as when all left
+// Git, with the records an apply of set leaves (their dependencies).
+func pruneAll(set *resource.Set) *diff.Plan {
 	p := &diff.Plan{}
-	for _, e := range snap.Inventory {
-		p.Changes = append(p.Changes, &diff.Change{ID: resource.ID(e.ID), Kind: e.Kind, Path: e.Path,
-			Action: diff.Delete, Reason: diff.RemovedFromGit, Prune: true, Record: e})
+	for _, c := range createAll(set).Changes {
+		rec := &state.Entry{ID: string(c.ID), Kind: c.Kind, Path: c.Path}
+		for _, d := range set.Deps(c.ID) {
+			rec.DependsOn = append(rec.DependsOn, string(d))
+		}
+		p.Changes = append(p.Changes, &diff.Change{ID: c.ID, Kind: c.Kind, Path: c.Path,
+			Action: diff.Delete, Reason: diff.RemovedFromGit, Prune: true, Record: rec})
 	}
 	return p
 }
-
-func noSave(*state.Snapshot) error { return nil }
 
 // served is a directory, a process serving it, a parent directory, and two
 // unrelated files at different depths.
@@ -127,14 +120,8 @@ spec: {path: /top, content: x}
 // parent), deeper paths first among the rest.
 func TestPruneInReverseDependencyOrder(t *testing.T) {
 	set := loadSet(t, served)
-	snap := &state.Snapshot{}
-	ctx := context.Background()
-	if _, err := apply.Run(ctx, &recorder{}, set, createAll(set), snap, apply.Options{Save: noSave}); err != nil {
-		t.Fatal(err)
-	}
-
 	a := &recorder{}
-	rep, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave})
+	rep, err := apply.Run(context.Background(), a, loadSet(t, ""), pruneAll(set), apply.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,73 +129,25 @@ func TestPruneInReverseDependencyOrder(t *testing.T) {
 	if !slices.Equal(a.calls, want) {
 		t.Fatalf("pruned in the order\n  %s\nwant\n  %s", strings.Join(a.calls, "\n  "), strings.Join(want, "\n  "))
 	}
-	if rep.Failed() || len(snap.Inventory) != 0 {
-		t.Fatalf("failed %v, %d entries left", rep.Failed(), len(snap.Inventory))
+	if rep.Failed() {
+		t.Fatalf("failed: %+v", rep.Results)
 	}
 }
 
-// TestFailedPruneKeepsWhatItDependsOn: a process that could not be stopped
-// keeps its entry, and the directory it serves is neither deleted nor
-// forgotten; unrelated resources still go. Once the process goes, so does
-// the rest, in order.
-func TestFailedPruneKeepsWhatItDependsOn(t *testing.T) {
+// TestLevelsInDependencyOrder: each group goes once the one before it is
+// done: a directory before the process serving it.
+func TestLevelsInDependencyOrder(t *testing.T) {
 	set := loadSet(t, served)
-	snap := &state.Snapshot{}
-	ctx := context.Background()
-	if _, err := apply.Run(ctx, &recorder{}, set, createAll(set), snap, apply.Options{Save: noSave}); err != nil {
+	a := &recorder{}
+	if _, err := apply.Run(context.Background(), a, set, createAll(set), apply.Options{Concurrency: 4}); err != nil {
 		t.Fatal(err)
 	}
-
-	a := &recorder{fail: map[resource.ID]bool{"Process/web": true}}
-	rep, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave})
-	if err != nil {
-		t.Fatal(err)
+	at := map[string]int{}
+	for i, c := range a.calls {
+		at[c] = i
 	}
-	want := []string{"delete File/deep", "delete File/top", "delete Process/web"}
-	if !slices.Equal(a.calls, want) {
-		t.Fatalf("tried\n  %s\nwant\n  %s", strings.Join(a.calls, "\n  "), strings.Join(want, "\n  "))
-	}
-	outcomes := map[resource.ID]*apply.Result{}
-	for _, r := range rep.Results {
-		outcomes[r.ID] = r
-	}
-	for id, w := range map[resource.ID]struct {
-		outcome apply.Outcome
-		by      resource.ID
-	}{
-		"Process/web":    {apply.Failed, ""},
-		"Directory/site": {apply.Blocked, "Process/web"},
-		"Directory/srv":  {apply.Blocked, "Directory/site"},
-		"File/deep":      {apply.Applied, ""},
-	} {
-		if r := outcomes[id]; r == nil || r.Outcome != w.outcome || r.BlockedBy != w.by {
-			t.Errorf("%s: %+v, want %s (blocked by %q)", id, r, w.outcome, w.by)
-		}
-	}
-	var b strings.Builder
-	rep.Text(&b)
-	if !strings.Contains(b.String(), "Directory/site: blocked: kept, because Process/web depends on it and was not deleted\n") {
-		t.Errorf("report does not say why Directory/site was kept:\n%s", b.String())
-	}
-	var left []string
-	for _, e := range snap.Inventory {
-		left = append(left, e.ID)
-	}
-	slices.Sort(left)
-	if want := []string{"Directory/site", "Directory/srv", "Process/web"}; !slices.Equal(left, want) {
-		t.Fatalf("inventory %v, want %v", left, want)
-	}
-	if e := snap.Find("Process/web"); e.Result == nil || !strings.Contains(e.Result.Error, "it would not go") {
-		t.Errorf("Process/web's entry does not record the failure: %+v", e.Result)
-	}
-
-	// Next time the process goes; what it kept still knows its order.
-	a = &recorder{}
-	if _, err := apply.Run(ctx, a, loadSet(t, ""), pruneAll(snap), snap, apply.Options{Prune: true, Save: noSave}); err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"delete Process/web", "delete Directory/site", "delete Directory/srv"}; !slices.Equal(a.calls, want) {
-		t.Fatalf("pruned in the order %v, want %v", a.calls, want)
+	if at["create Directory/site"] > at["create Process/web"] || at["create Directory/srv"] > at["create Directory/site"] {
+		t.Fatalf("applied in the order %v", a.calls)
 	}
 }
 
@@ -221,12 +160,11 @@ func TestConcurrencyIsBounded(t *testing.T) {
 	}
 	set := loadSet(t, m.String())
 	a := &recorder{gate: 3}
-	snap := &state.Snapshot{}
-	rep, err := apply.Run(context.Background(), a, set, createAll(set), snap, apply.Options{Concurrency: 3, Save: noSave})
+	rep, err := apply.Run(context.Background(), a, set, createAll(set), apply.Options{Concurrency: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.peak != 3 || len(a.calls) != 8 || rep.Failed() || len(snap.Inventory) != 8 {
-		t.Fatalf("peak %d, %d calls, failed %v, %d entries; want 3, 8, false, 8", a.peak, len(a.calls), rep.Failed(), len(snap.Inventory))
+	if a.peak != 3 || len(a.calls) != 8 || rep.Failed() {
+		t.Fatalf("peak %d, %d calls, failed %v; want 3, 8, false", a.peak, len(a.calls), rep.Failed())
 	}
 }

@@ -11,14 +11,12 @@ import (
 // pruneOrder orders what left Git in reverse dependency order: a resource
 // comes after everything that depended on it (a directory after the
 // process serving it, a parent after what lies inside it). Among resources
-// free to go, deeper paths come first. It also returns, for each resource,
-// those among the gone that depend on it.
-func pruneOrder(gone []*diff.Change) ([]*diff.Change, map[resource.ID][]resource.ID) {
+// free to go, deeper paths come first.
+func pruneOrder(gone []*diff.Change) []*diff.Change {
 	in := map[resource.ID]bool{}
 	for _, c := range gone {
 		in[c.ID] = true
 	}
-	users := map[resource.ID][]resource.ID{}
 	left := map[resource.ID]int{} // dependents not yet placed
 	deps := map[resource.ID][]resource.ID{}
 	for _, c := range gone {
@@ -29,12 +27,11 @@ func pruneOrder(gone []*diff.Change) ([]*diff.Change, map[resource.ID][]resource
 			}
 			seen[d] = true
 			deps[c.ID] = append(deps[c.ID], d)
-			users[d] = append(users[d], c.ID)
 			left[d]++
 		}
 		if c.Record != nil {
-			for _, d := range recordedDeps(c.Record) {
-				add(d)
+			for _, d := range c.Record.DependsOn {
+				add(resource.ID(d))
 			}
 		}
 		// A path inside another's comes first, recorded or not (entries
@@ -86,7 +83,7 @@ func pruneOrder(gone []*diff.Change) ([]*diff.Change, map[resource.ID][]resource
 		}
 		ready = next
 	}
-	return order, users
+	return order
 }
 
 // inside reports whether path p lies strictly below directory dir.

@@ -2,6 +2,7 @@ package apply
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -20,9 +21,52 @@ const (
 	Failed    Outcome = "failed"
 	Blocked   Outcome = "blocked"   // a dependency failed
 	Skipped   Outcome = "skipped"   // removed from Git, kept without --prune
-	Suspended Outcome = "suspended" // reconcile disabled
+	Suspended Outcome = "suspended" // reconcile disabled, or the agent suspended
 	Forgotten Outcome = "forgotten" // dropped from the inventory, left on the host
+	Refused   Outcome = "refused"   // a policy refused it (a prune held)
 )
+
+// resultOf is the report's line for an engine's outcome.
+func resultOf(o diff.Outcome) *Result {
+	c := o.Change
+	res := &Result{ID: c.ID, Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason, Err: o.Err, BlockedBy: o.BlockedBy}
+	switch o.Verdict {
+	case diff.InSync:
+		res.Outcome = Unchanged
+	case diff.Applied:
+		res.Outcome, res.Files, res.Backups = Applied, c.FileCount(), c.Backups()
+		if c.Action == diff.Forget {
+			res.Outcome = Forgotten
+		}
+	case diff.Failed:
+		res.Outcome = Failed
+	case diff.Blocked, diff.Waiting:
+		res.Outcome = Blocked
+	case diff.Refused:
+		switch {
+		case errors.Is(o.Err, diff.ErrPruneOff):
+			res.Outcome, res.Err = Skipped, nil
+		case errors.Is(o.Err, diff.ErrDisabled), errors.Is(o.Err, diff.ErrSuspended):
+			res.Outcome, res.Err = Suspended, nil
+		default:
+			res.Outcome = Refused
+		}
+	}
+	return res
+}
+
+// MarshalJSON renders the error as its message.
+func (r *Result) MarshalJSON() ([]byte, error) {
+	type plain Result
+	msg := ""
+	if r.Err != nil {
+		msg = r.Err.Error()
+	}
+	return json.Marshal(struct {
+		*plain
+		Error string `json:"error,omitempty"`
+	}{(*plain)(r), msg})
+}
 
 // Result is one resource's outcome.
 type Result struct {
@@ -32,7 +76,7 @@ type Result struct {
 	Action    diff.Action `json:"action"`
 	Reason    diff.Reason `json:"reason,omitempty"`
 	Outcome   Outcome     `json:"outcome"`
-	Error     string      `json:"error,omitempty"`
+	Err       error       `json:"-"` // rendered as "error"
 	BlockedBy resource.ID `json:"blockedBy,omitempty"`
 	Files     int         `json:"files,omitempty"`   // changes inside a tree
 	Backups   int         `json:"backups,omitempty"` // of which were backed up first
@@ -110,14 +154,14 @@ func (r *Report) Text(w io.Writer) error {
 			counts["unchanged"]++
 			continue
 		case Failed:
-			line = "failed: " + res.Error
+			line = "failed: " + res.Err.Error()
 			counts["failed"]++
 		case Blocked:
-			line = fmt.Sprintf("blocked: its dependency %s did not apply", res.BlockedBy)
-			if res.Error != "" {
-				line = "blocked: " + res.Error
-			}
+			line = "blocked: " + res.Err.Error()
 			counts["blocked"]++
+		case Refused:
+			line = "refused: " + res.Err.Error()
+			counts["refused"]++
 		case Skipped:
 			line = "kept: removed from Git; run sync --prune to delete it"
 			counts["kept"]++
@@ -131,7 +175,7 @@ func (r *Report) Text(w io.Writer) error {
 		fmt.Fprintf(&b, "%s: %s\n", res.ID, line)
 	}
 	var parts []string
-	for _, k := range []string{"created", "updated", "deleted", "restarted", "ran", "adopted", "unchanged", "forgotten", "kept", "suspended", "failed", "blocked"} {
+	for _, k := range []string{"created", "updated", "deleted", "restarted", "ran", "adopted", "unchanged", "forgotten", "kept", "suspended", "refused", "failed", "blocked"} {
 		if counts[k] > 0 || k == "created" || k == "updated" || k == "deleted" {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[k], k))
 		}

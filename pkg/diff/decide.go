@@ -31,6 +31,9 @@ type Observation struct {
 	// SecretChanged: it does only because the content of a secretEnv file
 	// changed on the host (a rotated secret), not in Git.
 	SecretChanged bool
+	// InputsChanged: its spec is as last applied, and what it restarts on
+	// (restartOn) changed.
+	InputsChanged bool
 	// Attrs are the attributes in which the live object differs from the
 	// desired one.
 	Attrs []Attr
@@ -75,7 +78,7 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 	switch {
 	case !o.Desired:
 		if !o.Exists {
-			return NoOp, InSync
+			return NoOp, NoReason
 		}
 		if o.Declared {
 			return Delete, DeclaredAbsent
@@ -99,7 +102,7 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 	case o.Matches && o.Unsupervised:
 		return Adopt, Drifted
 	case o.Matches && len(o.Attrs) == 0:
-		return NoOp, InSync
+		return NoOp, NoReason
 	case !o.Recorded:
 		return v.Update, AddedInGit
 	case o.Failed && !o.GitChanged:

@@ -11,7 +11,7 @@ func TestDecide(t *testing.T) {
 		action Action
 		reason Reason
 	}{
-		{"gone and not desired", Observation{}, NoOp, InSync},
+		{"gone and not desired", Observation{}, NoOp, NoReason},
 		{"left Git", Observation{Exists: true, Recorded: true}, Delete, RemovedFromGit},
 		{"declared absent", Observation{Exists: true, Declared: true}, Delete, DeclaredAbsent},
 		{"new", Observation{Desired: true}, Create, AddedInGit},
@@ -20,7 +20,7 @@ func TestDecide(t *testing.T) {
 		{"missing", Observation{Desired: true, Recorded: true}, Create, MissingOnHost},
 		{"wrong type, ours before", Observation{Desired: true, Recorded: true, Exists: true, WrongType: "directory"}, Restart, Drifted},
 		{"wrong type, never applied", Observation{Desired: true, Exists: true, WrongType: "directory"}, Restart, AddedInGit},
-		{"in sync", Observation{Desired: true, Recorded: true, Exists: true, Matches: true}, NoOp, InSync},
+		{"in sync", Observation{Desired: true, Recorded: true, Exists: true, Matches: true}, NoOp, NoReason},
 		{"runs as desired, supervisor gone: adopted, not restarted", Observation{Desired: true, Recorded: true, Exists: true, Matches: true, Unsupervised: true, Attrs: []Attr{{Field: "supervisor"}}}, Adopt, Drifted},
 		{"runs an old spec, supervisor gone: restarted", Observation{Desired: true, Recorded: true, Exists: true, Ours: true, GitChanged: true, Unsupervised: true}, Restart, ChangedInGit},
 		{"found as desired, never applied", Observation{Desired: true, Exists: true}, Restart, AddedInGit},

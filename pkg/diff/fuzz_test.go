@@ -94,7 +94,7 @@ func FuzzUnified(f *testing.F) {
 
 var (
 	actions = []Action{NoOp, Create, Update, Delete, Forget, Restart, Run}
-	reasons = []Reason{InSync, AddedInGit, ChangedInGit, Drifted, MissingOnHost, RemovedFromGit, DeclaredAbsent, Unmanaged, Crashed, Retry}
+	reasons = []Reason{NoReason, AddedInGit, ChangedInGit, Drifted, MissingOnHost, RemovedFromGit, DeclaredAbsent, Unmanaged, Crashed, Retry}
 )
 
 // fuzzPlan is the sample plan and one change built from the fuzzer's input.

@@ -38,7 +38,7 @@ type Reason string
 
 // The reasons.
 const (
-	InSync         Reason = ""
+	NoReason       Reason = ""
 	AddedInGit     Reason = "addedInGit"     // desired, never applied
 	ChangedInGit   Reason = "changedInGit"   // desired differs from last applied
 	Drifted        Reason = "driftedOnHost"  // live differs from last applied

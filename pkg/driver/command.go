@@ -76,6 +76,14 @@ func (s *CommandSpec) retryDelay() time.Duration {
 // Claims: a command holds no path.
 func (s *CommandSpec) Claims() []resource.Claim { return nil }
 
+// Watched: its creates, gone, runs it again.
+func (s *CommandSpec) Watched() []string {
+	if s.Creates == "" {
+		return nil
+	}
+	return []string{s.Creates}
+}
+
 // Requires: what refreshes it is applied before it.
 func (s *CommandSpec) Requires() []resource.ID { return s.RefreshOn }
 
@@ -179,6 +187,7 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		return c, nil
 	}
 	if ran && !o.Failed && !o.SecretChanged && rec.SpecHash == specHash(r) {
+		o.InputsChanged = true
 		c.Detail = inputsChanged(&spec.Exec, spec.RefreshOn, "refreshes on")
 	}
 	return c, nil

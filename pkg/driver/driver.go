@@ -208,6 +208,20 @@ func (h Host) RecallAll(snap *state.Snapshot) (*resource.Set, *state.Snapshot, [
 // content): what changed between two revisions.
 func (h Host) Digest(r *resource.Resource) (string, error) { return desiredDigest(h.Env, r) }
 
+// stateWatcher is a driver whose resources report through files in the
+// state dir (a supervisor's status).
+type stateWatcher interface {
+	stateFiles(env *Env, r *resource.Resource) []string
+}
+
+// StateFiles lists the files in the state dir whose change concerns r.
+func (h Host) StateFiles(r *resource.Resource) []string {
+	if w, ok := kinds[r.Kind].driver.(stateWatcher); ok {
+		return w.stateFiles(h.Env, r)
+	}
+	return nil
+}
+
 // recallable is a spec with fields derived at validation that a recalled
 // spec must derive again.
 type recallable interface{ recall() }

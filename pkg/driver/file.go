@@ -159,6 +159,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	if r != nil {
 		spec = r.Spec.(*FileSpec)
 	}
+	recorded := rec
 	rec, err := keyRecord(env, spec, rec)
 	if err != nil {
 		return nil, err
@@ -175,6 +176,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	c.Record = rec // keyed, should it have been recorded unkeyed
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
+	o.Stale = rec != recorded // keyed here: the record is saved keyed
 	if live != nil && !live.Mode.IsRegular() {
 		o.WrongType = typeName(live.Mode)
 	}

@@ -440,9 +440,16 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	}
 	o.Crashed = rec != nil && !o.Exists
 	if o.GitChanged && !o.SecretChanged && rec != nil && rec.SpecHash == specHash(r) {
+		o.InputsChanged = true
 		c.Detail = inputsChanged(&spec.Exec, spec.RestartOn, "restarts on")
 	}
 	return c, nil
+}
+
+// stateFiles: the supervisor's status file says how the process runs.
+func (processDriver) stateFiles(env *Env, r *resource.Resource) []string {
+	_, status := supervise.Files(env.State.Path, r.ID().Name())
+	return []string{status}
 }
 
 func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {

@@ -10,14 +10,14 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // host is a repository, a root and a state dir in temp dirs, planned and
-// applied the way the CLI does it.
+// applied through the engine (reconcile.Session) the way the CLI does it.
 type host struct {
 	t                 *testing.T
 	repo, root, stdir string
@@ -40,73 +40,63 @@ func (h *host) write(p, data string) {
 // hostPath is p on the sandboxed host.
 func (h *host) hostPath(p string) string { return filepath.Join(h.root, p) }
 
-// engine opens what a command opens; with recall, the desired state is
+// session opens what a command opens; with recall, the desired state is
 // what the snapshot recorded (status without a source).
-func (h *host) engine(recall bool) (driver.Host, *resource.Set, *state.Snapshot, func()) {
+func (h *host) session(recall, write bool) *reconcile.Session {
 	h.t.Helper()
 	ctx := context.Background()
-	root, err := hostfs.Open(h.root, nil)
+	var d *reconcile.Desired
+	if !recall {
+		var err error
+		if d, err = reconcile.Load(ctx, &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}, resource.Options{}, nil); err != nil {
+			h.t.Fatal(err)
+		}
+		h.t.Cleanup(func() { d.Close() })
+	}
+	s, err := reconcile.Open(ctx, reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, d, write)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	sd := state.Dir{Path: h.stdir}
-	snap, err := sd.Load()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	env := &driver.Env{Root: root, State: sd, Snapshot: snap, Backups: &driver.Backups{Dir: sd.Sub("backups")}, Concurrency: 2}
-	hst := driver.Host{Env: env}
+	h.t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// engine is the driver host of a session, its desired set and a view of
+// its snapshot, for a test that plans by hand.
+func (h *host) engine(recall bool) (driver.Host, *resource.Set, *state.Snapshot, func()) {
+	h.t.Helper()
+	s := h.session(recall, false)
+	hst := s.Host()
+	hst.Env.Snapshot = s.View()
+	set := hst.Env.Set
 	if recall {
-		set, view, unknown := hst.RecallAll(snap)
+		var unknown []*diff.Change
+		set, hst.Env.Snapshot, unknown = hst.RecallAll(hst.Env.Snapshot)
 		if len(unknown) > 0 {
 			h.t.Fatalf("could not recall %s: %s", unknown[0].ID, unknown[0].Err)
 		}
-		env.Set = set
-		return hst, set, view, func() { root.Close() }
+		hst.Env.Set = set
 	}
-	src := &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}
-	co, err := src.Fetch(ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	set, err := resource.Load(co.Tree, co.Path, driver.Kinds())
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	env.Tree, env.Set = co.Tree, set
-	snap.Source = src.Ref()
-	return hst, set, snap, func() { co.Close(); root.Close() }
+	return hst, set, hst.Env.Snapshot, func() {}
 }
 
 // plan is what diff shows, from the source or recalled.
 func (h *host) plan(recall bool) *diff.Plan {
 	h.t.Helper()
-	hst, set, snap, done := h.engine(recall)
-	defer done()
-	return diff.Make(context.Background(), hst, set, snap, 2)
+	return h.session(recall, false).Plan(context.Background())
 }
 
 // sync applies the plan from the source, with prune.
 func (h *host) sync() *apply.Report {
 	h.t.Helper()
-	hst, set, snap, done := h.engine(false)
-	defer done()
-	plan := diff.Make(context.Background(), hst, set, snap, 2)
-	sd := state.Dir{Path: h.stdir}
-	rep, err := apply.Run(context.Background(), hst, set, plan, snap, apply.Options{Prune: true, Concurrency: 2, Save: sd.Save, WaitTimeout: time.Second})
+	s := h.session(false, true)
+	defer s.Close() // the lock goes now: the next session takes it
+	s.Policy = reconcile.Policy{Prune: true, WaitTimeout: time.Second}
+	rep, err := s.Sync(context.Background(), s.Plan(context.Background()), state.Retention{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return rep
-}
-
-func find(p *diff.Plan, id resource.ID) *diff.Change {
-	for _, c := range p.Changes {
-		if c.ID == id {
-			return c
-		}
-	}
-	return nil
 }
 
 const manifest = "apiVersion: cortex-sync/v1alpha1\n"
@@ -147,7 +137,7 @@ spec: {command: [sh, -c, "true"]}
 		action diff.Action
 		reason diff.Reason
 	}{
-		{"file in sync", "File/managed", func(h *host) {}, diff.NoOp, diff.InSync},
+		{"file in sync", "File/managed", func(h *host) {}, diff.NoOp, diff.NoReason},
 		{"file edited, same size and mtime", "File/managed", func(h *host) {
 			p := h.hostPath("etc/managed")
 			st, _ := os.Stat(p)
@@ -155,7 +145,7 @@ spec: {command: [sh, -c, "true"]}
 			os.Chtimes(p, st.ModTime(), st.ModTime())
 		}, diff.Update, diff.Drifted},
 		{"file chmod, mode managed", "File/managed", func(h *host) { os.Chmod(h.hostPath("etc/managed"), 0o600) }, diff.Update, diff.Drifted},
-		{"file chmod, no mode in the manifest: the mode is the host's", "File/loose", func(h *host) { os.Chmod(h.hostPath("etc/loose"), 0o600) }, diff.NoOp, diff.InSync},
+		{"file chmod, no mode in the manifest: the mode is the host's", "File/loose", func(h *host) { os.Chmod(h.hostPath("etc/loose"), 0o600) }, diff.NoOp, diff.NoReason},
 		{"file deleted", "File/managed", func(h *host) { os.Remove(h.hostPath("etc/managed")) }, diff.Create, diff.MissingOnHost},
 		{"file replaced by a directory", "File/managed", func(h *host) {
 			os.Remove(h.hostPath("etc/managed"))
@@ -178,7 +168,7 @@ spec: {command: [sh, -c, "true"]}
 			os.Remove(h.hostPath("srv/current"))
 			h.write(h.hostPath("srv/current"), "x")
 		}, diff.Update, diff.Drifted},
-		{"command ran", "Command/ok", func(h *host) {}, diff.NoOp, diff.InSync},
+		{"command ran", "Command/ok", func(h *host) {}, diff.NoOp, diff.NoReason},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -229,4 +219,13 @@ func TestCommandFailureAgrees(t *testing.T) {
 			t.Errorf("recall=%v: %s (%s) %s %q", recall, c.Action, c.Reason, c.Health, c.Detail)
 		}
 	}
+}
+
+func find(p *diff.Plan, id resource.ID) *diff.Change {
+	for _, c := range p.Changes {
+		if c.ID == id {
+			return c
+		}
+	}
+	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
@@ -45,7 +47,20 @@ func (d *Desired) Revision() string { return d.Checkout.Revision }
 func (d *Desired) Close() error { return d.Checkout.Close() }
 
 // ManifestError marks an invalid desired state: nothing may be applied.
-type ManifestError struct{ Err error }
+type ManifestError struct {
+	Revision string // the revision refused; "" for a plain directory
+	Err      error
+}
+
+// RevisionOf is the revision an error of Load refused, "" when it refused
+// none (a fetch that failed).
+func RevisionOf(err error) string {
+	var me *ManifestError
+	if errors.As(err, &me) {
+		return me.Revision
+	}
+	return ""
+}
 
 func (m *ManifestError) Error() string {
 	var p resource.Problems
@@ -79,29 +94,46 @@ func Load(ctx context.Context, src source.Source, opts resource.Options, log *sl
 	set, err := opts.Load(co.Tree, co.Path, driver.Kinds())
 	if err != nil {
 		co.Close()
-		return nil, &ManifestError{err}
+		return nil, &ManifestError{Revision: co.Revision, Err: err}
 	}
 	return &Desired{Ref: src.Ref(), Checkout: co, Set: set}, nil
 }
 
-// Session is the host, the snapshot and a desired state (nil: recalled from
-// the snapshot) opened together: what a plan, a sync or a status needs.
+// Session is the engine: the host, the state dir's writer, the policy and
+// a desired state (nil: recalled from the snapshot), opened together. A
+// command opens one for a plan, a sync or a status; the agent keeps one
+// for its life and gives it each new revision (SetDesired).
 type Session struct {
-	Config   Config
-	Root     *hostfs.Root
-	State    state.Dir
-	Snapshot *state.Snapshot
-	Desired  *Desired // nil without a source
-	Env      *driver.Env
+	Config Config
+	Policy Policy
+	Root   *hostfs.Root
+	State  state.Dir
+	Env    *driver.Env // the drivers' environment; its Snapshot and Tree follow the session's
 
-	lock *state.Lock
+	w         *Writer
+	closed    bool
+	suspended atomic.Bool
+	holds     []Hold
+
+	mu      sync.Mutex // guards desired and converged
+	desired *Desired
+	// converged holds what converged (applied, or found as desired) for
+	// desired, the revision it is for: a dependency converged to nothing
+	// (declared absent) has no record to show it.
+	converged map[resource.ID]*Desired
+	// applied is when this engine last applied each resource.
+	applied map[resource.ID]time.Time
+	// oneShot: no one converges anything while a sync runs, so a change
+	// waiting for another to converge first is blocked.
+	oneShot bool
 }
 
 // Open opens the root and loads the snapshot for desired (nil: none). A
-// session that will write (write) first takes the state lock, so the
-// snapshot it loads is the one it replaces; Close releases it.
+// session that will write (write) takes the state lock first and keeps it
+// until Close, so the snapshot it loads is the one it replaces; one that
+// does not (the agent, a status) takes it for each change (Converge).
 func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Session, error) {
-	s := &Session{Config: cfg, State: state.Dir{Path: cfg.StateDir}, Desired: desired}
+	s := &Session{Config: cfg, State: state.Dir{Path: cfg.StateDir}, desired: desired}
 	ok := false
 	defer func() {
 		if !ok {
@@ -109,24 +141,20 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 		}
 	}()
 	var err error
-	if write {
-		if s.lock, err = s.State.Lock(ctx, cfg.LockTimeout); err != nil {
-			return nil, err
-		}
+	if s.w, err = newWriter(ctx, s.State, cfg.LockTimeout, write, s.log()); err != nil {
+		return nil, err
 	}
 	if s.Root, err = hostfs.Open(cfg.Root, cfg.Allowed); err != nil {
 		return nil, err
 	}
-	if s.Snapshot, err = s.State.Load(); err != nil {
-		return nil, err
-	}
+	snap := s.w.Snapshot()
 	absRoot, _ := filepath.Abs(cfg.Root)
-	if s.Snapshot.Root != "" && s.Snapshot.Root != absRoot && len(s.Snapshot.Inventory) > 0 {
-		return nil, fmt.Errorf("state dir %s records resources applied under --root %s, not %s; use another --state-dir for this root", cfg.StateDir, s.Snapshot.Root, absRoot)
+	if snap.Root != "" && snap.Root != absRoot && len(snap.Inventory) > 0 {
+		return nil, fmt.Errorf("state dir %s records resources applied under --root %s, not %s; use another --state-dir for this root", cfg.StateDir, snap.Root, absRoot)
 	}
-	s.Snapshot.Root = absRoot
+	snap.Root = absRoot
 	s.Env = &driver.Env{
-		Root: s.Root, State: s.State, Snapshot: s.Snapshot,
+		Root: s.Root, State: s.State, Snapshot: snap,
 		Backups:     &driver.Backups{Dir: s.State.Sub("backups")},
 		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
 	}
@@ -137,18 +165,93 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	return s, nil
 }
 
-// Close releases the root and the lock; the desired state belongs to the
-// caller.
+// Close saves what is unsaved and releases the root and the lock; the
+// desired state belongs to the caller.
 func (s *Session) Close() error {
 	var errs []error
-	if s.Root != nil {
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	if s.Root != nil && !s.closed {
 		errs = append(errs, s.Root.Close())
 	}
-	if s.lock != nil {
-		errs = append(errs, s.lock.Unlock())
-	}
+	s.closed = true
 	return errors.Join(errs...)
 }
 
-// Host is the session's driver host: the observer and the applier.
-func (s *Session) Host() driver.Host { return driver.Host{Env: s.Env} }
+// Snapshot is the session's snapshot. A command that is its only user
+// reads and changes it directly; concurrent users (the agent) read a View.
+func (s *Session) Snapshot() *state.Snapshot { return s.w.Snapshot() }
+
+// View is a copy of the snapshot to read while the engine changes it.
+func (s *Session) View() *state.Snapshot { return s.w.View() }
+
+// Writer is the one writer of the session's snapshot.
+func (s *Session) Writer() *Writer { return s.w }
+
+// Desired is the desired state the session converges to; nil when it is
+// recalled from the snapshot.
+func (s *Session) Desired() *Desired { return s.current() }
+
+// done reports whether dep converged for desired state d.
+func (s *Session) done(dep resource.ID, d *Desired) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.converged[dep] == d
+}
+
+// markDone notes whether id converged for d.
+func (s *Session) markDone(id resource.ID, d *Desired, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !ok {
+		delete(s.converged, id)
+		return
+	}
+	if s.applied == nil {
+		s.applied = map[resource.ID]time.Time{}
+	}
+	if s.converged == nil {
+		s.converged = map[resource.ID]*Desired{}
+	}
+	s.converged[id] = d
+}
+
+// appliedAt is when this engine last applied id.
+func (s *Session) appliedAt(id resource.ID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.applied[id]
+	return t, ok
+}
+
+func (s *Session) current() *Desired {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.desired
+}
+
+// Host is the session's driver host for its current desired state: the
+// observer and the applier.
+func (s *Session) Host() driver.Host { return s.host(s.current()) }
+
+// host is the driver host for desired state d, over the snapshot as it is
+// now (drivers read only what a save never changes in place).
+func (s *Session) host(d *Desired) driver.Host {
+	env := *s.Env
+	env.Snapshot = s.w.Snapshot()
+	if d != nil {
+		env.Tree, env.Set = d.Checkout.Tree, d.Set
+	}
+	return driver.Host{Env: &env}
+}
+
+// Suspend stops applying: observing and reporting go on; Resume undoes it.
+func (s *Session) Suspend(v bool) { s.suspended.Store(v) }
+
+// Suspended reports whether the engine is suspended.
+func (s *Session) Suspended() bool { return s.suspended.Load() }
+
+// AddHold adds a policy from outside the engine that may hold changes back
+// (the agent's fight detector). Call it before the first Converge.
+func (s *Session) AddHold(h Hold) { s.holds = append(s.holds, h) }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -47,25 +46,16 @@ type ResourceStatus struct {
 // source when one is given, else against what was last applied (recalled
 // from the snapshot).
 func (s *Session) Status(ctx context.Context) *Status {
-	doc := &Status{StateDir: s.State.Path, Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, RolledBack: s.Snapshot.RolledBack, Resources: []ResourceStatus{}}
-	if !s.Snapshot.LastSyncTime.IsZero() {
-		doc.LastSyncTime = &s.Snapshot.LastSyncTime
+	view := s.w.View()
+	doc := &Status{StateDir: s.State.Path, Source: view.Source, Revision: view.Revision, LastAttempt: view.LastAttempt, RolledBack: view.RolledBack, Resources: []ResourceStatus{}}
+	if !view.LastSyncTime.IsZero() {
+		doc.LastSyncTime = &view.LastSyncTime
 	}
-	host := s.Host()
-	snap := s.Snapshot
-	var set *resource.Set
-	var unknown []*diff.Change
-	if s.Desired != nil {
-		set = s.Desired.Set
-	} else {
-		set, snap, unknown = host.RecallAll(s.Snapshot)
-		s.Env.Set = set
-	}
-	plan := diff.Make(ctx, host, set, snap, s.Config.Concurrency)
+	plan := s.Plan(ctx)
 	seen := map[string]bool{}
-	for _, c := range append(plan.Changes, unknown...) {
+	for _, c := range plan.Changes {
 		r := fromChange(c)
-		if f := s.Snapshot.LastAttempt.FailureOf(r.ID); f != nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
+		if f := view.LastAttempt.FailureOf(r.ID); f != nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
 			r.Health = health.Worst(r.Health, health.Degraded)
 			r.Reason = strings.TrimPrefix(r.Reason+"; last sync failed: "+f.Error, "; ")
 		}
@@ -74,7 +64,7 @@ func (s *Session) Status(ctx context.Context) *Status {
 	}
 	// Failed before it was ever applied, and not in the source given (or
 	// no source): still shown, with its error.
-	if a := s.Snapshot.LastAttempt; a != nil {
+	if a := view.LastAttempt; a != nil {
 		for _, f := range a.Failed {
 			if !seen[f.ID] {
 				doc.Resources = append(doc.Resources, ResourceStatus{ID: f.ID, Kind: f.Kind, Path: f.Path, Sync: health.OutOfSync, Health: health.Missing, Reason: "never applied; last sync failed: " + f.Error})

@@ -142,3 +142,9 @@ func (e *FieldError) Error() string {
 	b.WriteString(e.Msg)
 	return b.String()
 }
+
+// Watched is a spec with host paths beyond its claims whose change
+// concerns it: a command's creates, whose removal runs it again.
+type Watched interface {
+	Watched() []string
+}

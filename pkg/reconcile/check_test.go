@@ -1,14 +1,16 @@
-package apply_test
+package reconcile_test
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"testing/fstest"
 )
 
 // TestCheckSourceChange: a prune from another source is refused only when
@@ -33,33 +35,42 @@ func TestCheckSourceChange(t *testing.T) {
 		name    string
 		snap    state.Source
 		changes []*diff.Change
-		opts    apply.Options
+		policy  reconcile.Policy
 		want    string // "" for no refusal
 	}{
-		{name: "same source", snap: moved, changes: prune("File/a"), opts: apply.Options{Prune: true}},
-		{name: "new URL, nothing to delete", snap: old, changes: kept, opts: apply.Options{Prune: true}},
-		{name: "new URL, one to delete", snap: old, changes: append(kept, prune("File/a")...), opts: apply.Options{Prune: true},
+		{name: "same source", snap: moved, changes: prune("File/a"), policy: reconcile.Policy{Prune: true}},
+		{name: "new URL, nothing to delete", snap: old, changes: kept, policy: reconcile.Policy{Prune: true}},
+		{name: "new URL, one to delete", snap: old, changes: append(kept, prune("File/a")...), policy: reconcile.Policy{Prune: true},
 			want: `refusing to prune: the source differs from the one the snapshot records (git://host/x.git path "", now file:///srv/x.git path ""); pass --allow-source-change if the host should follow the new source: prune would delete 1 resource it does not declare (File/a)`},
-		{name: "new URL, five to delete", snap: old, changes: prune("File/a", "File/b", "File/c", "File/d", "File/e"), opts: apply.Options{Prune: true},
+		{name: "new URL, five to delete", snap: old, changes: prune("File/a", "File/b", "File/c", "File/d", "File/e"), policy: reconcile.Policy{Prune: true},
 			want: "prune would delete 5 resources it does not declare (File/a, File/b, File/c and 2 more)"},
-		{name: "allowed", snap: old, changes: prune("File/a"), opts: apply.Options{Prune: true, AllowSourceChange: true}},
+		{name: "allowed", snap: old, changes: prune("File/a"), policy: reconcile.Policy{Prune: true, AllowSourceChange: true}},
 		{name: "without --prune", snap: old, changes: prune("File/a")},
-		{name: "first sync", changes: kept, opts: apply.Options{Prune: true}},
-		{name: "no source recorded, one to delete", changes: prune("File/a"), opts: apply.Options{Prune: true},
+		{name: "first sync", changes: kept, policy: reconcile.Policy{Prune: true}},
+		{name: "no source recorded, one to delete", changes: prune("File/a"), policy: reconcile.Policy{Prune: true},
 			want: `refusing to prune: the source differs from the one the snapshot records (it records none, now file:///srv/x.git path ""); pass --allow-source-change`},
 	}
 	set := loadSet(t, "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: same}\nspec: {path: /same, content: x}\n")
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := &state.Snapshot{Source: tt.snap, Inventory: []*state.Entry{{ID: "File/same"}}}
-			err := apply.Check(&diff.Plan{Changes: tt.changes}, set, snap, moved, tt.opts)
+			err := tt.policy.Check(&diff.Plan{Changes: tt.changes}, set, snap, moved)
 			switch {
 			case tt.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)
 			case tt.want == "":
-			case !errors.Is(err, apply.ErrSourceChange) || !strings.Contains(err.Error(), tt.want):
+			case !errors.Is(err, reconcile.ErrSourceChange) || !strings.Contains(err.Error(), tt.want):
 				t.Fatalf("got %v, want ErrSourceChange saying %q", err, tt.want)
 			}
 		})
 	}
+}
+
+func loadSet(t *testing.T, manifests string) *resource.Set {
+	t.Helper()
+	set, err := resource.Load(fstest.MapFS{"m.yaml": {Data: []byte(manifests)}}, ".", driver.Kinds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }

@@ -1,4 +1,4 @@
-package apply_test
+package reconcile_test
 
 import (
 	"context"
@@ -6,11 +6,11 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
-	"github.com/cortex-sync/cortex-sync/pkg/driver"
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -47,39 +47,28 @@ func (h *host) file(name, path, content string, extra ...string) {
 	h.write(h.repo, name+".yaml", "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: "+name+"}\nspec: "+spec+"}\n")
 }
 
-// run plans and, unless planOnly, applies with the given options.
-func (h *host) run(planOnly bool, o apply.Options) (*diff.Plan, *apply.Report) {
+// run plans and, unless planOnly, syncs with policy p through the engine,
+// as the CLI does.
+func (h *host) run(planOnly bool, p reconcile.Policy) (*diff.Plan, *apply.Report) {
 	h.t.Helper()
 	ctx := context.Background()
 	src := &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}
-	co, err := src.Fetch(ctx)
+	d, err := reconcile.Load(ctx, src, resource.Options{}, nil)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	defer co.Close()
-	set, err := resource.Load(co.Tree, co.Path, driver.Kinds())
+	defer d.Close()
+	s, err := reconcile.Open(ctx, reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, d, !planOnly)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	root, err := hostfs.Open(h.root, nil)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	defer root.Close()
-	sd := state.Dir{Path: h.stdir}
-	snap, err := sd.Load()
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	env := &driver.Env{Root: root, Tree: co.Tree, Set: set, State: sd, Snapshot: snap,
-		Backups: &driver.Backups{Dir: sd.Sub("backups")}, Concurrency: 2}
-	plan := diff.Make(ctx, driver.Host{Env: env}, set, snap, 2)
+	defer s.Close()
+	s.Policy = p
+	plan := s.Plan(ctx)
 	if planOnly {
 		return plan, nil
 	}
-	o.Save, o.Concurrency = sd.Save, 2
-	snap.Source = src.Ref()
-	rep, err := apply.Run(ctx, driver.Host{Env: env}, set, plan, snap, o)
+	rep, err := s.Sync(ctx, plan, state.Retention{})
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -130,12 +119,12 @@ func TestThreeWay(t *testing.T) {
 			h := newHost(t)
 			h.file("a", "/etc/a", "one")
 			if !tt.pristine {
-				h.run(false, apply.Options{})
+				h.run(false, reconcile.Policy{})
 			}
 			if tt.setup != nil {
 				tt.setup(h)
 			}
-			plan, _ := h.run(true, apply.Options{})
+			plan, _ := h.run(true, reconcile.Policy{})
 			c := find(plan, "File/a")
 			if c == nil || c.Err != nil {
 				t.Fatalf("File/a: %+v", c)
@@ -144,11 +133,11 @@ func TestThreeWay(t *testing.T) {
 				t.Fatalf("planned %s (%s, prune %v), want %s (%s, prune %v)", c.Action, c.Reason, c.Prune, tt.action, tt.reason, tt.prune)
 			}
 			// Applying converges: the next plan has nothing left to do.
-			_, rep := h.run(false, apply.Options{Prune: true})
+			_, rep := h.run(false, reconcile.Policy{Prune: true, AllowEmpty: true})
 			if rep.Failed() {
 				t.Fatalf("apply failed: %+v", rep.Results[0])
 			}
-			after, _ := h.run(true, apply.Options{})
+			after, _ := h.run(true, reconcile.Policy{})
 			if after.HasChanges() {
 				t.Fatalf("not converged: %+v", after.Changes[0])
 			}
@@ -163,9 +152,9 @@ func TestThreeWay(t *testing.T) {
 func TestChmodOnHostIsDriftWhenModeManaged(t *testing.T) {
 	h := newHost(t)
 	h.file("a", "/etc/a", "one", `mode: "0640"`)
-	h.run(false, apply.Options{})
+	h.run(false, reconcile.Policy{})
 	os.Chmod(filepath.Join(h.root, "etc/a"), 0o666)
-	plan, _ := h.run(true, apply.Options{})
+	plan, _ := h.run(true, reconcile.Policy{})
 	c := find(plan, "File/a")
 	if c.Action != diff.Update || c.Reason != diff.Drifted || len(c.Attrs) != 1 || c.Attrs[0].Before != "0666" {
 		t.Fatalf("got %s %s %+v, want a mode drift 0666 → 0640", c.Action, c.Reason, c.Attrs)
@@ -181,7 +170,7 @@ func TestFailureBlocksDependentsOnly(t *testing.T) {
 	h.file("dependent", "/dependent", "y", "dependsOn: [File/broken]")
 	h.file("transitive", "/transitive", "z", "dependsOn: [File/dependent]")
 	h.file("sibling", "/sibling", "s")
-	_, rep := h.run(false, apply.Options{})
+	_, rep := h.run(false, reconcile.Policy{})
 	outcomes := map[resource.ID]apply.Outcome{}
 	for _, r := range rep.Results {
 		outcomes[r.ID] = r.Outcome
@@ -211,7 +200,7 @@ func TestSnapshotRecordsPartialRuns(t *testing.T) {
 	h.write(h.root, "blocker", "x")
 	h.file("broken", "/blocker/x", "x")
 	h.file("fine", "/fine", "y")
-	h.run(false, apply.Options{})
+	h.run(false, reconcile.Policy{})
 	snap, err := state.Dir{Path: h.stdir}.Load()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,89 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// Which keys a continuous engine (the agent) looks at, and when: what a
+// new revision changes, what a full scan finds pending, what waits on a
+// key that converged.
+
+// Changed lists the resources whose desired state differs between two
+// revisions (old nil: the first), and those in the inventory that left
+// Git; each once.
+func (s *Session) Changed(old, d *Desired) []resource.ID {
+	seen := map[resource.ID]bool{}
+	var keys []resource.ID
+	add := func(id resource.ID) {
+		if !seen[id] {
+			seen[id] = true
+			keys = append(keys, id)
+		}
+	}
+	digest := func(des *Desired, r *resource.Resource) string {
+		sum, err := s.host(des).Digest(r)
+		if err != nil {
+			// Cannot tell: look at it again, as a change.
+			return fmt.Sprintf("unknown %p", r)
+		}
+		return sum
+	}
+	for _, r := range d.Set.Resources() {
+		if old == nil {
+			add(r.ID())
+			continue
+		}
+		if prev := old.Set.Get(r.ID()); prev == nil || digest(old, prev) != digest(d, r) {
+			add(r.ID())
+		}
+	}
+	for _, rec := range s.w.View().Inventory {
+		if id := resource.ID(rec.ID); old == nil || d.Set.Get(id) == nil {
+			add(id)
+		}
+	}
+	return keys
+}
+
+// Scan observes everything, the full drift check beneath the watches, and
+// lists what is due; problems are the resources that could not be
+// observed, with why.
+func (s *Session) Scan(ctx context.Context) (due []resource.ID, problems []*diff.Change) {
+	d := s.current()
+	if d == nil {
+		return nil, nil
+	}
+	for _, c := range s.Plan(ctx).Changes {
+		switch {
+		case c.Err != nil:
+			problems = append(problems, c)
+			due = append(due, c.ID)
+		case c.Pending():
+			due = append(due, c.ID)
+		}
+	}
+	return due, problems
+}
+
+// Dependents lists the desired resources that come after id: they may be
+// waiting for it.
+func (s *Session) Dependents(id resource.ID) []resource.ID {
+	d := s.current()
+	if d == nil {
+		return nil
+	}
+	var out []resource.ID
+	for _, r := range d.Set.Resources() {
+		for _, dep := range d.Set.Deps(r.ID()) {
+			if dep == id {
+				out = append(out, r.ID())
+				break
+			}
+		}
+	}
+	return out
+}
