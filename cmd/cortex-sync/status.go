@@ -111,6 +111,7 @@ func statusText(io streams, doc *reconcile.Status) error {
 	if doc.RolledBack != "" {
 		fmt.Fprintf(&b, "Rollback:   prune is refused: %s\n", doc.RolledBack)
 	}
+	agentText(&b, doc.Agent)
 	fmt.Fprintf(&b, "Sync:       %s\nHealth:     %s\n", doc.Sync, doc.Health)
 	if len(doc.Resources) > 0 {
 		b.WriteString("\n")
@@ -135,4 +136,51 @@ func orDot(p string) string {
 		return "."
 	}
 	return p
+}
+
+// agentText says what the agent running on the state dir knows beyond the
+// snapshot: a refused revision, a suspend, a prune hold, fights, and what
+// it holds back.
+func agentText(b *strings.Builder, r *reconcile.AgentReport) {
+	if r == nil {
+		return
+	}
+	state := "running"
+	if r.Suspended {
+		state = "suspended: observes and reports, changes nothing"
+	}
+	fmt.Fprintf(b, "Agent:      %s (pid %d, since %s)\n", state, r.Agent.PID, r.Since.Format(time.RFC3339))
+	if f := r.Refused; f != nil {
+		fmt.Fprintf(b, "Refused:    revision %s, since %s; the host stays on %s: %s\n", shortRevision(f.Revision), f.Since.Format(time.RFC3339), shortRevision(r.Revision), oneLine(f.Error))
+	}
+	if r.SourceError != "" {
+		fmt.Fprintf(b, "Source:     failing: %s\n", oneLine(r.SourceError))
+	}
+	if r.PruneHold != "" {
+		fmt.Fprintf(b, "Prune:      held: %s\n", oneLine(r.PruneHold))
+	}
+	for _, f := range r.Fighting {
+		fmt.Fprintf(b, "Fighting:   %s: corrected %d times; the next correction waits %s\n", f.ID, f.Corrections, f.Backoff)
+	}
+	for _, h := range r.Held {
+		until := ""
+		if !h.Until.IsZero() {
+			until = " until " + h.Until.Format(time.RFC3339)
+		}
+		fmt.Fprintf(b, "%-12s%s%s: %s\n", strings.ToUpper(h.Verdict[:1])+h.Verdict[1:]+":", h.ID, until, oneLine(h.Reason))
+	}
+	for _, h := range r.Unobserved {
+		fmt.Fprintf(b, "Unobserved: %s: %s\n", h.ID, oneLine(h.Reason))
+	}
+}
+
+// shortRevision shortens a revision's SHA to 12 digits: main@sha1:4b825dc642cb.
+func shortRevision(rev string) string {
+	if name, sha, ok := strings.Cut(rev, "@sha1:"); ok && len(sha) > 12 {
+		return name + "@sha1:" + sha[:12]
+	}
+	if rev == "" {
+		return "the revision it has"
+	}
+	return rev
 }

@@ -106,7 +106,7 @@ type Agent struct {
 	retired  []*reconcile.Desired // closed when no key is in flight
 	fetchErr error                // the last fetch or validation failure
 	// refused is the newest revision, when it was refused (invalid).
-	refused   *Refusal
+	refused   *reconcile.Refusal
 	fetchTime time.Time // the last successful fetch
 	started   bool      // the first reconcile is done
 	// firstPass holds the keys of the first revision not yet reconciled
@@ -123,19 +123,17 @@ type Agent struct {
 	watch      *watcher
 	rewatch    bool // an apply made paths: the watches follow
 	history    []Reconcile
+	since      time.Time   // when Run started
+	publishing *time.Timer // a report to write soon
+	// unpublished: the agent stops and its report is gone for good.
+	unpublished bool
+	wpub        sync.Mutex // one write of the report at a time
 
 	gauging atomic.Bool // the resources gauges are being refreshed
 	// inflight counts keys a worker took off the queue and has not
 	// finished: the queue's length leaves them out.
 	inflight atomic.Int32
 	bg       sync.WaitGroup // such refreshes, waited for before closing
-}
-
-// Refusal is a revision the agent refused, and why.
-type Refusal struct {
-	Revision string    `json:"revision"`
-	Error    string    `json:"error"`
-	Since    time.Time `json:"since"`
 }
 
 // New makes an agent; Run starts it.
@@ -170,8 +168,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	w.Busy = func() bool { return a.queue.Len() > 0 }
 	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }
 	a.sess = sess
+	a.since = time.Now().UTC().Truncate(time.Second)
 	close(a.ready)
 	defer a.close()
+	a.publishNow()
 
 	watch, err := newWatcher(a)
 	if err != nil {
@@ -195,6 +195,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.queue.ShutDownWithDrain()
 	wg.Wait()
 	a.bg.Wait()
+	a.unpublish()
 	return w.Flush(context.WithoutCancel(ctx))
 }
 
@@ -243,6 +244,7 @@ func (a *Agent) setSuspended(v bool) {
 		s.Suspend(v)
 	}
 	a.log.Info("agent", "suspended", v)
+	a.publishNow()
 }
 
 // Ready reports whether the first reconcile is done and the source is not
@@ -300,8 +302,12 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		return
 	}
 	a.mu.Lock()
+	refused := a.refused != nil
 	a.fetchErr, a.refused, a.fetchTime = nil, nil, time.Now()
 	a.mu.Unlock()
+	if refused {
+		a.publishNow()
+	}
 	old := a.sess.Desired()
 	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
 		d.Close()
@@ -345,6 +351,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 // refuse keeps a failed fetch, or a revision that does not validate: the
 // host stays on the revision it has.
 func (a *Agent) refuse(err error) {
+	defer a.publishNow()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var me *reconcile.ManifestError
@@ -354,7 +361,7 @@ func (a *Agent) refuse(err error) {
 			rev = "the source's newest"
 		}
 		if a.refused == nil || a.refused.Revision != rev || a.refused.Error != err.Error() {
-			a.refused = &Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
+			a.refused = &reconcile.Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
 			a.log.Error("revision refused; the host stays on the revision it has", "revision", rev, "error", err)
 		}
 		a.fetchErr = nil
@@ -381,6 +388,7 @@ func (a *Agent) scan(ctx context.Context, t Trigger) {
 	for _, c := range problems {
 		a.log.Error("cannot observe", "resource", c.ID, "error", c.Err)
 	}
+	a.publish()
 	for _, id := range due {
 		a.queue.Add(id)
 	}

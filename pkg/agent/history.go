@@ -9,6 +9,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 // Reconcile is one reconcile of the agent: from a change being seen (a new
@@ -168,24 +169,13 @@ type Conditions struct {
 	Message     string `json:"message,omitempty"`
 }
 
-// Held is a key the engine holds back, and why.
-type Held struct {
-	ID      string    `json:"id"`
-	Verdict string    `json:"verdict"` // waiting, blocked or refused
-	Reason  string    `json:"reason"`
-	Until   time.Time `json:"until,omitzero"`
-}
-
-// Status is /api/v1/status: the status document of status -o json, and
-// the agent's own state.
+// Status is /api/v1/status: the status document of status -o json (with
+// the agent's report), and the agent's conditions and last reconciles.
 type Status struct {
 	*reconcile.Status
 	Conditions Conditions  `json:"conditions"`
 	Suspended  bool        `json:"suspended"`
-	Refused    *Refusal    `json:"refused,omitempty"`
-	PruneHold  string      `json:"pruneHold,omitempty"`
 	Fighting   []string    `json:"fighting,omitempty"`
-	Held       []Held      `json:"held,omitempty"`
 	Reconciles []Reconcile `json:"reconciles"`
 }
 
@@ -195,8 +185,9 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	if s == nil {
 		return &Status{Status: &reconcile.Status{}, Conditions: Conditions{Message: "starting"}}
 	}
+	report := a.report()
 	a.mu.Lock()
-	st := &Status{Suspended: s.Suspended(), Refused: a.refused, Reconciles: append([]Reconcile(nil), a.history...)}
+	st := &Status{Suspended: report.Suspended, Reconciles: append([]Reconcile(nil), a.history...)}
 	st.Conditions.Reconciling = a.episode != nil
 	if a.fetchErr != nil {
 		st.Conditions.Stalled, st.Conditions.Message = true, "source failing: "+a.fetchErr.Error()
@@ -204,19 +195,9 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	if a.refused != nil {
 		st.Conditions.Stalled = true
 	}
-	for id, o := range a.held {
-		h := Held{ID: string(id), Verdict: string(o.Verdict), Until: o.Until}
-		if o.Err != nil {
-			h.Reason = o.Err.Error()
-		}
-		st.Held = append(st.Held, h)
-	}
 	a.mu.Unlock()
-	slices.SortFunc(st.Held, func(x, y Held) int { return strings.Compare(x.ID, y.ID) })
-	if err := s.PruneHold(); err != nil {
-		st.PruneHold = err.Error()
-	}
 	st.Status = s.Status(ctx)
+	st.Status.Agent = report
 	st.Fighting = a.fight.Fighting()
 	ready, why := a.Ready()
 	st.Conditions.Ready = ready && st.Status.Converged()
@@ -236,4 +217,94 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	}
 	a.opts.Metrics.SetResources(states)
 	return st
+}
+
+// report is what the agent knows beyond the snapshot, as status shows it.
+func (a *Agent) report() *reconcile.AgentReport {
+	s := a.session()
+	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
+	if s == nil {
+		return r
+	}
+	if d := s.Desired(); d != nil {
+		r.Revision = d.Revision()
+	}
+	r.Suspended = s.Suspended()
+	if err := s.PruneHold(); err != nil {
+		r.PruneHold = err.Error()
+	}
+	for _, id := range a.fight.Fighting() {
+		f := a.fight.Status(id)
+		r.Fighting = append(r.Fighting, reconcile.Fight{ID: id, Corrections: f.Corrections, Backoff: f.Backoff})
+	}
+	a.mu.Lock()
+	r.Refused = a.refused
+	if a.fetchErr != nil {
+		r.SourceError = a.fetchErr.Error()
+	}
+	for id, o := range a.held {
+		h := reconcile.Held{ID: string(id), Verdict: string(o.Verdict), Until: o.Until}
+		if o.Err != nil {
+			h.Reason = o.Err.Error()
+		}
+		r.Held = append(r.Held, h)
+	}
+	for id, err := range a.unobserved {
+		r.Unobserved = append(r.Unobserved, reconcile.Held{ID: string(id), Reason: err.Error()})
+	}
+	a.mu.Unlock()
+	byID := func(x, y reconcile.Held) int { return strings.Compare(x.ID, y.ID) }
+	slices.SortFunc(r.Held, byID)
+	slices.SortFunc(r.Unobserved, byID)
+	return r
+}
+
+// publishDelay gathers a burst of changes into one write of the report.
+const publishDelay = 100 * time.Millisecond
+
+// publish writes the agent's report to the state dir soon, where status
+// reads it: a burst of changes is one write.
+func (a *Agent) publish() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.publishing != nil || a.unpublished || a.session() == nil {
+		return
+	}
+	a.publishing = time.AfterFunc(publishDelay, a.publishNow)
+}
+
+// publishNow writes the report at once: what a user reads next (a refused
+// revision, a suspend) is already there.
+func (a *Agent) publishNow() {
+	a.mu.Lock()
+	if a.publishing != nil {
+		a.publishing.Stop()
+		a.publishing = nil
+	}
+	stop := a.unpublished || a.session() == nil
+	a.mu.Unlock()
+	if stop {
+		return
+	}
+	a.wpub.Lock()
+	defer a.wpub.Unlock()
+	if err := reconcile.WriteAgentReport(a.sess.State, a.report()); err != nil {
+		a.log.Warn("write the agent's report for status", "error", err)
+	}
+}
+
+// unpublish removes the report: no agent runs on the state dir any more.
+func (a *Agent) unpublish() {
+	a.mu.Lock()
+	if a.publishing != nil {
+		a.publishing.Stop()
+		a.publishing = nil
+	}
+	a.unpublished = true
+	a.mu.Unlock()
+	a.wpub.Lock() // a write under way ends first
+	defer a.wpub.Unlock()
+	if err := reconcile.RemoveAgentReport(a.sess.State); err != nil {
+		a.log.Warn("remove the agent's report", "error", err)
+	}
 }

@@ -69,13 +69,18 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) {
 func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	c := o.Change
 	a.mu.Lock()
+	_, was := a.held[id]
 	switch o.Verdict {
 	case diff.Waiting, diff.Blocked, diff.Refused:
 		a.held[id] = o
 	default:
 		delete(a.held, id)
 	}
+	_, is := a.held[id]
 	a.mu.Unlock()
+	if was || is {
+		a.publish()
+	}
 	if c == nil || c.Desired == nil && c.Record == nil {
 		return // gone from Git and from the inventory
 	}

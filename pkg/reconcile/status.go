@@ -23,10 +23,14 @@ type Status struct {
 	// RolledBack says why the snapshot is older than the last one this
 	// state dir wrote (a backup put back): prune is refused until the user
 	// accepts it.
-	RolledBack string           `json:"rolledBack,omitempty"`
-	Sync       health.Sync      `json:"sync"`
-	Health     health.Status    `json:"health"`
-	Resources  []ResourceStatus `json:"resources"`
+	RolledBack string `json:"rolledBack,omitempty"`
+	// Agent is what the agent running on this state dir knows beyond the
+	// snapshot (a refused revision, suspended, what it holds back); nil
+	// when none runs.
+	Agent     *AgentReport     `json:"agent,omitempty"`
+	Sync      health.Sync      `json:"sync"`
+	Health    health.Status    `json:"health"`
+	Resources []ResourceStatus `json:"resources"`
 }
 
 type ResourceStatus struct {
@@ -51,6 +55,7 @@ func (s *Session) Status(ctx context.Context) *Status {
 	if !view.LastSyncTime.IsZero() {
 		doc.LastSyncTime = &view.LastSyncTime
 	}
+	doc.Agent = ReadAgentReport(s.State)
 	plan := s.Plan(ctx)
 	seen := map[string]bool{}
 	for _, c := range plan.Changes {
@@ -91,8 +96,11 @@ func (s *Session) Status(ctx context.Context) *Status {
 }
 
 // Converged is what status's exit code says: synced, and nothing missing,
-// degraded or unknown.
+// degraded or unknown; and the agent, when one runs, refuses no revision.
 func (d *Status) Converged() bool {
+	if d.Agent != nil && d.Agent.Refused != nil {
+		return false
+	}
 	return d.Sync == health.Synced && (d.Health == health.Healthy || d.Health == health.Progressing || d.Health == health.Suspended)
 }
 

@@ -1,0 +1,189 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// Where the agent and sync kept two copies of a policy, they disagreed;
+// now both ask the engine's Gate. Each test here failed on the agent's own
+// copy.
+
+// syncedBuffer is a log sink read while the agent writes to it.
+type syncedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncedBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncedBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// runAgent runs an agent with opts (a directory source at repo) until the
+// test ends.
+func runAgent(t *testing.T, repo string, opts agent.Options) *agent.Agent {
+	t.Helper()
+	opts.Source = &source.Dir{Dir: repo, Path: "."}
+	opts.Interval, opts.DriftInterval, opts.SelfHeal = time.Hour, time.Hour, true
+	a := agent.New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	return a
+}
+
+func heldAs(a *agent.Agent, id, verdict string) *reconcile.Held {
+	r := a.Status(context.Background()).Agent
+	if r == nil {
+		return nil // not started yet
+	}
+	for _, h := range r.Held {
+		if h.ID == id && h.Verdict == verdict {
+			return &h
+		}
+	}
+	return nil
+}
+
+// TestAgentRefusesPruneWithNoRecordedSource: a snapshot with an inventory
+// and no recorded source is no proof of the same source. sync refused to
+// prune from it; the agent pruned.
+func TestAgentRefusesPruneWithNoRecordedSource(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(repo, "keep.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: keep}\nspec: {path: /etc/keep, content: x}\n")
+	writeFile(t, filepath.Join(repo, "old.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: old}\nspec: {path: /etc/old, content: x}\n")
+	syncOnce(t, repo, root, stateDir)
+	d := state.Dir{Path: stateDir}
+	snap, err := d.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap.Source = state.Source{} // as a hand-written or older snapshot
+	if err := d.Save(snap); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(repo, "old.yaml"))
+
+	a := runAgent(t, repo, agent.Options{Prune: true,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "the prune of File/old refused", func() bool {
+		h := heldAs(a, "File/old", "refused")
+		return h != nil && h.Reason != ""
+	})
+	if _, err := os.Stat(filepath.Join(root, "etc/old")); err != nil {
+		t.Fatalf("File/old was pruned from a snapshot that records no source: %v", err)
+	}
+	if st := a.Status(context.Background()); st.Agent.PruneHold == "" {
+		t.Error("status does not say why prune is held")
+	}
+}
+
+// TestAgentBlocksAfterWaitTimeout: a dependent of a Process that never
+// gets ready is Blocked after the wait timeout, as under sync; the agent
+// waited for it forever.
+func TestAgentBlocksAfterWaitTimeout(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(repo, "m.yaml"), `apiVersion: cortex-sync/v1alpha1
+kind: Process
+metadata: {name: never}
+spec:
+  command: [sleep, "1000"]
+  stopTimeout: 1s
+  readinessProbe:
+    exec: {command: ["false"]}
+    period: 100ms
+---
+apiVersion: cortex-sync/v1alpha1
+kind: File
+metadata: {name: after}
+spec: {path: /etc/after, content: x, dependsOn: [Process/never]}
+`)
+	t.Cleanup(func() { stopAll(t, repo, root, stateDir) })
+	a := runAgent(t, repo, agent.Options{WaitTimeout: time.Second, RetryBase: time.Hour,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "File/after blocked", func() bool {
+		h := heldAs(a, "File/after", "blocked")
+		return h != nil && regexp.MustCompile(`Process/never is Progressing after 1s`).MatchString(h.Reason)
+	})
+	if _, err := os.Stat(filepath.Join(root, "etc/after")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("File/after applied before its dependency was ready: %v", err)
+	}
+	snap, err := state.Dir{Path: stateDir}.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := snap.LastAttempt.FailureOf("File/after"); f == nil || f.BlockedBy != "Process/never" {
+		t.Errorf("the attempt does not list File/after as blocked by Process/never: %+v", snap.LastAttempt)
+	}
+}
+
+// TestAgentPrunesInsideFirst: on a snapshot written before dependencies
+// were recorded, what lies inside a Directory is pruned before it, as sync
+// does; the agent could prune the Directory first.
+func TestAgentPrunesInsideFirst(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(repo, "keep.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: keep}\nspec: {path: /etc/keep, content: x}\n")
+	writeFile(t, filepath.Join(repo, "kb.yaml"), `apiVersion: cortex-sync/v1alpha1
+kind: Directory
+metadata: {name: kb}
+spec: {path: /srv/kb}
+---
+apiVersion: cortex-sync/v1alpha1
+kind: File
+metadata: {name: note}
+spec: {path: /srv/kb/note, content: x}
+`)
+	syncOnce(t, repo, root, stateDir)
+	d := state.Dir{Path: stateDir}
+	snap, err := d.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range snap.Inventory {
+		e.DependsOn = nil // as an older cortex-sync recorded them
+	}
+	if err := d.Save(snap); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(repo, "kb.yaml"))
+
+	logs := &syncedBuffer{}
+	runAgent(t, repo, agent.Options{Prune: true, Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	deleted := regexp.MustCompile(`msg=applied resource=(\S+) .*action=delete`)
+	waitFor(t, 30*time.Second, "both pruned", func() bool { return len(deleted.FindAllString(logs.String(), -1)) == 2 })
+	order := deleted.FindAllStringSubmatch(logs.String(), -1)
+	if order[0][1] != "File/note" || order[1][1] != "Directory/kb" {
+		t.Fatalf("pruned %s, then %s; the File inside the Directory goes first", order[0][1], order[1][1])
+	}
+	if _, err := os.Stat(filepath.Join(root, "srv/kb")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/srv/kb left: %v", err)
+	}
+}

@@ -1,0 +1,118 @@
+package reconcile
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
+)
+
+// AgentReport is what a running agent knows beyond the snapshot: why it
+// refuses a revision, whether it is suspended, what it holds back and what
+// it fights. The agent writes it to its state dir (agent.json) as it
+// changes; status, run by hand, reads it there, so the two tell one truth.
+type AgentReport struct {
+	Agent   supervise.Identity `json:"agent"` // the agent that wrote it
+	Since   time.Time          `json:"since"` // when that agent started
+	Written time.Time          `json:"written"`
+	// Revision is the revision the agent converges to.
+	Revision  string `json:"revision,omitempty"`
+	Suspended bool   `json:"suspended,omitempty"`
+	// Refused is the source's newest revision, when it does not validate:
+	// the host stays on Revision.
+	Refused *Refusal `json:"refused,omitempty"`
+	// SourceError is why the last fetch failed.
+	SourceError string `json:"sourceError,omitempty"`
+	// PruneHold is why no prune runs for this revision.
+	PruneHold string `json:"pruneHold,omitempty"`
+	// Fighting are the resources something keeps undoing.
+	Fighting []Fight `json:"fighting,omitempty"`
+	// Held are the resources the engine holds back, and why.
+	Held []Held `json:"held,omitempty"`
+	// Unobserved are the resources the last drift scan could not observe.
+	Unobserved []Held `json:"unobserved,omitempty"`
+}
+
+// Refusal is a revision refused, and why.
+type Refusal struct {
+	Revision string    `json:"revision"`
+	Error    string    `json:"error"`
+	Since    time.Time `json:"since"`
+}
+
+// Fight is a resource something keeps undoing.
+type Fight struct {
+	ID          string        `json:"id"`
+	Corrections int           `json:"corrections"`
+	Backoff     time.Duration `json:"backoffSeconds"`
+}
+
+// MarshalJSON writes the backoff in seconds.
+func (f Fight) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		ID          string  `json:"id"`
+		Corrections int     `json:"corrections"`
+		Backoff     float64 `json:"backoffSeconds"`
+	}{f.ID, f.Corrections, f.Backoff.Seconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON wrote.
+func (f *Fight) UnmarshalJSON(b []byte) error {
+	var v struct {
+		ID          string  `json:"id"`
+		Corrections int     `json:"corrections"`
+		Backoff     float64 `json:"backoffSeconds"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*f = Fight{ID: v.ID, Corrections: v.Corrections, Backoff: time.Duration(v.Backoff * float64(time.Second))}
+	return nil
+}
+
+// Held is a resource held back (waiting, blocked, refused) or unobserved,
+// and why.
+type Held struct {
+	ID      string    `json:"id"`
+	Verdict string    `json:"verdict,omitempty"` // waiting, blocked or refused
+	Reason  string    `json:"reason"`
+	Until   time.Time `json:"until,omitzero"`
+}
+
+const agentReportFile = "agent.json"
+
+// WriteAgentReport saves r in the state dir (0600, atomically).
+func WriteAgentReport(d state.Dir, r *AgentReport) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return state.WriteFile(d.Sub(agentReportFile), append(b, '\n'))
+}
+
+// RemoveAgentReport removes the report of an agent that stops.
+func RemoveAgentReport(d state.Dir) error {
+	err := os.Remove(d.Sub(agentReportFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// ReadAgentReport is the report of the agent running on the state dir; nil
+// when none runs (a report whose agent is gone is not read).
+func ReadAgentReport(d state.Dir) *AgentReport {
+	b, err := os.ReadFile(d.Sub(agentReportFile))
+	if err != nil {
+		return nil
+	}
+	var r AgentReport
+	if json.Unmarshal(b, &r) != nil || !r.Agent.Alive() {
+		return nil
+	}
+	return &r
+}
