@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -101,14 +102,28 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	if err := checkRoot(g.root); err != nil {
 		return err
 	}
+	// A listen address that is refused stops the agent before it makes
+	// anything (state dirs, a supervisor).
+	if err := agent.CheckListen(o.listen, o.tokenFile); err != nil {
+		return err
+	}
+	// One registry for the agent's life: a reload keeps the counters.
+	reg := agent.NewRegistry()
+	metrics := agent.NewMetrics(reg)
 	host, herr := supervise.NewHost(g.stateDir)
 	switch {
 	case herr == nil:
 		g.log.Info("supervising processes in the agent", "state_dir", g.stateDir)
 		defer func() {
-			if herr := host.Handover(); herr != nil && err == nil {
-				err = herr
+			g.log.Info("handing the supervised processes over to a re-executed supervisor; they keep running")
+			if herr := host.Handover(); herr != nil {
+				g.log.Error("hand over the supervised processes", "error", herr)
+				if err == nil {
+					err = herr
+				}
+				return
 			}
+			g.log.Info("handed over; the agent exits")
 		}()
 	case errors.Is(herr, supervise.ErrNoContainment):
 		g.log.Info("supervising processes in a separate supervisor", "reason", herr.Error())
@@ -118,10 +133,15 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	for {
 		gen, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- runOnce(gen, g, o) }()
+		go func() { done <- runOnce(gen, g, o, reg, metrics) }()
 		for reloaded := false; !reloaded; {
 			select {
 			case err := <-done:
+				cancel()
+				return err
+			case <-ctx.Done():
+				g.log.Info("stopping: finishing what is in flight and saving the snapshot")
+				err := <-done
 				cancel()
 				return err
 			case <-hup:
@@ -163,7 +183,7 @@ func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 }
 
 // runOnce runs one configuration of the agent and its HTTP server.
-func runOnce(ctx context.Context, g *globals, o *runOptions) error {
+func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Registry, metrics *agent.Metrics) error {
 	// Like sync, the agent never creates the root: a typo there must stop
 	// it at start (systemd says why), not scatter a host into a new tree.
 	if err := checkRoot(g.root); err != nil {
@@ -173,8 +193,6 @@ func runOnce(ctx context.Context, g *globals, o *runOptions) error {
 	if err != nil {
 		return err
 	}
-	reg := agent.NewRegistry()
-	metrics := agent.NewMetrics(reg)
 	a := agent.New(agent.Options{
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
@@ -207,9 +225,17 @@ func runOnce(ctx context.Context, g *globals, o *runOptions) error {
 		return err
 	}
 	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
-	var eg errgroup.Group
+	// Either ending ends the other: an agent that cannot run must not
+	// leave its server answering.
+	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return srv.Serve(ctx) })
-	eg.Go(func() error { return a.Run(ctx) })
+	eg.Go(func() error {
+		err := a.Run(ctx)
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("the agent stopped")
+		}
+		return err
+	})
 	return eg.Wait()
 }
 

@@ -1,21 +1,12 @@
-// Package agent holds the leaf parts of the cortex-sync daemon that the
-// continuous loop (`cortex-sync run`) wires together: the HTTP server, push
-// webhooks, Prometheus metrics, fight detection and the poll schedule.
+// Package agent is the cortex-sync daemon (`cortex-sync run`): a work queue
+// of resource IDs that the engine (reconcile.Session.Converge) converges one
+// at a time, fed by polls, push webhooks, host watches and the drift scan,
+// and served over HTTP with status and Prometheus metrics.
 //
-// Each part stands alone behind a small API:
-//
-//   - [NewServer] and [Server.Serve]: /metrics, /healthz, /readyz,
-//     /api/v1/status, POST /api/v1/reconcile, /api/v1/suspend,
-//     /api/v1/resume and POST /hooks/git, on 127.0.0.1:9797 by default. The
-//     loop supplies callbacks ([ServerOptions]); [Readiness] is a ready-made
-//     readiness callback.
-//   - [NewWebhook]: an [net/http.Handler] for GitHub, GitLab and generic
-//     HMAC-signed push webhooks that calls a trigger for pushes to the
-//     followed ref, at most once per [WebhookOptions.MinInterval].
-//   - [NewMetrics]: every cortexsync_ metric on a registry passed in (see
-//     [NewRegistry]), with [Metrics.Workqueue] as the client-go work queue's
-//     metrics provider.
-//   - [NewFightDetector]: tells which resources something else on the host
-//     keeps changing back, and how long to hold off correcting them.
-//   - [NewSchedule] and [Jitter]: the poll interval with ±10% jitter.
+// Its parts: [New] and [Agent.Run], the loop; [NewServer], /metrics,
+// /healthz, /readyz, /api/v1/status and the control endpoints on
+// 127.0.0.1:9797 by default; [NewWebhook], GitHub, GitLab and generic
+// HMAC-signed push webhooks; [NewMetrics], every cortexsync_ metric on a
+// registry passed in; [NewFightDetector], which resources something else
+// keeps changing back; and [NewSchedule], the poll interval with jitter.
 package agent

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"time"
@@ -19,9 +20,18 @@ type Reconcile struct {
 	Trigger  Trigger       `json:"trigger"`
 	Revision string        `json:"revision,omitempty"`
 	Start    time.Time     `json:"start"`
-	Duration time.Duration `json:"duration"` // zero while it runs
+	Duration time.Duration `json:"-"` // zero while it runs; "duration" in seconds
 	Changes  int           `json:"changes"`
 	Errors   int           `json:"errors"`
+}
+
+// MarshalJSON writes the duration in seconds.
+func (r Reconcile) MarshalJSON() ([]byte, error) {
+	type plain Reconcile
+	return json.Marshal(struct {
+		plain
+		Duration float64 `json:"duration"`
+	}{plain(r), r.Duration.Seconds()})
 }
 
 const historyLen = 20
@@ -58,16 +68,20 @@ type hintOf struct {
 }
 
 // seen opens a reconcile for a key found pending, dated from when what it
-// answers was seen.
-func (a *Agent) seen(id resource.ID, revision string) {
+// answers was seen, and returns that: a convergence is timed from it.
+func (a *Agent) seen(id resource.ID, revision string) hintOf {
 	a.mu.Lock()
 	h, ok := a.hints[id]
 	delete(a.hints, id)
+	if !ok && a.episode != nil {
+		h, ok = hintOf{a.episode.Trigger, a.episode.Start}, true // queued by the running reconcile
+	}
 	a.mu.Unlock()
 	if !ok {
 		h = hintOf{TriggerDrift, time.Now()}
 	}
 	a.begin(h.trigger, revision, h.seen)
+	return h
 }
 
 // unhint forgets why a key was queued: it was found in sync.
@@ -151,7 +165,6 @@ func (a *Agent) settle() {
 	m := a.opts.Metrics
 	m.ObserveReconcile(e.Trigger, result, e.Duration)
 	if e.Errors == 0 {
-		m.ObserveConvergence(e.Trigger, e.Duration)
 		m.ObserveApplied(e.Revision, time.Now())
 	}
 }

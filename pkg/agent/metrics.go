@@ -118,7 +118,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"trigger"}),
 		convergence: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "cortexsync_convergence_seconds",
-			Help:    "Time from a change being seen (new revision, drift, process exit, request) to the host converging.",
+			Help:    "Time from a change being seen (new revision, drift, process exit, request) to the resource it concerns converged, one per resource.",
 			Buckets: convergenceBuckets,
 		}, []string{"trigger"}),
 		driftDetected: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -284,6 +284,11 @@ func (m *Metrics) SetResources(list []ResourceState) {
 	m.resourceSeries = make(map[resourceKey]bool, len(counts))
 	for k := range counts {
 		m.resourceSeries[k] = true
+	}
+	for k := range counts {
+		if _, ok := fights[k.kind]; !ok {
+			fights[k.kind] = 0 // a kind with resources and no fight reads 0, not nothing
+		}
 	}
 	for kind, n := range fights {
 		m.fighting.WithLabelValues(kind).Set(float64(n))

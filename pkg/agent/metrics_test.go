@@ -185,6 +185,7 @@ func TestSetResourcesDeletesSeriesThatWent(t *testing.T) {
 	const want = `
 # HELP cortexsync_fighting_resources Resources that something else on the host keeps changing back, by kind.
 # TYPE cortexsync_fighting_resources gauge
+cortexsync_fighting_resources{kind="File"} 0
 cortexsync_fighting_resources{kind="Process"} 1
 # HELP cortexsync_resources Managed resources by kind, sync status and health, from the last status snapshot.
 # TYPE cortexsync_resources gauge

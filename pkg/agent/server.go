@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,8 +28,8 @@ type ServerOptions struct {
 	Addr string // host:port; default DefaultAddr
 	// Registry is served on /metrics; nil serves no /metrics.
 	Registry *prometheus.Registry
-	// Ready says whether the agent is ready (nil error) or why not; see
-	// Readiness. /readyz answers 503 with the reason.
+	// Ready says whether the agent is ready (nil error) or why not.
+	// /readyz answers 503 with the reason.
 	Ready func(ctx context.Context) error
 	// Status is the status document served as JSON on GET /api/v1/status.
 	Status func(ctx context.Context) (any, error)
@@ -65,7 +63,6 @@ type Server struct {
 	log     *slog.Logger
 	timeout time.Duration
 
-	closeOnce sync.Once
 }
 
 // NewServer checks opts and listens on opts.Addr. Listening beyond loopback
@@ -80,16 +77,14 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	loopback, err := isLoopback(opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen %q: %w", opts.Addr, err)
+	if err := checkAddr(opts.Addr, opts.TokenFile); err != nil {
+		return nil, err
 	}
 	if opts.TokenFile != "" {
+		var err error
 		if s.token, err = newSecretFile(opts.TokenFile); err != nil {
 			return nil, fmt.Errorf("tokenFile (--token-file): %w", err)
 		}
-	} else if !loopback {
-		return nil, fmt.Errorf("listen %s reaches beyond loopback: set tokenFile (--token-file) so that reconcile, suspend and resume need a bearer token, or listen on %s", opts.Addr, DefaultAddr)
 	}
 	s.srv = &http.Server{
 		Handler:           s.routes(),
@@ -100,10 +95,40 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	var err error
 	if s.ln, err = net.Listen("tcp", opts.Addr); err != nil {
 		return nil, fmt.Errorf("listen (--listen): %w", err)
 	}
 	return s, nil
+}
+
+// CheckListen refuses what NewServer would refuse for addr, binding it for
+// a moment: an agent stops on a bad address before it makes anything.
+func CheckListen(addr, tokenFile string) error {
+	if addr == "" {
+		addr = DefaultAddr
+	}
+	if err := checkAddr(addr, tokenFile); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen (--listen): %w", err)
+	}
+	return ln.Close()
+}
+
+// checkAddr refuses to listen beyond loopback without a token: anyone who
+// can reach the port could trigger, suspend or resume reconciles.
+func checkAddr(addr, tokenFile string) error {
+	loopback, err := isLoopback(addr)
+	if err != nil {
+		return fmt.Errorf("listen %q: %w", addr, err)
+	}
+	if tokenFile == "" && !loopback {
+		return fmt.Errorf("listen %s reaches beyond loopback: set tokenFile (--token-file) so that reconcile, suspend and resume need a bearer token, or listen on %s", addr, DefaultAddr)
+	}
+	return nil
 }
 
 // isLoopback says whether addr only listens on loopback. An empty host,
@@ -123,9 +148,6 @@ func isLoopback(addr string) (bool, error) {
 // Addr is the address the server listens on (the real port when the
 // option asked for port 0).
 func (s *Server) Addr() net.Addr { return s.ln.Addr() }
-
-// Handler is the server's routes, for use under another server.
-func (s *Server) Handler() http.Handler { return s.srv.Handler }
 
 // Serve serves until ctx ends, then shuts down gracefully: in-flight
 // requests get up to ShutdownTimeout, after which open connections are
@@ -155,13 +177,6 @@ func (s *Server) Serve(ctx context.Context) error {
 	}
 	<-errc // http.ErrServerClosed
 	return nil
-}
-
-// Close releases the listener of a server that is not served.
-func (s *Server) Close() error {
-	var err error
-	s.closeOnce.Do(func() { err = s.srv.Close(); s.ln.Close() })
-	return err
 }
 
 func (s *Server) routes() http.Handler {
@@ -268,40 +283,3 @@ func writeText(w http.ResponseWriter, code int, msg string) {
 	w.WriteHeader(code)
 	fmt.Fprintln(w, msg)
 }
-
-// Readiness is a ready-made ServerOptions.Ready: ready once the first
-// reconcile is done and while the source is not failing.
-type Readiness struct {
-	mu         sync.Mutex
-	reconciled bool
-	sourceErr  error
-}
-
-// SetReconciled notes that the first reconcile is done.
-func (r *Readiness) SetReconciled() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.reconciled = true
-}
-
-// SetSourceError notes the outcome of the last fetch; nil clears it.
-func (r *Readiness) SetSourceError(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.sourceErr = err
-}
-
-// Check is nil when ready, else why not.
-func (r *Readiness) Check(context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case r.sourceErr != nil:
-		return fmt.Errorf("source failing: %w", r.sourceErr)
-	case !r.reconciled:
-		return errNotReconciled
-	}
-	return nil
-}
-
-var errNotReconciled = errors.New("first reconcile not done")

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,7 +64,7 @@ func TestServerEndpoints(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	m.ObserveReconcile(TriggerManual, ResultSuccess, time.Second)
-	var ready Readiness
+	var ready testReadiness
 	var reconciles, suspends, resumes atomic.Int32
 	_, base := startServer(t, ServerOptions{
 		Registry: reg,
@@ -215,7 +217,7 @@ func TestNewServerRefusals(t *testing.T) {
 	for _, tt := range tests {
 		s, err := NewServer(tt.o)
 		if err == nil {
-			s.Close()
+			closeServer(s)
 		}
 		switch {
 		case tt.want == "" && err != nil:
@@ -242,7 +244,7 @@ func TestServerDefaultAddr(t *testing.T) {
 	if err != nil {
 		t.Skipf("default address not free here: %v", err)
 	}
-	defer s.Close()
+	defer closeServer(s)
 	if got := s.Addr().String(); got != DefaultAddr {
 		t.Errorf("Addr() = %s, want %s", got, DefaultAddr)
 	}
@@ -344,4 +346,43 @@ func TestServeShutdownIsBounded(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serve did not return within 5s of its context ending")
 	}
+}
+
+// closeServer releases a server's listener: it serves, and stops at once.
+func closeServer(s *Server) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Serve(ctx)
+}
+
+// testReadiness is a readiness callback set by the test: ready once the
+// first reconcile is done, and while the source is not failing.
+type testReadiness struct {
+	mu         sync.Mutex
+	reconciled bool
+	sourceErr  error
+}
+
+func (r *testReadiness) SetReconciled() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.reconciled = true
+}
+
+func (r *testReadiness) SetSourceError(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sourceErr = err
+}
+
+func (r *testReadiness) Check(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.sourceErr != nil:
+		return fmt.Errorf("source failing: %w", r.sourceErr)
+	case !r.reconciled:
+		return errors.New("first reconcile not done")
+	}
+	return nil
 }

@@ -116,7 +116,7 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		log.Warn("blocked", "action", c.Action, "reason", c.Reason, "error", o.Err)
 		return
 	}
-	a.seen(id, d.Revision())
+	h := a.seen(id, d.Revision())
 	if o.Verdict == diff.Failed && c.Action == diff.NoOp {
 		a.note(0, 1)
 		log.Error("cannot observe or record", "error", o.Err)
@@ -132,8 +132,12 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		return
 	}
 	m.ObserveApply(c.Kind, string(c.Action), ResultSuccess)
+	m.ObserveConvergence(h.trigger, time.Since(h.seen))
 	a.note(1, 0)
 	log.Info("applied", "action", c.Action, "reason", c.Reason, "change", kind)
+	if c.Desired == nil {
+		a.fight.Forget(string(id)) // gone: no fight to report any more
+	}
 	if o.MadePaths() {
 		a.mu.Lock()
 		a.rewatch = true // new directories to watch
