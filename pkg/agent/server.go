@@ -62,7 +62,6 @@ type Server struct {
 	token   *secretFile
 	log     *slog.Logger
 	timeout time.Duration
-
 }
 
 // NewServer checks opts and listens on opts.Addr. Listening beyond loopback
