@@ -23,9 +23,11 @@ type diffOptions struct {
 	exitCode bool
 	verify   bool
 	against  string
-	// allow mirrors sync's --allow-* flags under sync --dry-run, so the
-	// warning names only a refusal that sync would meet.
-	allowEmpty, allowSourceChange, acceptRollback bool
+	out      string // a saved plan, for sync --plan
+	// prune and allow mirror sync's flags (given here, or under sync
+	// --dry-run): the warning names only a refusal that sync would meet,
+	// and a saved plan records them.
+	prune, allowEmpty, allowSourceChange, acceptRollback bool
 }
 
 func newDiffCmd(g *globals, io streams) *cobra.Command {
@@ -50,7 +52,10 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
   cortex-sync diff --repo "$REPO_URL" --branch "$PR_BRANCH" --against host.json -o markdown
 
   # Hash every file instead of trusting unchanged stats
-  cortex-sync diff --dir ./repo --verify -o json`,
+  cortex-sync diff --dir ./repo --verify -o json
+
+  # Save the plan for review, then apply exactly it (sync --plan)
+  cortex-sync diff --repo "$REPO_URL" --branch main --prune --out plan.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := diffRun(cmd, g, o, io)
@@ -66,6 +71,10 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
 	cmd.Flags().BoolVar(&o.exitCode, "exit-code", false, "exit 1 when there are changes, 2 on trouble")
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
 	cmd.Flags().StringVar(&o.against, "against", "", "plan against the revision a snapshot (state export) records, read from Git, instead of the live host")
+	cmd.Flags().StringVar(&o.out, "out", "", "also save the plan to this file, for sync --plan to apply exactly it")
+	cmd.Flags().BoolVar(&o.prune, "prune", false, "plan for sync --prune: what left Git is deleted (recorded in --out)")
+	cmd.Flags().BoolVar(&o.allowEmpty, "allow-empty", false, "plan for sync --allow-empty (recorded in --out)")
+	cmd.Flags().BoolVar(&o.allowSourceChange, "allow-source-change", false, "plan for sync --allow-source-change (recorded in --out)")
 	return cmd
 }
 
@@ -100,6 +109,14 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 	s.Policy = reconcile.Policy{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback}
 	if err := s.Check(plan); err != nil {
 		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
+	}
+	if o.out != "" {
+		if o.against != "" {
+			return errors.New("--out saves a plan of this host; --against plans against another's snapshot")
+		}
+		if err := writeSaved(o.out, plan, s.MadeFor(), diff.SavedPolicy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}); err != nil {
+			return err
+		}
 	}
 	if o.output != "json" {
 		for _, w := range plan.Warnings {
@@ -182,4 +199,17 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 		return nil, fmt.Errorf("could not rebuild the snapshot's revision %s in a sandbox", snap.Revision)
 	}
 	return &sg, nil
+}
+
+// writeSaved writes a saved plan (0600: it may name what the host holds).
+func writeSaved(name string, plan *diff.Plan, made diff.MadeFor, policy diff.SavedPolicy) error {
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if err := diff.WriteSaved(f, plan, made, policy); err != nil {
+		f.Close()
+		return fmt.Errorf("--out %s: %w", name, err)
+	}
+	return f.Close()
 }

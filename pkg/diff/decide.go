@@ -47,6 +47,10 @@ type Observation struct {
 	// Unsupervised: a process runs, but its supervisor is gone. When it
 	// runs the desired spec, a supervisor adopts it: no restart.
 	Unsupervised bool
+	// Live names the live object as observed (a file's stat), so that a
+	// saved plan sees it moved; "" where there is none or the kind keeps
+	// none. No verdict depends on it.
+	Live string
 	// Stale: the host is as desired but the record does not say all of it
 	// (a tree index missing files found as desired, say, after a kill
 	// between their write and the index's). No action: an apply of the

@@ -266,6 +266,9 @@ type jsonPlan struct {
 	Summary       Summary      `json:"summary"`
 	Warnings      []string     `json:"warnings,omitempty"`
 	Changes       []jsonChange `json:"changes"`
+	// A saved plan's (diff --out): see saved.go.
+	MadeFor *MadeFor     `json:"madeFor,omitempty"`
+	Policy  *SavedPolicy `json:"policy,omitempty"`
 }
 
 type jsonChange struct {
@@ -282,11 +285,19 @@ type jsonChange struct {
 	Attrs     []Attr       `json:"attributes,omitempty"`
 	Content   *Content     `json:"content,omitempty"`
 	Files     []FileChange `json:"files,omitempty"`
+	Facts     string       `json:"facts,omitempty"` // a saved plan's
 }
 
 // JSON renders the plan for programs, in the schema of docs/plan-json.md.
 func JSON(w io.Writer, p *Plan) error {
-	out := jsonPlan{
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(jsonOf(p))
+}
+
+// jsonOf is the plan in the schema of docs/plan-json.md.
+func jsonOf(p *Plan) *jsonPlan {
+	out := &jsonPlan{
 		FormatVersion: FormatVersion, Source: p.Source, Revision: p.Revision,
 		HasChanges: p.HasChanges(), Summary: p.Summary(), Warnings: p.Warnings, Changes: []jsonChange{},
 	}
@@ -297,7 +308,5 @@ func JSON(w io.Writer, p *Plan) error {
 			Attrs: c.Attrs, Content: c.Content, Files: c.Files,
 		})
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return out
 }

@@ -177,6 +177,9 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
 	o.Stale = rec != recorded // keyed here: the record is saved keyed
+	if live != nil {
+		o.Live = fmt.Sprintf("ino %d size %d mtime %d ctime %d mode %v uid %d gid %d", live.Ino, live.Size, live.Mtime, live.Ctime, live.Mode, live.UID, live.GID)
+	}
 	if live != nil && !live.Mode.IsRegular() {
 		o.WrongType = typeName(live.Mode)
 	}

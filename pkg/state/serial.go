@@ -128,3 +128,7 @@ func (d Dir) AcceptRollback(s *Snapshot) {
 	}
 	s.rollback, s.RolledBack = nil, ""
 }
+
+// HostID is this host's identity: $CORTEX_SYNC_HOST_ID, else the machine
+// ID; "" when neither is known.
+func HostID() string { return hostID() }

@@ -1,0 +1,63 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/apply"
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// ErrPlanMoved: a saved plan no longer says what a sync would do here.
+var ErrPlanMoved = errors.New("the saved plan no longer holds")
+
+// ErrPlanElsewhere: a saved plan was made for another host or state dir.
+var ErrPlanElsewhere = errors.New("the saved plan was made for another host or state dir")
+
+// MadeFor says where, and against which snapshot, a plan made now is made:
+// what a saved plan records.
+func (s *Session) MadeFor() diff.MadeFor {
+	snap := s.w.Snapshot()
+	root, _ := filepath.Abs(s.Config.Root)
+	dir, _ := filepath.Abs(s.Config.StateDir)
+	return diff.MadeFor{Host: state.HostID(), Root: root, StateDir: dir, Lineage: snap.Lineage, Serial: snap.Serial,
+		Time: time.Now().UTC().Truncate(time.Second)}
+}
+
+// SyncSaved applies a saved plan exactly as it was reviewed: it makes the
+// plan again, under the lock, and applies it only when the host, the state
+// dir, the snapshot, the source revision and every change's facts are what
+// they were; else it refuses, naming what moved, and changes nothing. The
+// policy is the plan's. The session must have been opened to write.
+func (s *Session) SyncSaved(ctx context.Context, saved *diff.Saved, retention state.Retention) (*apply.Report, error) {
+	here, was := s.MadeFor(), saved.MadeFor
+	switch {
+	case was.Host != here.Host:
+		return nil, fmt.Errorf("%w: made on host %q, and this is host %q", ErrPlanElsewhere, was.Host, here.Host)
+	case was.StateDir != here.StateDir || was.Root != here.Root:
+		return nil, fmt.Errorf("%w: made for --state-dir %s and --root %s, not %s and %s", ErrPlanElsewhere, was.StateDir, was.Root, here.StateDir, here.Root)
+	case was.Lineage != here.Lineage:
+		return nil, fmt.Errorf("%w: made against the snapshot of lineage %s, and this state dir's is %s", ErrPlanElsewhere, was.Lineage, here.Lineage)
+	}
+	var moved []string
+	if was.Serial != here.Serial {
+		moved = append(moved, fmt.Sprintf("the snapshot: serial %d when planned, %d now (another sync or the agent wrote it)", was.Serial, here.Serial))
+	}
+	d := s.current()
+	if d.Ref != saved.Source || d.Revision() != saved.Revision {
+		moved = append(moved, fmt.Sprintf("the source: %s at %q when planned, %s at %q now", saved.Source.URL, saved.Revision, d.Ref.URL, d.Revision()))
+	}
+	fresh := s.Plan(ctx)
+	moved = append(moved, saved.Moved(fresh)...)
+	if len(moved) > 0 {
+		return nil, fmt.Errorf("%w; nothing was changed. What moved since it was made:\n  %s\nmake the plan again with diff --out, and review it", ErrPlanMoved, strings.Join(moved, "\n  "))
+	}
+	p := saved.Policy
+	s.Policy.Prune, s.Policy.AllowEmpty, s.Policy.AllowSourceChange = p.Prune, p.AllowEmpty, p.AllowSourceChange
+	return s.Sync(ctx, fresh, retention)
+}
