@@ -57,29 +57,36 @@ func (s *FileSpec) Claims() []resource.Claim {
 
 func (s *FileSpec) absent() bool { return s.Ensure.Absent() }
 
-// desired names the wanted content and opens it. Recalled from the
-// record, the content is what cortex-sync last wrote, and open is nil: it
-// is known only by its ID.
-func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, func() (io.ReadCloser, error), error) {
+// desired names the wanted content. Recalled from the record, the content
+// is what cortex-sync last wrote, known only by its ID.
+func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, error) {
 	switch {
 	case env.recalled():
 		if rec == nil {
-			return "", nil, nil
+			return "", nil
 		}
-		return rec.ContentID, nil, nil
+		return rec.ContentID, nil
 	case s.Content != nil:
-		b := []byte(*s.Content)
-		id, err := env.keyedIf(s.Sensitive, source.ContentDigest(b))
-		return id, func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }, err
+		return env.keyedIf(s.Sensitive, source.ContentDigest([]byte(*s.Content)))
 	}
 	id, err := env.Tree.ContentID(s.sourcePath)
 	if err != nil {
-		return "", nil, fmt.Errorf("source %s: %w", s.Source, err)
+		return "", fmt.Errorf("source %s: %w", s.Source, err)
 	}
-	if id, err = env.keyedIf(s.Sensitive, id); err != nil {
-		return "", nil, err
+	return env.keyedIf(s.Sensitive, id)
+}
+
+// opener opens the wanted content; nil when it is recalled (known only by
+// its ID).
+func (s *FileSpec) opener(env *Env) func() (io.ReadCloser, error) {
+	switch {
+	case env.recalled():
+		return nil
+	case s.Content != nil:
+		b := []byte(*s.Content)
+		return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
 	}
-	return id, func() (io.ReadCloser, error) { return env.Tree.Open(s.sourcePath) }, nil
+	return func() (io.ReadCloser, error) { return env.Tree.Open(s.sourcePath) }
 }
 
 // keyRecord is the record of a sensitive File as this version keeps it:
@@ -118,10 +125,9 @@ func init() {
 
 type fileDriver struct{}
 
-// fileWork is how a File change is carried out.
+// fileWork is what an observation of a File learned that its apply uses.
 type fileWork struct {
 	contentID string
-	open      func() (io.ReadCloser, error)
 	attrs     attrs
 	same      bool // the live content is the desired content
 }
@@ -205,22 +211,23 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	if w.attrs, err = wantAttrs(spec.Mode, spec.Owner, spec.Group); err != nil {
 		return nil, err
 	}
-	if w.contentID, w.open, err = spec.desired(env, rec); err != nil {
+	if w.contentID, err = spec.desired(env, rec); err != nil {
 		return nil, err
 	}
+	open := spec.opener(env)
 	o.GitChanged = rec == nil || rec.ContentID != w.contentID || rec.SpecHash != specHash(r)
 	switch {
 	case live == nil:
 		o.Attrs = w.attrs.diffs(nil)
-		c.Content, err = contentDiff(nil, "", nil, w.open, spec.Sensitive)
+		c.Content, err = contentDiff(nil, "", nil, open, spec.Sensitive)
 		return c, err
 	case o.WrongType != "":
 		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "file"}}
 		return c, nil
 	}
 	o.Matches = o.Ours && rec.ContentID == w.contentID
-	if !o.Matches && w.open != nil {
-		if o.Matches, err = sameContent(d, base, w.open); err != nil {
+	if !o.Matches && open != nil {
+		if o.Matches, err = sameContent(d, base, open); err != nil {
 			return nil, err
 		}
 	}
@@ -230,7 +237,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	}
 	o.Attrs = w.attrs.diffs(live)
 	if !o.Matches {
-		c.Content, err = contentDiff(d, base, live, w.open, spec.Sensitive)
+		c.Content, err = contentDiff(d, base, live, open, spec.Sensitive)
 	}
 	return c, err
 }
@@ -357,7 +364,7 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 	sum := ""
 	var wrote hostfs.Stat
 	if write {
-		if sum, wrote, err = writeFile(d, base, w.open, w.attrs.host(0o644)); err != nil {
+		if sum, wrote, err = writeFile(d, base, spec.opener(env), w.attrs.host(0o644)); err != nil {
 			return nil, err
 		}
 	} else if len(o.Attrs) > 0 {
@@ -470,6 +477,6 @@ func (fileDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	if spec.absent() {
 		return specHash(r), nil
 	}
-	id, _, err := spec.desired(env, env.Snapshot.Find(string(r.ID())))
+	id, err := spec.desired(env, env.Snapshot.Find(string(r.ID())))
 	return specHash(r) + ":" + id, err
 }

@@ -26,7 +26,7 @@ func (s *Session) Converge(ctx context.Context, id resource.ID) diff.Outcome {
 	defer s.w.Release()
 	d = s.current() // a reload may have come with the lock
 	r := d.Set.Get(id)
-	rec := s.w.Snapshot().Find(string(id))
+	rec := s.w.View().Find(string(id))
 	if r == nil && rec == nil {
 		return diff.Outcome{Verdict: diff.InSync} // gone from both: nothing to do
 	}
@@ -52,7 +52,7 @@ func (s *Session) act(ctx context.Context, d *Desired, c *diff.Change) diff.Outc
 		return s.note(d, diff.Outcome{Verdict: diff.InSync, Change: c})
 	}
 	now := time.Now()
-	if o := s.gate(ctx, d, c, s.w.Snapshot(), now); o != nil {
+	if o := s.gate(ctx, d, c, s.w.View(), now); o != nil {
 		return s.note(d, *o)
 	}
 	if c.Action == diff.Forget {

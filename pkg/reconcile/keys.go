@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -24,8 +25,11 @@ func (s *Session) Changed(old, d *Desired) []resource.ID {
 			keys = append(keys, id)
 		}
 	}
+	view := s.w.View()
 	digest := func(des *Desired, r *resource.Resource) string {
-		sum, err := s.host(des).Digest(r)
+		env := *s.Env
+		env.Snapshot, env.Tree, env.Set = view, des.Checkout.Tree, des.Set
+		sum, err := driver.Host{Env: &env}.Digest(r)
 		if err != nil {
 			// Cannot tell: look at it again, as a change.
 			return fmt.Sprintf("unknown %p", r)
@@ -41,7 +45,7 @@ func (s *Session) Changed(old, d *Desired) []resource.ID {
 			add(r.ID())
 		}
 	}
-	for _, rec := range s.w.View().Inventory {
+	for _, rec := range view.Inventory {
 		if id := resource.ID(rec.ID); old == nil || d.Set.Get(id) == nil {
 			add(id)
 		}

@@ -18,8 +18,8 @@ import (
 // that cannot be recalled is a change carrying why.
 func (s *Session) Plan(ctx context.Context) *diff.Plan {
 	d := s.current()
-	host, view := s.host(d), s.w.View()
-	host.Env.Snapshot = view
+	host := s.host(d)
+	view := host.Env.Snapshot
 	if d == nil {
 		set, snap, unknown := host.RecallAll(view)
 		host.Env.Set = set

@@ -235,11 +235,11 @@ func (s *Session) current() *Desired {
 // observer and the applier.
 func (s *Session) Host() driver.Host { return s.host(s.current()) }
 
-// host is the driver host for desired state d, over the snapshot as it is
-// now (drivers read only what a save never changes in place).
+// host is the driver host for desired state d, over a view of the
+// snapshot as it is now.
 func (s *Session) host(d *Desired) driver.Host {
 	env := *s.Env
-	env.Snapshot = s.w.Snapshot()
+	env.Snapshot = s.w.View()
 	if d != nil {
 		env.Tree, env.Set = d.Checkout.Tree, d.Set
 	}
