@@ -157,6 +157,9 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 		if hash, inputs, err = effectiveHash(env, r, &spec.Exec, spec.RefreshOn); err != nil {
 			return nil, err
 		}
+		if hash, inputs, err = legacyHash(env, r, &spec.Exec, spec.RefreshOn, hash, inputs, x.Hash); err != nil {
+			return nil, err
+		}
 	}
 	o.Desired, o.Ours = true, true
 	o.GitChanged = x.Hash != hash

@@ -249,8 +249,12 @@ func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	err := env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 		id := e.Target
 		if e.Mode.IsRegular() {
+			name := e.ContentID
+			if env.legacyIDs && e.Legacy != nil {
+				name = e.Legacy
+			}
 			var err error
-			if id, err = e.ContentID(); err != nil {
+			if id, err = name(); err != nil {
 				return err
 			}
 		}

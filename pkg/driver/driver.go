@@ -98,6 +98,9 @@ type Env struct {
 	// Keys keys the IDs of sensitive content and secret files with the
 	// state dir's host key.
 	Keys *Keys
+	// legacyIDs names content as an older cortex-sync did, where it had
+	// another form (legacyHash).
+	legacyIDs bool
 }
 
 // recalled reports whether the desired state comes from the snapshot.

@@ -1,9 +1,28 @@
 package driver
 
+import "github.com/cortex-sync/cortex-sync/pkg/resource"
+
 // HoldOps sets how many changes of a tree a plan holds as ops before a
 // sync plans the tree again as it writes it; it returns the undo.
 func HoldOps(n int) func() {
 	was := maxHeldOps
 	maxHeldOps = n
 	return func() { maxHeldOps = was }
+}
+
+// LegacyHashes names a process's or command's effective hash as an older
+// cortex-sync did (content IDs of a directory as "sha256:…").
+func LegacyHashes(env *Env, r *resource.Resource) string {
+	old := *env
+	old.legacyIDs = true
+	var x *Exec
+	var on []resource.ID
+	switch spec := r.Spec.(type) {
+	case *ProcessSpec:
+		x, on = &spec.Exec, spec.RestartOn
+	case *CommandSpec:
+		x, on = &spec.Exec, spec.RefreshOn
+	}
+	h, _, _ := effectiveHash(&old, r, x, on)
+	return h
 }

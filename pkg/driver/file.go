@@ -76,6 +76,29 @@ func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, error) {
 	return env.keyedIf(s.Sensitive, id)
 }
 
+// legacy names the wanted content as an older cortex-sync did (inline, or
+// from a directory: "sha256:…"), keyed as desired is; nil where there was
+// no other form.
+func (s *FileSpec) legacy(env *Env) func() (string, error) {
+	switch {
+	case env.recalled():
+		return nil
+	case s.Content != nil:
+		return func() (string, error) { return env.keyedIf(s.Sensitive, source.LegacyDigest([]byte(*s.Content))) }
+	}
+	lt, ok := env.Tree.(source.LegacyTree)
+	if !ok {
+		return nil
+	}
+	return func() (string, error) {
+		id, err := lt.LegacyID(s.sourcePath)
+		if err != nil {
+			return "", err
+		}
+		return env.keyedIf(s.Sensitive, id)
+	}
+}
+
 // opener opens the wanted content; nil when it is recalled (known only by
 // its ID).
 func (s *FileSpec) opener(env *Env) func() (io.ReadCloser, error) {
@@ -215,7 +238,16 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 		return nil, err
 	}
 	open := spec.opener(env)
-	o.GitChanged = rec == nil || rec.ContentID != w.contentID || rec.SpecHash != specHash(r)
+	sameID := false
+	if rec != nil {
+		if sameID, err = source.SameContent(rec.ContentID, w.contentID, spec.legacy(env)); err != nil {
+			return nil, err
+		}
+		// Recorded in the older form of content IDs: the record is saved
+		// anew, and nothing else changes.
+		o.Stale = o.Stale || (sameID && rec.ContentID != w.contentID)
+	}
+	o.GitChanged = rec == nil || !sameID || rec.SpecHash != specHash(r)
 	switch {
 	case live == nil:
 		o.Attrs = w.attrs.diffs(nil)
@@ -225,7 +257,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "file"}}
 		return c, nil
 	}
-	o.Matches = o.Ours && rec.ContentID == w.contentID
+	o.Matches = o.Ours && sameID
 	if !o.Matches && open != nil {
 		if o.Matches, err = sameContent(d, base, open); err != nil {
 			return nil, err
@@ -478,5 +510,8 @@ func (fileDriver) digest(env *Env, r *resource.Resource) (string, error) {
 		return specHash(r), nil
 	}
 	id, err := spec.desired(env, env.Snapshot.Find(string(r.ID())))
+	if legacy := spec.legacy(env); env.legacyIDs && legacy != nil && err == nil {
+		id, err = legacy()
+	}
 	return specHash(r) + ":" + id, err
 }

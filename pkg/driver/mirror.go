@@ -710,7 +710,13 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	if err != nil {
 		return nil, nil, false, err
 	}
-	o.GitChanged = prev == nil || prev.ContentID != id
+	same := false
+	if prev != nil {
+		if same, err = source.SameContent(prev.ContentID, id, e.Legacy); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	o.GitChanged = !same
 	switch {
 	case o.Ours:
 		o.Matches = !o.GitChanged // what cortex-sync wrote is still the desired content

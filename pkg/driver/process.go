@@ -256,6 +256,22 @@ func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (h
 	return hash, inputs, err
 }
 
+// legacyHash is the effective hash as an older cortex-sync named content
+// (see source.LegacyTree), when that is what last ran (ran) and the hash
+// of now is not: the same inputs are no restart. Else it is hash.
+func legacyHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID, hash, inputs, ran string) (string, string, error) {
+	if ran == "" || ran == hash || len(on) == 0 {
+		return hash, inputs, nil
+	}
+	old := *env
+	old.legacyIDs = true
+	h, i, err := effectiveHash(&old, r, x, on)
+	if err != nil || h != ran {
+		return hash, inputs, err
+	}
+	return h, i, nil
+}
+
 func inputsHash(env *Env, r *resource.Resource, secrets string, on []resource.ID) (string, error) {
 	h := sha256.New()
 	h.Write([]byte(specHash(r)))
@@ -406,6 +422,13 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	hash, inputs := x.Hash, x.Inputs // recalled: the effective spec last started is the desired one
 	if !env.recalled() {
 		if hash, inputs, err = effectiveHash(env, r, &spec.Exec, spec.RestartOn); err != nil {
+			return nil, err
+		}
+		ran := x.Hash
+		if l.status != nil {
+			ran = l.status.Hash
+		}
+		if hash, inputs, err = legacyHash(env, r, &spec.Exec, spec.RestartOn, hash, inputs, ran); err != nil {
 			return nil, err
 		}
 	}

@@ -2,10 +2,12 @@ package source
 
 import (
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -55,7 +57,9 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 	t := &dirTree{root: root}
 	if d.CacheDir != "" {
 		sum := sha256.Sum256([]byte(root.Dir()))
-		t.cacheFile = filepath.Join(d.CacheDir, "dir-"+hex.EncodeToString(sum[:8])+".idx")
+		// dir2-: content IDs became Git blob IDs; a cache of the old
+		// ones (dir-) is left to rot, never read.
+		t.cacheFile = filepath.Join(d.CacheDir, "dir2-"+hex.EncodeToString(sum[:8])+".idx")
 		if t.cache, err = state.LoadIndex(t.cacheFile); err != nil {
 			t.cache = state.NewIndexAt(t.cacheFile) // a cache is only a cache
 		}
@@ -165,7 +169,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		switch {
 		case st.Mode.IsRegular():
 			f := &dirFile{t: t, top: top, rel: p, st: st}
-			e.ContentID, e.Digested = f.contentID, f.learn
+			e.ContentID, e.Digested, e.Open, e.Legacy = f.contentID, f.learn, f.open, f.legacyID
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(name); err != nil {
 				return err
@@ -190,88 +194,235 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 }
 
 // dirFile is a walked file: one allocation holds what its entry's
-// ContentID and Digested need, a tree of many files being mostly these.
+// ContentID, Open and Digested need, a tree of many files being mostly
+// these.
 type dirFile struct {
 	t        *dirTree
 	top, rel string
 	st       hostfs.Stat
+
+	mu   sync.Mutex
+	read *namingReader // the last Open, hashing what it reads
 }
 
-func (f *dirFile) contentID() (string, error) { return f.t.contentID(path.Join(f.top, f.rel), f.st) }
-func (f *dirFile) learn(sum string) string    { return f.t.learn(path.Join(f.top, f.rel), f.st, sum) }
+func (f *dirFile) full() string               { return path.Join(f.top, f.rel) }
+func (f *dirFile) contentID() (string, error) { return f.t.contentID(f.full(), f.st) }
+func (f *dirFile) legacyID() (string, error)  { return f.t.legacyID(f.full(), f.st) }
+
+// open reads the file, naming its content as it goes: a copy of it then
+// learns its ID without a second read (learn).
+func (f *dirFile) open() (io.ReadCloser, error) {
+	file, err := f.t.root.OpenFile(f.full())
+	if err != nil {
+		return nil, err
+	}
+	r := newNamingReader(file, f.st.Size)
+	f.mu.Lock()
+	f.read = r
+	f.mu.Unlock()
+	return r, nil
+}
+
+// learn records the content ID of a file its caller copied whole through
+// open, with the SHA-256 it took of what it read. Should the file have
+// changed meanwhile, its stat moved too, and the next look-up hashes it
+// afresh; one not read whole through open is hashed now.
+func (f *dirFile) learn(sum string) string {
+	f.mu.Lock()
+	r := f.read
+	f.mu.Unlock()
+	id, ok := r.id()
+	if !ok {
+		id, _ = f.contentID()
+		return id
+	}
+	f.t.mu.Lock()
+	f.t.cache.Set(f.full(), &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
+	f.t.mu.Unlock()
+	return id
+}
 
 func (t *dirTree) ContentID(name string) (string, error) {
-	d, err := t.root.OpenDir(path.Dir(name))
+	st, full, err := t.statContent(name)
+	if err != nil || st == nil {
+		return full, err
+	}
+	return t.contentID(full, *st)
+}
+
+// LegacyID names the content at name as cortex-sync named a directory's
+// content before content IDs were Git blob IDs everywhere ("sha256:…"),
+// so what was recorded then still compares.
+func (t *dirTree) LegacyID(name string) (string, error) {
+	st, full, err := t.statContent(name)
 	if err != nil {
 		return "", err
 	}
-	defer d.Close()
-	base := path.Base(name)
-	st, err := d.Lstat(base)
-	if err != nil {
-		return "", err
-	}
-	if st.Mode&fs.ModeSymlink != 0 {
-		// A symlink inside the repository: name the content it leads to.
+	if st == nil {
 		f, err := t.root.OpenFile(name)
 		if err != nil {
 			return "", err
 		}
 		defer f.Close()
-		return digest(f)
+		_, sum, err := digest(f, -1)
+		return "sha256:" + sum, err
 	}
-	return t.contentID(name, st)
+	return t.legacyID(full, *st)
 }
 
-// contentID returns the cached digest while the file's stat has not moved
-// (and is not racily new), else hashes the file and caches the result.
+// statContent is the stat of the regular file at name; for a symlink
+// inside the repository it is nil and full is the ID of the content it
+// leads to.
+func (t *dirTree) statContent(name string) (*hostfs.Stat, string, error) {
+	d, err := t.root.OpenDir(path.Dir(name))
+	if err != nil {
+		return nil, "", err
+	}
+	defer d.Close()
+	st, err := d.Lstat(path.Base(name))
+	if err != nil {
+		return nil, "", err
+	}
+	if st.Mode&fs.ModeSymlink != 0 {
+		// A symlink inside the repository: name the content it leads to.
+		f, err := t.root.OpenFile(name)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		id, _, err := digest(f, -1)
+		return nil, id, err
+	}
+	return &st, name, nil
+}
+
+// contentID returns the cached ID while the file's stat has not moved (and
+// is not racily new), else hashes the file and caches the result.
 func (t *dirTree) contentID(full string, st hostfs.Stat) (string, error) {
+	e, err := t.cached(full, st)
+	if err != nil {
+		return "", err
+	}
+	return e.ContentID, nil
+}
+
+func (t *dirTree) legacyID(full string, st hostfs.Stat) (string, error) {
+	e, err := t.cached(full, st)
+	if err != nil {
+		return "", err
+	}
+	return "sha256:" + e.SHA256, nil
+}
+
+// cached is the cache's entry for a file with stat st: its Git blob ID
+// and SHA-256, hashed afresh when the stat moved.
+func (t *dirTree) cached(full string, st hostfs.Stat) (*state.IndexEntry, error) {
 	t.mu.Lock()
 	e := t.cache.Get(full)
 	racy := e != nil && t.cache.Racy(e)
 	t.mu.Unlock()
-	if e != nil && e.Stat.Same(st) && !racy {
-		return e.ContentID, nil
+	if e != nil && e.Stat.Same(st) && !racy && e.SHA256 != "" {
+		return e, nil
 	}
 	f, err := t.root.OpenFile(full)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	id, err := digest(f)
+	id, sum, err := digest(f, st.Size)
 	f.Close()
 	if err != nil {
-		return "", err
+		return nil, fmt.Errorf("%s: %w", full, err)
 	}
+	e = &state.IndexEntry{Stat: st, ContentID: id, SHA256: sum}
 	t.mu.Lock()
-	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
+	t.cache.Set(full, e)
 	t.cache.Touch(full) // hashed afresh: no longer racy once saved
 	t.mu.Unlock()
-	return id, nil
+	return e, nil
 }
 
-// learn records the digest of a file read with the stat it had when walked.
-// Should the file have changed meanwhile, its stat moved too, and the next
-// look-up hashes it afresh.
-func (t *dirTree) learn(full string, st hostfs.Stat, sum string) string {
-	id := "sha256:" + sum
-	t.mu.Lock()
-	t.cache.Set(full, &state.IndexEntry{Stat: st, ContentID: id})
-	t.mu.Unlock()
-	return id
-}
+// errChangedWhileRead: a file's size moved while it was hashed.
+var errChangedWhileRead = errors.New("changed while it was read; try again")
 
-// digest is the content ID of a plain directory's file: its SHA-256.
-func digest(r io.Reader) (string, error) {
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return "", err
+// digest names r's content by its Git blob ID, and takes its SHA-256 (hex)
+// in the same read. size, when known (not -1), is what a stat said: a file
+// that turns out to hold more or less changed while read.
+func digest(r io.Reader, size int64) (id, sum string, err error) {
+	if size < 0 {
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return "", "", err
+		}
+		s := sha256.Sum256(b)
+		return ContentDigest(b), hex.EncodeToString(s[:]), nil
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	br := newNamingReader(r, size)
+	if _, err := io.Copy(io.Discard, br); err != nil {
+		return "", "", err
+	}
+	id, ok := br.id()
+	if !ok {
+		return "", "", errChangedWhileRead
+	}
+	return id, hex.EncodeToString(br.sha.Sum(nil)), nil
 }
 
-// ContentDigest names inline content the way a directory source names a
-// file, so the two compare.
+// namingReader reads a file of a known size and names its content as Git
+// names a blob (SHA-1 of "blob <size>\0" and the bytes), taking its
+// SHA-256 too.
+type namingReader struct {
+	r        io.Reader
+	size, n  int64
+	git, sha hash.Hash
+	eof      bool
+}
+
+func newNamingReader(r io.Reader, size int64) *namingReader {
+	b := &namingReader{r: r, size: size, git: sha1.New(), sha: sha256.New()}
+	fmt.Fprintf(b.git, "blob %d\x00", size)
+	return b
+}
+
+func (b *namingReader) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.git.Write(p[:n])
+	b.sha.Write(p[:n])
+	b.n += int64(n)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *namingReader) Close() error {
+	if c, ok := b.r.(io.Closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// id is the content's ID, once all of it was read and it held the size
+// it was said to.
+func (b *namingReader) id() (string, bool) {
+	if b == nil || !b.eof || b.n != b.size {
+		return "", false
+	}
+	return "git:" + hex.EncodeToString(b.git.Sum(nil)), true
+}
+
+// ContentDigest names content as a Git tree names a blob ("git:" and its
+// SHA-1 blob ID): inline content, a directory's file and a Git blob of the
+// same bytes have the same ID.
 func ContentDigest(b []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(b))
+	h.Write(b)
+	return "git:" + hex.EncodeToString(h.Sum(nil))
+}
+
+// LegacyDigest names inline content as cortex-sync did before content IDs
+// were Git blob IDs everywhere, so a record of then still compares.
+func LegacyDigest(b []byte) string {
 	sum := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -56,9 +56,33 @@ type Entry struct {
 	// many goroutines.
 	Open func() (io.ReadCloser, error)
 	// Digested, when not nil, takes the SHA-256 (hex) of the content as a
-	// caller read it and returns the content ID: a tree whose IDs are
-	// digests is spared a second read of what was just copied.
+	// caller read it whole through Open and returns the content ID: a tree
+	// whose IDs are digests is spared a second read of what was copied.
 	Digested func(sum string) string
+	// Legacy, when not nil, names the content as cortex-sync named it
+	// before content IDs were Git blob IDs everywhere: a record of then
+	// still compares.
+	Legacy func() (string, error)
+}
+
+// LegacyTree is a tree whose content IDs had another form before content
+// IDs were Git blob IDs everywhere (a directory's: "sha256:…").
+type LegacyTree interface {
+	LegacyID(name string) (string, error)
+}
+
+// SameContent reports whether a recorded content ID names the content now
+// named id: the same ID, or the ID of the older form (legacy, read only
+// then) of the same content.
+func SameContent(recorded, id string, legacy func() (string, error)) (bool, error) {
+	if recorded == id {
+		return true, nil
+	}
+	if legacy == nil || strings.HasPrefix(recorded, "git:") {
+		return false, nil
+	}
+	old, err := legacy()
+	return err == nil && old == recorded, err
 }
 
 // validPath is fs.ValidPath without its demand for UTF-8: a file name on
