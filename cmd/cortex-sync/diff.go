@@ -98,7 +98,7 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		return err
 	}
 	defer done()
-	s.Env.Verify, s.Env.Simulate = o.verify, o.against != ""
+	s.Env.Verify, s.Env.Simulate, s.Env.Exists = o.verify, o.against != "", g.exists
 	if o.against != "" {
 		// The sandbox's own source is the pull request; its snapshot
 		// recorded the base, which is not a change of source.
@@ -165,8 +165,12 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 		return nil, fmt.Errorf("--against: %w", err)
 	}
 	var snap state.Snapshot
+	var facts hostFacts
 	if err := json.Unmarshal(data, &snap); err != nil {
 		return nil, fmt.Errorf("--against %s: not a snapshot from state export: %v", o.against, err)
+	}
+	if err := json.Unmarshal(data, &facts); err != nil {
+		return nil, fmt.Errorf("--against %s: %v", o.against, err)
 	}
 	name, sha, ok := strings.Cut(snap.Revision, "@sha1:")
 	if !ok || o.src.repo == "" {
@@ -174,6 +178,9 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 	}
 	sg := *g
 	sg.root, sg.stateDir, sg.allowed = filepath.Join(sandbox, "root"), filepath.Join(sandbox, "state"), nil
+	if facts.HostFacts != nil {
+		sg.exists = facts.HostFacts.Exists
+	}
 	if err := os.MkdirAll(sg.root, 0o755); err != nil {
 		return nil, err
 	}
@@ -189,7 +196,7 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 		}
 	}
 	defer done()
-	s.Env.Simulate = true
+	s.Env.Simulate, s.Env.Exists = true, sg.exists
 	s.Policy = reconcile.Policy{WaitTimeout: time.Minute}
 	rep, err := s.Sync(ctx, s.Plan(ctx), state.Retention{})
 	if err != nil {

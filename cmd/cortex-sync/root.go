@@ -77,6 +77,9 @@ type globals struct {
 	// capture, when set, receives the run command's options instead of
 	// running it: a SIGHUP reload reads the command line again this way.
 	capture func(*runOptions)
+	// exists is, for a sandbox standing for a host (diff --against), what
+	// that host's export says exists of the paths its resources watch.
+	exists map[string]bool
 }
 
 // sourceFlags name where desired state comes from.

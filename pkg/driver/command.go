@@ -166,15 +166,33 @@ func (commandDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	o.SecretChanged = o.GitChanged && x.Inputs != "" && x.Inputs == inputs
 	o.Failed = ran && !x.OK
 	o.Matches = ran && x.OK && !o.GitChanged
-	if o.Matches && spec.Creates != "" && !env.Simulate {
+	if o.Matches && spec.Creates != "" {
 		// What it creates is checked on every run, as Ansible's creates
-		// is: gone, the command runs again (a stat, so status does it too).
-		if _, err := env.Root.Lstat(spec.Creates); missing(err) {
+		// is: gone, the command runs again (a stat, so status does it
+		// too; a sandbox has the host's word from its export).
+		gone := false
+		if env.Simulate {
+			exists, known := env.Exists[spec.Creates]
+			gone = known && !exists
+		} else if _, err := env.Root.Lstat(spec.Creates); missing(err) {
+			gone = true
+		} else if err != nil {
+			return nil, fmt.Errorf("creates %s: %w", spec.Creates, err)
+		}
+		if gone {
 			o.Exists, o.Matches = false, false
 			c.Health, c.Detail = health.Missing, spec.Creates+" is gone; it creates it"
 			return c, nil
-		} else if err != nil {
-			return nil, fmt.Errorf("creates %s: %w", spec.Creates, err)
+		}
+	}
+	if env.Simulate && !o.Matches && spec.Creates != "" {
+		// A sandbox runs no guard; what creates is, the export says.
+		if exists, known := env.Exists[spec.Creates]; known && exists {
+			o.Exists, o.Matches, o.Failed = true, true, false
+			c.Health, c.Detail = health.Healthy, spec.Creates+" exists on the host"
+			return c, nil
+		} else if !known {
+			c.Detail = "runs unless " + spec.Creates + " exists on the host: the export does not say"
 		}
 	}
 	if o.Matches || env.Simulate || env.recalled() {

@@ -89,6 +89,10 @@ type Env struct {
 	// processes and commands are recorded as applied and observed as
 	// running, and nothing is started or run.
 	Simulate bool
+	// Exists holds, for a simulation, whether paths the host's resources
+	// watch exist on that host (a command's creates), as its state export
+	// recorded them; a path not in it is not known.
+	Exists map[string]bool
 	// CountFiles is for a plan made only to be applied (sync): a tree with
 	// more changes than a plan holds counts them by action and reason
 	// rather than listing each.

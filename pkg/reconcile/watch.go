@@ -1,6 +1,7 @@
 package reconcile
 
 import (
+	"errors"
 	"io/fs"
 	"path"
 	"path/filepath"
@@ -122,3 +123,34 @@ func (s *Session) watchTree(w *Watches, p string, id resource.ID) {
 // IsTemp reports whether a file name is one of cortex-sync's own writes in
 // progress: its events are no drift.
 func IsTemp(name string) bool { return hostfs.IsTemp(name) }
+
+// HostFacts are the facts of a host that a plan made elsewhere against its
+// snapshot (diff --against) needs and no sandbox has.
+type HostFacts struct {
+	// Exists says whether each path the recorded resources watch (a
+	// command's creates) exists on the host.
+	Exists map[string]bool `json:"exists,omitempty"`
+}
+
+// Exists says, for every path the recorded resources watch beyond their
+// claims (a command's creates), whether it exists on the host.
+func (s *Session) Exists() map[string]bool {
+	host := s.host(nil)
+	set, _, _ := host.RecallAll(host.Env.Snapshot)
+	out := map[string]bool{}
+	for _, r := range set.Resources() {
+		x, ok := r.Spec.(resource.Watched)
+		if !ok {
+			continue
+		}
+		for _, p := range x.Watched() {
+			switch _, err := s.Root.Lstat(p); {
+			case err == nil:
+				out[p] = true
+			case errors.Is(err, fs.ErrNotExist):
+				out[p] = false
+			} // else not known: a plan against the export says so
+		}
+	}
+	return out
+}
