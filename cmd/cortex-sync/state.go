@@ -33,6 +33,13 @@ the host runs, without touching the host:
   cortex-sync state export --state-dir /var/lib/cortex-sync | jq .revision`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// The host's facts are read under the root the snapshot was
+			// applied under, unless told otherwise.
+			if snap, err := (state.Dir{Path: g.stateDir}).Load(); err == nil && snap.Root != "" && !cmd.Flags().Changed("root") {
+				eg := *g
+				eg.root = snap.Root
+				g = &eg
+			}
 			s, done, err := g.session(cmd.Context(), &sourceFlags{}, false, false)
 			if err != nil {
 				return err
