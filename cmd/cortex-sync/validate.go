@@ -101,9 +101,12 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return nil
 	}
 	at := s.Ref().URL
+	if p := s.Ref().Path; p != "" && p != "." {
+		at += " (path " + p + ")"
+	}
 	if co.Revision != "" {
 		at += " at " + co.Revision
 	}
-	fmt.Fprintf(io.Out, "%d resources valid in %s\n", set.Len(), at)
+	fmt.Fprintf(io.Out, "%s valid in %s\n", plural(set.Len(), "resource"), at)
 	return nil
 }

@@ -69,7 +69,7 @@ func (b buildInfo) String() string {
 		}
 		s += " (commit " + c
 		if b.Date != "" {
-			s += ", built " + b.Date
+			s += ", committed " + b.Date // the commit's time: releases stamp it too
 		}
 		s += ")"
 	}

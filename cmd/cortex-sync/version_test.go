@@ -23,10 +23,10 @@ func TestBuildInfo(t *testing.T) {
 		{"go install", buildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, "cortex-sync v1.4.0 go"},
 		{"plain go build", buildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "cortex-sync (devel) go"},
 		{"build in a checkout", buildInfo{}, debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs},
-			"cortex-sync (devel) (commit 0123456789ab-dirty, built 2026-03-01T10:00:00Z) go"},
+			"cortex-sync (devel) (commit 0123456789ab-dirty, committed 2026-03-01T10:00:00Z) go"},
 		{"release", buildInfo{Version: "1.4.0", Commit: "fedcba9876543210", Date: "2026-03-02T00:00:00Z"},
 			debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs},
-			"cortex-sync 1.4.0 (commit fedcba987654, built 2026-03-02T00:00:00Z) go"},
+			"cortex-sync 1.4.0 (commit fedcba987654, committed 2026-03-02T00:00:00Z) go"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := fromBuildInfo(tc.stamped, &tc.info)

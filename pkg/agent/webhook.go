@@ -297,10 +297,12 @@ type push struct {
 func parsePush(provider, contentType string, body []byte) (push, error) {
 	p := push{Push: Push{Provider: provider}}
 	if provider == ProviderGitHub {
-		if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" {
+		if mt, _, _ := mime.ParseMediaType(contentType); mt == "application/x-www-form-urlencoded" && !bytes.HasPrefix(bytes.TrimSpace(body), []byte("{")) {
+			// GitHub's form encoding: the JSON is the payload field. (A
+			// JSON body sent with curl -d's default type is read as JSON.)
 			v, err := url.ParseQuery(string(body))
-			if err != nil {
-				return p, errors.New("payload: not form-encoded")
+			if err != nil || !v.Has("payload") {
+				return p, errors.New("payload: the body is form-encoded (Content-Type: application/x-www-form-urlencoded) without a payload= field; send the JSON as the body with Content-Type: application/json, or set the webhook's content type to application/json")
 			}
 			body = []byte(v.Get("payload"))
 		}

@@ -66,7 +66,11 @@ func Run(ctx context.Context, conv Converger, set *resource.Set, plan *diff.Plan
 			c := byID[r.ID()]
 			g.Go(func() error {
 				if res := add(converge(ctx, conv, c)); res.Outcome != Unchanged {
-					o.Log.Info("applied", "resource", c.ID, "action", c.Action, "outcome", res.Outcome, "error", res.Err)
+					log := o.Log.With("resource", c.ID, "action", c.Action, "outcome", res.Outcome)
+					if res.Err != nil {
+						log = log.With("error", res.Err)
+					}
+					log.Info("applied")
 				}
 				return nil
 			})

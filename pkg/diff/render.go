@@ -205,7 +205,11 @@ func Markdown(w io.Writer, p *Plan) error {
 		case c.Prune:
 			why += " (deleted only with --prune)"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", action, codeCell(string(c.ID)), codeCell(c.Path), escapeCell(why))
+		path := ""
+		if c.Path != "" {
+			path = codeCell(c.Path) // a process or a command has none
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", action, codeCell(string(c.ID)), path, escapeCell(why))
 		if (c.Content != nil && (c.Content.Diff != "" || c.Content.Summary != "")) || len(c.Attrs) > 0 || len(c.Files) > 0 {
 			fmt.Fprintf(&details, "\n<details><summary><code>%s</code></summary>\n\n", c.ID)
 			for _, a := range c.Attrs {

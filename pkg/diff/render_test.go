@@ -33,6 +33,7 @@ func samplePlan() *Plan {
 				Files: []FileChange{{Path: "index.md", Action: Update, Reason: Drifted}, {Path: "new.md", Action: Create, Reason: AddedInGit}, {Path: "old.md", Action: Delete, Reason: RemovedFromGit, Backup: true}}},
 			{ID: "Symlink/current", Kind: "Symlink", Path: "/srv/current", Action: Update, Reason: ChangedInGit,
 				Attrs: []Attr{{Field: "target", Before: "/srv/v1", After: "/srv/v2"}}},
+			{ID: "Process/web", Kind: "Process", Action: Restart, Reason: ChangedInGit},
 			{ID: "File/legacy", Kind: "File", Path: "/etc/legacy", Action: Delete, Reason: RemovedFromGit, Prune: true},
 			{ID: "File/kept", Kind: "File", Path: "/etc/kept", Action: Forget, Reason: RemovedFromGit, Record: &state.Entry{NoPrune: true}},
 			{ID: "File/paused", Kind: "File", Path: "/etc/paused", Action: Update, Reason: Drifted, Suspended: true},
@@ -80,11 +81,11 @@ func TestRenderings(t *testing.T) {
 
 func TestSummary(t *testing.T) {
 	s := samplePlan().Summary()
-	want := Summary{Create: 1, Update: 4, Delete: 1, Forget: 1, NoOp: 2, Drifted: 2, Errors: 1}
+	want := Summary{Create: 1, Update: 4, Delete: 1, Restart: 1, Forget: 1, NoOp: 2, Drifted: 2, Errors: 1}
 	if s != want {
 		t.Fatalf("summary %+v, want %+v", s, want)
 	}
-	if got := s.Phrase(); got != "Plan: 1 to create, 4 to update, 1 to delete, 1 to forget (2 drifted); 1 could not be planned." {
+	if got := s.Phrase(); got != "Plan: 1 to create, 4 to update, 1 to delete, 1 to restart, 1 to forget (2 drifted); 1 could not be planned." {
 		t.Fatalf("phrase %q", got)
 	}
 }

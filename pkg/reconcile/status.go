@@ -124,7 +124,7 @@ func fromChange(c *diff.Change) ResourceStatus {
 			r.Reason += " (" + what + ")"
 		}
 		if c.Drifted > 0 {
-			r.Reason = fmt.Sprintf("%s (%d files drifted)", r.Reason, c.Drifted)
+			r.Reason = fmt.Sprintf("%s (%s drifted)", r.Reason, count(c.Drifted, "file"))
 		}
 	}
 	if c.Detail != "" {
