@@ -77,6 +77,9 @@ func (o *Options) defaults() {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
+	if o.Engine.Log == nil {
+		o.Engine.Log = o.Log // the engine's words are the agent's
+	}
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(NewRegistry())
 	}

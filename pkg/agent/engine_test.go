@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -185,5 +186,52 @@ spec: {path: /srv/kb/note, content: x}
 	}
 	if _, err := os.Stat(filepath.Join(root, "srv/kb")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("/srv/kb left: %v", err)
+	}
+}
+
+// TestAgentKeepsADamagedSnapshotAside: a state.json damaged under a
+// running agent is kept aside, said once at ERROR, and only then replaced
+// by the agent's snapshot; it was overwritten within seconds, the
+// evidence gone.
+func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	writeFile(t, filepath.Join(repo, "a.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: a}\nspec: {path: /etc/a, content: x}\n")
+	logs := &syncedBuffer{}
+	a := runAgent(t, repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "File/a recorded", func() bool {
+		snap, err := state.Dir{Path: stateDir}.Load()
+		return err == nil && snap.Find("File/a") != nil
+	})
+	garbage := []byte("{\"version\": 2, garbage")
+	lock, err := state.Dir{Path: stateDir}.Lock(context.Background(), 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(stateDir, "state.json")
+	if err := os.WriteFile(p+".new", garbage, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(p+".new", p); err != nil {
+		t.Fatal(err)
+	}
+	lock.Unlock()
+	writeFile(t, filepath.Join(root, "etc/a"), "edited") // something to do
+	a.Reconcile(agent.TriggerManual)
+	var aside []string
+	waitFor(t, 30*time.Second, "state.json kept aside and written anew", func() bool {
+		aside, _ = filepath.Glob(p + ".damaged-*")
+		_, err := state.Dir{Path: stateDir}.Load()
+		return len(aside) == 1 && err == nil
+	})
+	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, garbage) {
+		t.Errorf("%s holds %q, not the damaged snapshot", aside[0], b)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR msg=\"state.json was damaged"); n != 1 {
+		t.Errorf("said %d times at ERROR:\n%s", n, logs.String())
+	}
+	snap, _ := state.Dir{Path: stateDir}.Load()
+	if snap.Find("File/a") == nil {
+		t.Error("the agent's snapshot, written in place of the damaged one, forgot File/a")
 	}
 }

@@ -91,7 +91,23 @@ func WriteAgentReport(d state.Dir, r *AgentReport) error {
 	if err != nil {
 		return err
 	}
-	return state.WriteFile(d.Sub(agentReportFile), append(b, '\n'))
+	// Not a state-dir temp (a lock taker removes those): the agent writes
+	// this without the state lock.
+	f, err := os.CreateTemp(d.Path, agentReportFile+".*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), d.Sub(agentReportFile))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
 }
 
 // RemoveAgentReport removes the report of an agent that stops.

@@ -2,6 +2,8 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -103,16 +105,41 @@ func (w *Writer) Acquire(ctx context.Context) error {
 			return err
 		}
 		w.lock = l
-		if w.dir.Stamp() != w.stamp {
-			if err := w.reload(); err != nil {
-				w.lock.Unlock()
-				w.lock = nil
-				return err
-			}
+	}
+	// Checked even through a burst: a snapshot put back by hand takes no
+	// lock.
+	if err := w.foreign(); err != nil {
+		if w.holders == 0 && !w.held {
+			w.lock.Unlock()
+			w.lock = nil
 		}
+		return err
 	}
 	w.holders++
 	return nil
+}
+
+// foreign reads state.json again when someone else wrote it since this
+// writer last read or saved it: another cortex-sync, or a hand that put a
+// backup back. A damaged one is kept aside, never silently replaced, and
+// this writer's snapshot saved in its place. Called with wmu held and the
+// lock taken.
+func (w *Writer) foreign() error {
+	if w.dir.Stamp() == w.stamp {
+		return nil
+	}
+	err := w.reload()
+	if !errors.Is(err, state.ErrCorruptSnapshot) {
+		return err
+	}
+	aside, aerr := w.dir.SetAside()
+	if aerr != nil {
+		return fmt.Errorf("%w; and keeping it aside failed: %v", err, aerr)
+	}
+	w.log.Error("state.json was damaged under a running cortex-sync: kept aside, and the snapshot it holds in memory saved in its place",
+		"damaged", aside, "error", err)
+	w.stamp, w.dirty = state.Stamp{}, true
+	return w.save()
 }
 
 // Release ends a change. The last one out saves and lets go of the lock,
@@ -184,6 +211,11 @@ func (w *Writer) saveLocked() {
 func (w *Writer) save() error {
 	if !w.dirty {
 		return nil
+	}
+	if w.stamp != (state.Stamp{}) && w.dir.Stamp() != w.stamp {
+		// Written by someone else since: theirs is read, ours is not
+		// laid over it blindly.
+		return w.foreign()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()

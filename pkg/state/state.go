@@ -261,6 +261,16 @@ func (d Dir) Load() (*Snapshot, error) {
 	return s, nil
 }
 
+// SetAside moves a damaged state.json out of the way, beside it as
+// state.json.damaged-<time>, and returns that name: the evidence is kept.
+func (d Dir) SetAside() (string, error) {
+	aside := d.file() + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	if err := os.Rename(d.file(), aside); err != nil {
+		return "", err
+	}
+	return aside, syncDir(d.Path)
+}
+
 // Save writes the snapshot atomically and durably, bumping its serial.
 func (d Dir) Save(s *Snapshot) error {
 	s.Serial++
