@@ -33,14 +33,7 @@ the host runs, without touching the host:
   cortex-sync state export --state-dir /var/lib/cortex-sync | jq .revision`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			// The host's facts are read under the root the snapshot was
-			// applied under, unless told otherwise.
-			if snap, err := (state.Dir{Path: g.stateDir}).Load(); err == nil && snap.Root != "" && !cmd.Flags().Changed("root") {
-				eg := *g
-				eg.root = snap.Root
-				g = &eg
-			}
-			s, done, err := g.session(cmd.Context(), &sourceFlags{}, false, false)
+			s, done, err := g.stateSession(cmd, false)
 			if err != nil {
 				return err
 			}
@@ -63,4 +56,15 @@ the host runs, without touching the host:
 // host a plan against it (diff --against) needs.
 type hostFacts struct {
 	HostFacts *reconcile.HostFacts `json:"hostFacts,omitempty"`
+}
+
+// stateSession opens the state dir for a state command: under the root
+// the snapshot was applied under, unless --root says otherwise.
+func (g *globals) stateSession(cmd *cobra.Command, write bool) (*reconcile.Session, func(), error) {
+	if snap, err := (state.Dir{Path: g.stateDir}).Load(); err == nil && snap.Root != "" && !cmd.Flags().Changed("root") {
+		eg := *g
+		eg.root = snap.Root
+		g = &eg
+	}
+	return g.session(cmd.Context(), &sourceFlags{}, false, write)
 }

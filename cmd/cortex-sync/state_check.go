@@ -112,27 +112,23 @@ inventory (cortex-sync state export), then accept it: from then on prune
 trusts it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := state.Dir{Path: g.stateDir}
-			lock, err := d.Lock(cmd.Context(), g.lockTimeout)
+			s, done, err := g.stateSession(cmd, true)
 			if err != nil {
 				return err
 			}
-			defer lock.Unlock()
-			snap, err := d.Load()
-			if err != nil {
-				return err
-			}
+			defer done()
+			snap := s.Snapshot()
 			if snap.Rollback() == nil {
 				fmt.Fprintln(io.Out, "The snapshot is the last one written here: nothing to accept.")
 				return nil
 			}
-			d.AcceptRollback(snap)
-			if err := d.Save(snap); err != nil {
+			if err := s.Writer().AcceptRollback(); err != nil {
 				return err
 			}
 			fmt.Fprintf(io.Out, "Accepted: state.json (lineage %s, now serial %d, %s) is the current snapshot.\n", snap.Lineage, snap.Serial, plural(len(snap.Inventory), "resource"))
 			return nil
 		},
+
 	}
 }
 
