@@ -30,6 +30,7 @@ type runOptions struct {
 	allowSourceChange bool
 	suspend           bool
 	fightThreshold    int
+	fightSettle       time.Duration
 	waitTimeout       time.Duration
 	listen            string
 	tokenFile         string
@@ -80,6 +81,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	f.BoolVar(&o.allowSourceChange, "allow-source-change", false, "prune even when the source differs from the snapshot's")
 	f.BoolVar(&o.suspend, "suspend", false, "start suspended: observe and report, change nothing")
 	f.IntVar(&o.fightThreshold, "fight-threshold", agent.DefaultFightThreshold, "corrections of one resource in 10 minutes that make it fighting")
+	f.DurationVar(&o.fightSettle, "fight-settle", agent.DefaultFightSettle, "how long a fighting resource must be left alone before it is corrected again")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long a dependent waits for a dependency to turn healthy")
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "address of the HTTP server (metrics, health, status, control, webhooks)")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the control endpoints require (needed beyond loopback)")
@@ -196,7 +198,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	a := agent.New(agent.Options{
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
-		Suspend: o.suspend, FightThreshold: o.fightThreshold, WaitTimeout: o.waitTimeout,
+		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
 		Retention: o.retention, Metrics: metrics, Log: g.log,
 	})
 	opts := agent.ServerOptions{

@@ -160,7 +160,7 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 		fmt.Fprintf(b, "Prune:      held: %s\n", oneLine(r.PruneHold))
 	}
 	for _, f := range r.Fighting {
-		fmt.Fprintf(b, "Fighting:   %s: corrected %d times; the next correction waits %s\n", f.ID, f.Corrections, f.Backoff)
+		fmt.Fprintf(b, "Fighting:   %s: corrected %d times in the fight window; corrected again once left alone\n", f.ID, f.Corrections)
 	}
 	for _, h := range r.Held {
 		until := ""

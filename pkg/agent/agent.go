@@ -36,6 +36,9 @@ type Options struct {
 	// it fighting: reported, and its corrections back off.
 	FightThreshold int
 	FightWindow    time.Duration
+	// FightSettle is how long a fighting resource must be left alone
+	// before it is corrected again; default 2s.
+	FightSettle time.Duration
 	// WaitTimeout bounds how long a dependent waits for a dependency to
 	// turn healthy after that dependency's apply; then it is blocked.
 	WaitTimeout time.Duration
@@ -61,6 +64,9 @@ func (o *Options) defaults() {
 	}
 	if o.FightWindow <= 0 {
 		o.FightWindow = 10 * time.Minute
+	}
+	if o.FightSettle <= 0 {
+		o.FightSettle = DefaultFightSettle
 	}
 	if o.WaitTimeout <= 0 {
 		o.WaitTimeout = time.Minute
@@ -149,7 +155,7 @@ func New(opts Options) *Agent {
 		log:   opts.Log,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
 		fetch: make(chan Trigger, 1),
-		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow}),
+		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
 		ready: make(chan struct{}),
 		hints: map[resource.ID]hintOf{},
 		held:  map[resource.ID]diff.Outcome{},

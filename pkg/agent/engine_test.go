@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -233,5 +234,46 @@ func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 	snap, _ := state.Dir{Path: stateDir}.Load()
 	if snap.Find("File/a") == nil {
 		t.Error("the agent's snapshot, written in place of the damaged one, forgot File/a")
+	}
+}
+
+// TestAgentConvergesOnceTheFightEnds: something rewrites managed files
+// over and over until they are fighting; once it stops, the host is put
+// right within seconds, the fight still reported. Before, a fighting
+// resource's corrections backed off from 30 s up to minutes.
+func TestAgentConvergesOnceTheFightEnds(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	const n = 20
+	var m strings.Builder
+	for i := range n {
+		fmt.Fprintf(&m, "---\napiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f%d}\nspec: {path: /etc/fight/f%d, content: \"desired\\n\"}\n", i, i)
+	}
+	writeFile(t, filepath.Join(repo, "m.yaml"), m.String())
+	a := runAgent(t, repo, agent.Options{FightThreshold: 2, FightSettle: 500 * time.Millisecond,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	path := func(i int) string { return filepath.Join(root, "etc/fight", fmt.Sprintf("f%d", i)) }
+	waitFor(t, 30*time.Second, "the files written", func() bool {
+		_, err := os.Stat(path(n - 1))
+		return err == nil
+	})
+	// The attack: every file rewritten until each is fighting.
+	waitFor(t, 60*time.Second, "every file fighting", func() bool {
+		for i := range n {
+			os.WriteFile(path(i), []byte("attacker\n"), 0o644)
+		}
+		time.Sleep(20 * time.Millisecond)
+		return len(a.Status(context.Background()).Fighting) == n
+	})
+	// It stops: put right within seconds.
+	waitFor(t, 10*time.Second, "every file healed", func() bool {
+		for i := range n {
+			if b, _ := os.ReadFile(path(i)); string(b) != "desired\n" {
+				return false
+			}
+		}
+		return true
+	})
+	if got := len(a.Status(context.Background()).Fighting); got != n {
+		t.Errorf("%d fighting once healed, want the fight still reported for all %d", got, n)
 	}
 }

@@ -8,10 +8,9 @@ import (
 
 // Defaults of FightOptions.
 const (
-	DefaultFightThreshold   = 5
-	DefaultFightWindow      = 10 * time.Minute
-	DefaultFightBaseBackoff = 30 * time.Second
-	DefaultFightMaxBackoff  = 10 * time.Minute
+	DefaultFightThreshold = 5
+	DefaultFightWindow    = 10 * time.Minute
+	DefaultFightSettle    = 2 * time.Second
 )
 
 // FightOptions tune a FightDetector; zero fields take the defaults.
@@ -20,35 +19,38 @@ type FightOptions struct {
 	// Window is fighting.
 	Threshold int
 	Window    time.Duration
-	// BaseBackoff is the hold-off after the first correction past the
-	// threshold; each further one doubles it, up to MaxBackoff.
-	BaseBackoff time.Duration
-	MaxBackoff  time.Duration
-	Now         func() time.Time
+	// Settle: a fighting resource is corrected once nothing has disturbed
+	// it for this long, so a host attacked converges as soon as the attack
+	// ends rather than after a backoff.
+	Settle time.Duration
+	Now    func() time.Time
 }
 
 // Fight is what a FightDetector knows of one resource.
 type Fight struct {
-	Corrections int           // corrections within the window (counted up to threshold+64)
-	Fighting    bool          // Corrections > threshold
-	Backoff     time.Duration // hold-off before the next correction; 0 when not fighting
-	NotBefore   time.Time     // last correction + Backoff; zero when not fighting
+	Corrections int  // corrections within the window (counted up to threshold+64)
+	Fighting    bool // Corrections > threshold
+	// NotBefore is when a fighting resource may be corrected next: Settle
+	// after it was last disturbed; zero when not fighting.
+	NotBefore time.Time
 }
 
 // FightDetector records drift corrections per resource ID and reports a
 // resource as fighting when something else on the host keeps undoing what
-// cortex-sync applies (another tool, a package upgrade, a person). The loop
-// then holds off its next correction for an exponential, capped backoff
-// instead of flapping the resource. Events older than the window are
+// cortex-sync applies (another tool, a package upgrade, a person). While
+// it fights, its next correction waits until it has been left alone for a
+// settle time: it is not flapped while the other side writes, and is put
+// right soon after the other side stops. Events older than the window are
 // forgotten. It is safe for concurrent use.
 type FightDetector struct {
-	threshold     int
-	window        time.Duration
-	base, ceiling time.Duration
-	now           func() time.Time
+	threshold int
+	window    time.Duration
+	settle    time.Duration
+	now       func() time.Time
 
 	mu        sync.Mutex
-	events    map[string][]time.Time // oldest first, all within the window
+	events    map[string][]time.Time // corrections, oldest first, all within the window
+	disturbed map[string]time.Time   // when each was last seen changed
 	lastSweep time.Time
 }
 
@@ -57,15 +59,14 @@ func NewFightDetector(o FightOptions) *FightDetector {
 	d := &FightDetector{
 		threshold: cmpOr(o.Threshold, DefaultFightThreshold),
 		window:    cmpOr(o.Window, DefaultFightWindow),
-		base:      cmpOr(o.BaseBackoff, DefaultFightBaseBackoff),
-		ceiling:   cmpOr(o.MaxBackoff, DefaultFightMaxBackoff),
+		settle:    cmpOr(o.Settle, DefaultFightSettle),
 		now:       o.Now,
 		events:    map[string][]time.Time{},
+		disturbed: map[string]time.Time{},
 	}
 	if d.now == nil {
 		d.now = time.Now
 	}
-	d.ceiling = max(d.ceiling, d.base)
 	return d
 }
 
@@ -77,19 +78,26 @@ func (d *FightDetector) Record(id string) Fight {
 	d.sweep(now)
 	ev := append(d.trim(id, now), now)
 	// Only the count within the window matters, and past the threshold
-	// only until the backoff reaches its ceiling: keep a bounded tail.
+	// only as a count: keep a bounded tail.
 	if limit := d.threshold + 64; len(ev) > limit {
 		ev = slices.Delete(ev, 0, len(ev)-limit)
 	}
 	d.events[id] = ev
-	return d.fight(ev)
+	return d.fight(id, ev)
+}
+
+// Disturbed notes that something changed id on the host now.
+func (d *FightDetector) Disturbed(id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.disturbed[id] = d.now()
 }
 
 // Status is id's state now, without recording anything.
 func (d *FightDetector) Status(id string) Fight {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.fight(d.trim(id, d.now()))
+	return d.fight(id, d.trim(id, d.now()))
 }
 
 // Fighting lists the IDs fighting now, sorted.
@@ -99,7 +107,7 @@ func (d *FightDetector) Fighting() []string {
 	now := d.now()
 	var ids []string
 	for id := range d.events {
-		if d.fight(d.trim(id, now)).Fighting {
+		if d.fight(id, d.trim(id, now)).Fighting {
 			ids = append(ids, id)
 		}
 	}
@@ -112,6 +120,7 @@ func (d *FightDetector) Forget(id string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.events, id)
+	delete(d.disturbed, id)
 }
 
 // trim drops id's events that left the window and returns the rest.
@@ -124,6 +133,9 @@ func (d *FightDetector) trim(id string, now time.Time) []time.Time {
 	}
 	if i == len(ev) {
 		delete(d.events, id)
+		if t, ok := d.disturbed[id]; ok && !t.After(cut) {
+			delete(d.disturbed, id)
+		}
 		return nil
 	}
 	if i > 0 {
@@ -143,21 +155,24 @@ func (d *FightDetector) sweep(now time.Time) {
 	for id := range d.events {
 		d.trim(id, now)
 	}
+	for id, t := range d.disturbed {
+		if _, ok := d.events[id]; !ok && now.Sub(t) >= d.window {
+			delete(d.disturbed, id)
+		}
+	}
 }
 
-func (d *FightDetector) fight(ev []time.Time) Fight {
+func (d *FightDetector) fight(id string, ev []time.Time) Fight {
 	f := Fight{Corrections: len(ev)}
-	excess := len(ev) - d.threshold
-	if excess <= 0 {
+	if len(ev) <= d.threshold {
 		return f
 	}
 	f.Fighting = true
-	f.Backoff = d.base
-	for i := 1; i < excess && f.Backoff < d.ceiling; i++ {
-		f.Backoff *= 2
+	last := ev[len(ev)-1]
+	if t := d.disturbed[id]; t.After(last) {
+		last = t
 	}
-	f.Backoff = min(f.Backoff, d.ceiling)
-	f.NotBefore = ev[len(ev)-1].Add(f.Backoff)
+	f.NotBefore = last.Add(d.settle)
 	return f
 }
 

@@ -17,8 +17,8 @@ func TestFightDetector(t *testing.T) {
 	const id = "File/app-config"
 	type step struct {
 		wait time.Duration // clock moves by this first
-		do   string        // "record", "status" or "forget"
-		want Fight         // NotBefore is given as an offset from the start in notBefore
+		do   string        // "record", "disturb", "status" or "forget"
+		want Fight         // NotBefore is given as an offset from the start in nb
 		nb   time.Duration
 	}
 	tests := []struct {
@@ -37,17 +37,18 @@ func TestFightDetector(t *testing.T) {
 			},
 		},
 		{
-			name: "one past the threshold fights with the base backoff, then doubles up to the cap",
-			opts: FightOptions{Threshold: 2, Window: time.Hour, BaseBackoff: time.Minute, MaxBackoff: 5 * time.Minute},
+			name: "one past the threshold fights: the next correction waits until it was left alone for the settle time",
+			opts: FightOptions{Threshold: 2, Window: time.Hour, Settle: 2 * time.Second},
 			steps: []step{
 				{0, "record", Fight{Corrections: 1}, 0},
 				{time.Second, "record", Fight{Corrections: 2}, 0},
-				{time.Second, "record", Fight{Corrections: 3, Fighting: true, Backoff: time.Minute}, 2*time.Second + time.Minute},
-				{time.Second, "record", Fight{Corrections: 4, Fighting: true, Backoff: 2 * time.Minute}, 3*time.Second + 2*time.Minute},
-				{time.Second, "record", Fight{Corrections: 5, Fighting: true, Backoff: 4 * time.Minute}, 4*time.Second + 4*time.Minute},
-				{time.Second, "record", Fight{Corrections: 6, Fighting: true, Backoff: 5 * time.Minute}, 5*time.Second + 5*time.Minute},
-				{time.Second, "record", Fight{Corrections: 7, Fighting: true, Backoff: 5 * time.Minute}, 6*time.Second + 5*time.Minute},
-				{time.Second, "status", Fight{Corrections: 7, Fighting: true, Backoff: 5 * time.Minute}, 6*time.Second + 5*time.Minute},
+				{time.Second, "record", Fight{Corrections: 3, Fighting: true}, 2*time.Second + 2*time.Second},
+				// Disturbed again and again: the settle time starts over.
+				{time.Second, "disturb", Fight{Corrections: 3, Fighting: true}, 3*time.Second + 2*time.Second},
+				{time.Second, "disturb", Fight{Corrections: 3, Fighting: true}, 4*time.Second + 2*time.Second},
+				// Left alone: corrected once it settled, and still a fight.
+				{3 * time.Second, "record", Fight{Corrections: 4, Fighting: true}, 7*time.Second + 2*time.Second},
+				{time.Hour, "status", Fight{}, 0},
 			},
 		},
 		{
@@ -56,7 +57,7 @@ func TestFightDetector(t *testing.T) {
 			steps: []step{
 				{0, "record", Fight{Corrections: 1}, 0},
 				{time.Minute, "record", Fight{Corrections: 2}, 0},
-				{time.Minute, "record", Fight{Corrections: 3, Fighting: true, Backoff: DefaultFightBaseBackoff}, 2*time.Minute + DefaultFightBaseBackoff},
+				{time.Minute, "record", Fight{Corrections: 3, Fighting: true}, 2*time.Minute + DefaultFightSettle},
 				// t=10m: the first (t=0) is exactly a window old: gone.
 				{8 * time.Minute, "status", Fight{Corrections: 2}, 0},
 				{time.Minute, "status", Fight{Corrections: 1}, 0},
@@ -68,22 +69,21 @@ func TestFightDetector(t *testing.T) {
 			opts: FightOptions{Threshold: 1},
 			steps: []step{
 				{0, "record", Fight{Corrections: 1}, 0},
-				{0, "record", Fight{Corrections: 2, Fighting: true, Backoff: DefaultFightBaseBackoff}, DefaultFightBaseBackoff},
+				{0, "record", Fight{Corrections: 2, Fighting: true}, DefaultFightSettle},
 				{0, "forget", Fight{}, 0},
 				{0, "record", Fight{Corrections: 1}, 0},
 			},
 		},
 		{
-			name: "a huge count does not overflow the backoff",
-			opts: FightOptions{Threshold: 1, BaseBackoff: time.Hour, MaxBackoff: time.Hour},
+			name: "a huge count is bounded",
+			opts: FightOptions{Threshold: 1},
 			steps: func() []step {
 				var s []step
 				for i := 1; i <= 200; i++ {
-					n := min(i, 1+64)
-					f := Fight{Corrections: n}
+					f := Fight{Corrections: min(i, 1+64)}
 					nb := time.Duration(0)
 					if i > 1 {
-						f.Fighting, f.Backoff, nb = true, time.Hour, time.Hour
+						f.Fighting, nb = true, DefaultFightSettle
 					}
 					s = append(s, step{0, "record", f, nb})
 				}
@@ -105,6 +105,9 @@ func TestFightDetector(t *testing.T) {
 				switch s.do {
 				case "record":
 					got = d.Record(id)
+				case "disturb":
+					d.Disturbed(id)
+					got = d.Status(id)
 				case "status":
 					got = d.Status(id)
 				case "forget":

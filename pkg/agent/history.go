@@ -49,6 +49,9 @@ func (a *Agent) begin(t Trigger, revision string, start time.Time) {
 // hint queues a key because something was seen (after delay, so a burst
 // of events settles first), remembering what, for the reconcile it starts.
 func (a *Agent) hint(id resource.ID, t Trigger, delay time.Duration) {
+	if t == TriggerDrift {
+		a.fight.Disturbed(string(id))
+	}
 	a.mu.Lock()
 	if _, ok := a.hints[id]; !ok {
 		a.hints[id] = hintOf{t, time.Now()}
@@ -248,7 +251,7 @@ func (a *Agent) report() *reconcile.AgentReport {
 	}
 	for _, id := range a.fight.Fighting() {
 		f := a.fight.Status(id)
-		r.Fighting = append(r.Fighting, reconcile.Fight{ID: id, Corrections: f.Corrections, Backoff: f.Backoff})
+		r.Fighting = append(r.Fighting, reconcile.Fight{ID: id, Corrections: f.Corrections, NotBefore: f.NotBefore})
 	}
 	a.mu.Lock()
 	r.Refused = a.refused

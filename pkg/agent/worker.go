@@ -14,8 +14,8 @@ import (
 const waitAgain = 250 * time.Millisecond
 
 // errFighting: something else keeps undoing the resource; its next
-// correction waits.
-var errFighting = errors.New("fighting: something keeps undoing this resource; the next correction waits")
+// correction waits until it is left alone.
+var errFighting = errors.New("fighting: something keeps undoing this resource; corrected once left alone")
 
 // work takes one key off the queue and reconciles it; false once the queue
 // shut down. Once ctx ends, what is still queued is left for the next
@@ -146,7 +146,7 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	if drift {
 		m.DriftCorrected(c.Kind)
 		if f := a.fight.Record(string(id)); f.Fighting {
-			log.Warn("fighting: something keeps undoing this resource", "corrections", f.Corrections, "backoff", f.Backoff)
+			log.Warn("fighting: something keeps undoing this resource; corrected once left alone", "corrections", f.Corrections, "settle", a.opts.FightSettle)
 		}
 	}
 	if c.Action == diff.Restart {

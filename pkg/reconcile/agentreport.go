@@ -46,32 +46,11 @@ type Refusal struct {
 
 // Fight is a resource something keeps undoing.
 type Fight struct {
-	ID          string        `json:"id"`
-	Corrections int           `json:"corrections"`
-	Backoff     time.Duration `json:"backoffSeconds"`
-}
-
-// MarshalJSON writes the backoff in seconds.
-func (f Fight) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		ID          string  `json:"id"`
-		Corrections int     `json:"corrections"`
-		Backoff     float64 `json:"backoffSeconds"`
-	}{f.ID, f.Corrections, f.Backoff.Seconds()})
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (f *Fight) UnmarshalJSON(b []byte) error {
-	var v struct {
-		ID          string  `json:"id"`
-		Corrections int     `json:"corrections"`
-		Backoff     float64 `json:"backoffSeconds"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*f = Fight{ID: v.ID, Corrections: v.Corrections, Backoff: time.Duration(v.Backoff * float64(time.Second))}
-	return nil
+	ID          string `json:"id"`
+	Corrections int    `json:"corrections"` // within the fight window
+	// NotBefore is when it may be corrected next: once left alone for
+	// the settle time.
+	NotBefore time.Time `json:"notBefore,omitzero"`
 }
 
 // Held is a resource held back (waiting, blocked, refused) or unobserved,
