@@ -109,6 +109,12 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	if err := agent.CheckListen(o.listen, o.tokenFile); err != nil {
 		return err
 	}
+	// One agent a state dir, for its whole life (reloads included).
+	alock, err := state.Dir{Path: g.stateDir}.LockAgent()
+	if err != nil {
+		return err
+	}
+	defer alock.Unlock()
 	// One registry for the agent's life: a reload keeps the counters.
 	reg := agent.NewRegistry()
 	metrics := agent.NewMetrics(reg)

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -201,12 +202,37 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { watch.run(ctx) })
 	wg.Go(func() { a.poll(ctx, watch) })
 	<-ctx.Done()
-	a.queue.ShutDownWithDrain()
-	wg.Wait()
-	a.bg.Wait()
+	// What is in flight is finished (an apply cut short would leave the
+	// host half updated), for as long as drainFor; what is still queued
+	// waits for the next start, which plans everything again.
+	a.log.Info("stopping: finishing what is in flight", "in_flight", a.inflight.Load(), "queued", a.queue.Len())
+	drained := make(chan struct{})
+	go func() {
+		a.queue.ShutDownWithDrain()
+		wg.Wait()
+		a.bg.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(drainFor):
+		a.log.Warn("stopping: in-flight work did not finish in time; the next start plans it again", "waited", drainFor)
+	}
 	a.unpublish()
-	return w.Flush(context.WithoutCancel(ctx))
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), flushFor)
+	defer cancel()
+	if err := w.Flush(fctx); err != nil {
+		return fmt.Errorf("save the snapshot on the way out: %w", err)
+	}
+	a.log.Info("stopped: the snapshot is saved")
+	return nil
 }
+
+// Bounds on stopping: a stop always ends in seconds.
+const (
+	drainFor = 5 * time.Second
+	flushFor = 3 * time.Second
+)
 
 func (a *Agent) close() {
 	a.mu.Lock()

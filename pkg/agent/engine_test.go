@@ -102,8 +102,12 @@ func TestAgentRefusesPruneWithNoRecordedSource(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(root, "etc/old")); err != nil {
 		t.Fatalf("File/old was pruned from a snapshot that records no source: %v", err)
 	}
-	if st := a.Status(context.Background()); st.Agent.PruneHold == "" {
+	st := a.Status(context.Background())
+	if st.Agent.PruneHold == "" || st.Conditions.PruneHeld == "" {
 		t.Error("status does not say why prune is held")
+	}
+	if st.Conditions.Ready || !strings.HasPrefix(st.Conditions.Message, "prune held: refusing to prune") {
+		t.Errorf("conditions %+v: not ready, and the message names the hold", st.Conditions)
 	}
 }
 

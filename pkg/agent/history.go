@@ -179,10 +179,15 @@ const retentionEvery = time.Hour
 
 // Conditions are the agent's state at a glance, as Flux reports them.
 type Conditions struct {
-	Ready       bool   `json:"ready"`
-	Reconciling bool   `json:"reconciling"`
-	Stalled     bool   `json:"stalled"` // the source fails, or the revision is invalid
-	Message     string `json:"message,omitempty"`
+	// Ready: the first reconcile is done, the source works, and the host
+	// is converged (what /readyz says, and that the host is converged).
+	Ready       bool `json:"ready"`
+	Reconciling bool `json:"reconciling"`
+	Stalled     bool `json:"stalled"` // the source fails, or the revision is invalid
+	// PruneHeld says why what left Git is not pruned (an empty desired
+	// set, another source, a rolled-back snapshot); empty when it is not.
+	PruneHeld string `json:"pruneHeld,omitempty"`
+	Message   string `json:"message,omitempty"`
 }
 
 // Status is /api/v1/status: the status document of status -o json (with
@@ -214,13 +219,18 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	a.mu.Unlock()
 	st.Status = s.Status(ctx)
 	st.Status.Agent = report
+	st.Conditions.PruneHeld = report.PruneHold
 	st.Fighting = a.fight.Fighting()
 	ready, why := a.Ready()
 	st.Conditions.Ready = ready && st.Status.Converged()
 	if st.Conditions.Message == "" {
 		st.Conditions.Message = why
 	}
-	if !st.Conditions.Ready && st.Conditions.Message == "" {
+	switch {
+	case st.Conditions.Ready || st.Conditions.Message != "":
+	case st.Conditions.PruneHeld != "":
+		st.Conditions.Message = "prune held: " + st.Conditions.PruneHeld
+	default:
 		st.Conditions.Message = "not converged: " + string(st.Status.Sync) + ", " + string(st.Status.Health)
 	}
 	states := make([]ResourceState, 0, len(st.Resources))

@@ -74,10 +74,43 @@ func (h Holder) describe(now time.Time) string {
 // Lock takes the state dir's lock, waiting up to timeout for another holder
 // to let go. The error then says who holds it: pid, command, since when.
 func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
+	l, err := d.lock(ctx, "lock", timeout)
+	if err != nil {
+		return nil, err
+	}
+	// The one writer now: what a killed writer left half-written goes.
+	if _, err := d.RemoveTemps(); err != nil {
+		l.Unlock()
+		return nil, fmt.Errorf("remove temp files in %s: %w", d.Path, err)
+	}
+	return l, nil
+}
+
+// ErrAgentRuns reports that an agent already runs on the state dir.
+var ErrAgentRuns = errors.New("another cortex-sync agent runs on this state dir")
+
+// LockAgent takes the state dir's agent lock, held for an agent's life:
+// two agents on one state dir would each supervise and apply. It does not
+// wait: the second one is refused, naming the first.
+func (d Dir) LockAgent() (*Lock, error) {
+	l, err := d.lock(context.Background(), "agent.lock", 0)
+	if errors.Is(err, ErrLocked) {
+		who := "an unknown process"
+		if h, ok := readHolder(d.Sub("agent.lock")); ok {
+			who = h.describe(time.Now())
+		}
+		return nil, fmt.Errorf("%w: %s; stop it, or give this one another --state-dir", ErrAgentRuns, who)
+	}
+	return l, err
+}
+
+// lock takes the flock on the state dir's file name, waiting up to
+// timeout, and writes who holds it.
+func (d Dir) lock(ctx context.Context, name string, timeout time.Duration) (*Lock, error) {
 	if err := os.MkdirAll(d.Path, 0o700); err != nil {
 		return nil, fmt.Errorf("create state dir: %w", err)
 	}
-	name := d.Sub("lock")
+	name = d.Sub(name)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
@@ -110,11 +143,6 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 	rec, _ := json.Marshal(thisHolder(time.Now()))
 	f.Truncate(0)
 	f.WriteAt(append(rec, '\n'), 0)
-	// The one writer now: what a killed writer left half-written goes.
-	if _, err := d.RemoveTemps(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("remove temp files in %s: %w", d.Path, err)
-	}
 	return &Lock{f: f}, nil
 }
 
