@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -49,13 +50,21 @@ func TestSIGTERMAtRandomPoints(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		var stderr bytes.Buffer
+		stderr := &lockedBuffer{}
 		cmd := exec.Command(bin, "run", "--dir", repo, "--root", root, "--state-dir", stateDir, "--listen", addr,
 			"--interval", "200ms", "--drift-interval", "300ms", "--log-level", "info")
 		cmd.Env = append(os.Environ(), "CORTEX_SYNC_CGROUP=off")
-		cmd.Stderr = &stderr
+		cmd.Stderr = stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
+		}
+		// From when it runs as the agent (its signals handled: a SIGTERM
+		// before that is the default's, as for any program).
+		for deadline := time.Now().Add(20 * time.Second); !strings.Contains(stderr.String(), `msg="agent started"`); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				t.Fatalf("round %d: the agent did not start:\n%s", round, stderr.String())
+			}
 		}
 		busy := time.Duration(rng.IntN(1500)) * time.Millisecond
 		time.Sleep(busy) // a random point of its life
@@ -82,4 +91,22 @@ func TestSIGTERMAtRandomPoints(t *testing.T) {
 			t.Fatalf("round %d (SIGTERM after %s): still running 30s later\n%s", round, busy, stderr.String())
 		}
 	}
+}
+
+// lockedBuffer is a buffer a child process writes while the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
