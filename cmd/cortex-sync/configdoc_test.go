@@ -84,6 +84,10 @@ var fieldExamples = map[string]string{
 	"logLevel": "info", "logFormat": "json", "output": "json", "against": "/tmp/host.json",
 	"listen": "127.0.0.1:9797", "address": "127.0.0.1:9797", "tokenFile": "/etc/cortex-sync/token",
 	"webhookSecretFile": "/etc/cortex-sync/webhook-secret",
+	"hostName":          "web1", "labels": "{role: web, zone: eu-1}", "fleet": "prod",
+	"etcdEndpoints": "[https://etcd1.example.com:2379, https://etcd2.example.com:2379, https://etcd3.example.com:2379]",
+	"etcdCertFile":  "/etc/cortex-sync/etcd-client.pem", "etcdKeyFile": "/etc/cortex-sync/etcd-client-key.pem",
+	"etcdCaFile": "/etc/cortex-sync/etcd-ca.pem",
 }
 
 func (a agentField) example() string {

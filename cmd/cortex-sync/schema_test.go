@@ -224,8 +224,11 @@ func agentSchema() *jsonschema.Schema {
 				s = &jsonschema.Schema{Type: "integer"}
 			case "duration":
 				s = &jsonschema.Schema{Type: "string", Pattern: durationPattern, Default: f.Default}
-			case "stringArray":
+			case "stringArray", "stringSlice":
 				s = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "string"}, {Type: "array", Items: &jsonschema.Schema{Type: "string"}}}}
+				if mapFields[f.Name] { // labels: {role: web}
+					s.AnyOf = append(s.AnyOf, &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"}})
+				}
 			default:
 				s = &jsonschema.Schema{Type: "string"}
 				if f.Default != "" {
