@@ -234,6 +234,9 @@ applied, and takes the smallest action that closes the gap.`,
 		newStopCmd(g, io),
 		newStartCmd(g, io),
 		newLogsCmd(g, io),
+		newFleetCmd(g, io),
+		newHoldCmd(g, io),
+		newReleaseCmd(g, io),
 		newVersionCmd(io),
 	)
 	addCompletionExamples(cmd)

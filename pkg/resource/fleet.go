@@ -76,18 +76,18 @@ type Rollout struct {
 	// MaxUnavailable bounds the hosts applying the revision, or failed on
 	// it, at once: a count, or a percentage of the live hosts (rounded
 	// down, at least 1).
-	MaxUnavailable IntOrPercent `yaml:"maxUnavailable"`
+	MaxUnavailable IntOrPercent `yaml:"maxUnavailable" json:"maxUnavailable"`
 	// Canary hosts go first, alone; the rest wait until they are good.
-	Canary int `yaml:"canary"`
+	Canary int `yaml:"canary" json:"canary"`
 	// MinReady is how long a host's resources must stay healthy for the
 	// revision to be good there.
-	MinReady Duration `yaml:"minReady"`
+	MinReady Duration `yaml:"minReady" json:"minReady"`
 	// ProgressDeadline is how long a host may take to be good before the
 	// revision is bad there; a host that reports nothing by then is
 	// stalled and its slot goes to another.
-	ProgressDeadline Duration `yaml:"progressDeadline"`
+	ProgressDeadline Duration `yaml:"progressDeadline" json:"progressDeadline"`
 	// FailureThreshold bad hosts pause the revision's rollout fleet-wide.
-	FailureThreshold int `yaml:"failureThreshold"`
+	FailureThreshold int `yaml:"failureThreshold" json:"failureThreshold"`
 }
 
 // Rollout defaults, for fields a rollout: leaves out.
@@ -401,25 +401,36 @@ func (f *Fleet) Resolve(tree fs.FS, h Host) (Target, error) {
 	if err != nil {
 		return t, Problems{err}
 	}
+	t.Paths, err = f.RulePaths(tree, t.Rule, h.Name)
+	return t, err
+}
+
+// RulePaths are rule i's paths for host name, checked against tree as
+// Resolve checks them; with name "", its {name} paths are left out.
+func (f *Fleet) RulePaths(tree fs.FS, i int, name string) ([]string, error) {
 	var kept []string
 	var errs Problems
-	for j, p := range t.Paths {
+	for j, p := range f.Spec.Hosts[i].Paths {
+		templated := f.Templated(i, j)
+		if templated && name == "" {
+			continue
+		}
+		p = cleanDir(strings.ReplaceAll(p, NamePlaceholder, name))
 		fi, err := fs.Stat(tree, p)
 		switch {
 		case err == nil && fi.IsDir():
 			kept = append(kept, p)
-		case f.Templated(t.Rule, j) && errors.Is(err, fs.ErrNotExist):
+		case templated && errors.Is(err, fs.ErrNotExist):
 		default:
-			field := fmt.Sprintf("%s.paths[%d]", f.ruleFor[t.Rule], j)
+			field := fmt.Sprintf("%s.paths[%d]", f.ruleFor[i], j)
 			errs = append(errs, &FieldError{Origin: f.Origin, Line: f.line(field), ID: NewID(FleetKind, f.Name), Field: field,
 				Msg: fmt.Sprintf("%q is not a folder of the repository; create it or fix the path", p)})
 		}
 	}
 	if len(errs) > 0 {
-		return t, errs
+		return nil, errs
 	}
-	t.Paths = kept
-	return t, nil
+	return kept, nil
 }
 
 // Case is one desired set the Fleet can give: a rule, and for a rule with
