@@ -86,6 +86,7 @@ type Member struct {
 	written    *HostStatus      // the status last written
 	quietUntil time.Time        // status rides in the rollout's next transaction until then
 	holding    string           // the revision whose slot this host holds
+	waiting    bool             // the last Admit said no: a new head alone is not written
 	poke       chan struct{}
 	changed    chan struct{} // closed on a change to slots, rollouts or this host's hold
 }
@@ -222,13 +223,10 @@ func (m *Member) writer(ctx context.Context) {
 			if !sleep(ctx, m.debounce) {
 				return
 			}
-			m.mu.Lock()
-			wait := time.Until(m.quietUntil)
-			m.mu.Unlock()
-			if wait > 0 && !sleep(ctx, wait) {
+			if !m.quiet(ctx) {
 				return
 			}
-			ops, s := m.statusOps()
+			ops, s := m.statusOps(nil)
 			if ops == nil {
 				break
 			}
@@ -244,13 +242,34 @@ func (m *Member) writer(ctx context.Context) {
 	}
 }
 
-// statusOps are the operations that write the status, nil when it is
-// already written.
-func (m *Member) statusOps() ([]clientv3.Op, HostStatus) {
+// quiet waits while the host holds a slot (its status rides in the
+// verdict's transaction), for at most minReady and a few seconds; it
+// reports false when ctx ended.
+func (m *Member) quiet(ctx context.Context) bool {
+	for {
+		m.mu.Lock()
+		wait := time.Until(m.quietUntil)
+		m.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		if !sleep(ctx, min(wait, 200*time.Millisecond)) {
+			return false
+		}
+	}
+}
+
+// statusOps are the operations that write the status, changed by edit
+// (nil: as it is), and the status they write; nil when it is already
+// written. Nothing is recorded: the caller calls wrote once etcd took it.
+func (m *Member) statusOps(edit func(*HostStatus)) ([]clientv3.Op, HostStatus) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.want
-	if m.written != nil && m.written.same(s) {
+	if edit != nil {
+		edit(&s)
+	}
+	if m.written != nil && (m.written.same(s) || m.waiting && headOnly(*m.written, s)) {
 		return nil, s
 	}
 	s.Time = time.Now().UTC()
@@ -258,20 +277,34 @@ func (m *Member) statusOps() ([]clientv3.Op, HostStatus) {
 	return []clientv3.Op{clientv3.OpPut(m.key("status", m.host.Name), string(v))}, s
 }
 
+// headOnly reports whether b differs from a in its head alone: a host that
+// waits for a slot does not write the head it waits to apply (the rollout
+// shows it waiting); the head rides in the slot's transaction.
+func headOnly(a, b HostStatus) bool {
+	a.Head, a.HeadTime = b.Head, b.HeadTime
+	return a.same(b)
+}
+
+// wrote records s as written; its rollout phase and head are the host's
+// from now on.
 func (m *Member) wrote(s HostStatus) {
 	m.mu.Lock()
 	m.written = &s
+	m.want.RolloutPhase = s.RolloutPhase
+	if m.want.Head == "" {
+		m.want.Head = s.Head
+	}
 	m.mu.Unlock()
 }
 
-// setPhase sets the rollout phase (and head) the next write carries.
-func (m *Member) setPhase(rev, phase string) {
-	m.mu.Lock()
-	m.want.RolloutPhase = phase
-	if rev != "" {
-		m.want.Head = rev
+// phase is an edit that sets the rollout phase of rev.
+func phase(rev, p string) func(*HostStatus) {
+	return func(s *HostStatus) {
+		s.RolloutPhase = p
+		if s.Head == "" {
+			s.Head = rev // the engine did not say what it fetched
+		}
 	}
-	m.mu.Unlock()
 }
 
 // watch wakes waiters of Changed on every change to slots, rollouts and

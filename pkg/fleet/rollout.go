@@ -330,6 +330,9 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 		if err != nil {
 			return Decision{}, err
 		}
+		m.mu.Lock()
+		m.waiting = !d.Go || !won // until it holds a slot
+		m.mu.Unlock()
 		if !d.Go {
 			return d, nil
 		}
@@ -385,13 +388,12 @@ func (m *Member) takeSlot(ctx context.Context, v *rolloutView, r Revision, lease
 		spec, _ := json.Marshal(specDoc{Revision: r.ID, Rollout: r.Rollout, By: m.host.Name, At: now})
 		ops = append(ops, clientv3.OpPut(m.key("rollout", revKey(r.ID), "spec"), string(spec)))
 	}
-	m.setPhase(r.ID, PhaseApplying)
-	sops, s := m.statusOps()
+	sops, s := m.statusOps(phase(r.ID, PhaseApplying))
 	resp, err := m.cli.Txn(ctx).If(cmps...).Then(append(ops, sops...)...).Commit()
 	if err != nil {
 		return false, err
 	}
-	if resp.Succeeded && sops != nil {
+	if resp.Succeeded {
 		m.wrote(s)
 	}
 	return resp.Succeeded, nil
@@ -409,12 +411,12 @@ func (m *Member) Bad(ctx context.Context, rev, why string) error {
 	return m.verdict(ctx, rev, PhaseBad, why)
 }
 
-func (m *Member) verdict(ctx context.Context, rev, phase, why string) error {
+func (m *Member) verdict(ctx context.Context, rev, verdict, why string) error {
 	now := time.Now().UTC()
 	doc, _ := json.Marshal(verdictDoc{At: now, Why: why})
 	base := m.key("rollout", revKey(rev))
 	var ops []clientv3.Op
-	switch phase {
+	switch verdict {
 	case PhaseGood:
 		ops = append(ops, clientv3.OpPut(base+"/good/"+m.host.Name, string(doc)), clientv3.OpDelete(base+"/bad/"+m.host.Name))
 	default:
@@ -426,23 +428,20 @@ func (m *Member) verdict(ctx context.Context, rev, phase, why string) error {
 	if holding == rev {
 		ops = append(ops, clientv3.OpDelete(m.key("transit", m.host.Name)))
 	}
-	m.setPhase(rev, phase)
-	m.mu.Lock()
-	m.quietUntil = time.Time{}
-	m.mu.Unlock()
-	sops, s := m.statusOps()
+	sops, s := m.statusOps(phase(rev, verdict))
 	err := m.call(ctx, func(ctx context.Context) error {
 		_, err := m.cli.Txn(ctx).Then(append(ops, sops...)...).Commit()
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("report %s %s: %w", rev, phase, err)
+		return fmt.Errorf("report %s %s: %w", rev, verdict, err)
 	}
 	m.wrote(s)
 	m.mu.Lock()
 	if m.holding == rev {
 		m.holding = ""
 	}
+	m.quietUntil = time.Time{} // only now: the verdict carried the status
 	m.mu.Unlock()
 	return nil
 }
@@ -465,7 +464,9 @@ func (m *Member) Release(ctx context.Context) error {
 		m.mu.Lock()
 		m.holding, m.quietUntil = "", time.Time{}
 		m.mu.Unlock()
-		m.setPhase("", "")
+		m.mu.Lock()
+		m.want.RolloutPhase = ""
+		m.mu.Unlock()
 		m.wake()
 	}
 	return err
