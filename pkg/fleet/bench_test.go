@@ -109,20 +109,7 @@ func BenchmarkRollout100(b *testing.B) {
 			wg.Go(func() {
 				// The host fetched rev: it knows its head, waits for a slot.
 				m.SetStatus(HostStatus{Revision: prev, Head: rev.ID, HeadTime: t0, Sync: "Synced", Health: "Healthy", LastGood: prev})
-				for {
-					d, err := m.Admit(context.Background(), rev)
-					if err == nil && d.Go {
-						break
-					}
-					wait := d.RetryAfter
-					if err != nil {
-						wait = 200 * time.Millisecond
-					}
-					select {
-					case <-m.Changed():
-					case <-time.After(wait):
-					}
-				}
+				waitAdmit(context.Background(), m, rev)
 				s.enter(m.Host())
 				m.SetStatus(HostStatus{Revision: rev.ID, Head: rev.ID, HeadTime: t0, Sync: "Synced", Health: "Progressing", LastGood: prev})
 				time.Sleep(rev.Rollout.MinReady.Std())

@@ -183,10 +183,28 @@ func (s *sim) leave(bad bool) {
 // apply runs one host through a rollout of rev: wait for a slot, apply
 // (hold it for minReady), report. It returns false if ctx ended first.
 func (s *sim) apply(ctx context.Context, m *Member, rev Revision, bad bool) bool {
+	if !waitAdmit(ctx, m, rev) {
+		return false
+	}
+	s.enter(m.Host())
+	time.Sleep(rev.Rollout.MinReady.Std()) // the health gate's minReady
+	s.leave(bad)
+	var err error
+	if bad {
+		err = m.Bad(ctx, rev.ID, "readiness failed")
+	} else {
+		err = m.Good(ctx, rev.ID)
+	}
+	return err == nil
+}
+
+// waitAdmit asks for a slot until it is a go, waiting between asks as a
+// host does: until Changed, or RetryAfter. False: ctx ended first.
+func waitAdmit(ctx context.Context, m *Member, rev Revision) bool {
 	for {
 		d, err := m.Admit(ctx, rev)
 		if err == nil && d.Go {
-			break
+			return true
 		}
 		wait := d.RetryAfter
 		if err != nil {
@@ -199,16 +217,6 @@ func (s *sim) apply(ctx context.Context, m *Member, rev Revision, bad bool) bool
 		case <-time.After(wait):
 		}
 	}
-	s.enter(m.Host())
-	time.Sleep(rev.Rollout.MinReady.Std()) // the health gate's minReady
-	s.leave(bad)
-	var err error
-	if bad {
-		err = m.Bad(ctx, rev.ID, "readiness failed")
-	} else {
-		err = m.Good(ctx, rev.ID)
-	}
-	return err == nil
 }
 
 func rollout(maxUnavailable string, canary, threshold int, minReady time.Duration) resource.Rollout {
