@@ -160,9 +160,11 @@ type sim struct {
 	peakBad  int // the peak after the first bad verdict
 	sawBad   bool
 	admitted []string
+	failAt   int // the host admitted in this place (1-based) fails its gate
 }
 
-func (s *sim) enter(h string) {
+// enter counts a host in; it reports whether it is the one to fail.
+func (s *sim) enter(h string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.now++
@@ -171,6 +173,7 @@ func (s *sim) enter(h string) {
 	if s.sawBad {
 		s.peakBad = max(s.peakBad, s.now)
 	}
+	return len(s.admitted) == s.failAt
 }
 
 func (s *sim) leave(bad bool) {
@@ -186,7 +189,7 @@ func (s *sim) apply(ctx context.Context, m *Member, rev Revision, bad bool) bool
 	if !waitAdmit(ctx, m, rev) {
 		return false
 	}
-	s.enter(m.Host())
+	bad = s.enter(m.Host()) || bad
 	time.Sleep(rev.Rollout.MinReady.Std()) // the health gate's minReady
 	s.leave(bad)
 	var err error
@@ -241,13 +244,13 @@ func TestRolloutMaxUnavailable(t *testing.T) {
 	cl := etcdtest.New(t)
 	ms := hosts(t, cl, 12)
 	rev := Revision{ID: "main@sha1:1", Rollout: rollout("3", 0, 2, 300*time.Millisecond)}
-	s := &sim{}
+	s := &sim{failAt: 4} // the fourth host to go fails its gate: mid-rollout
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for i, m := range ms {
+	for _, m := range ms {
 		wg.Go(func() {
-			if !s.apply(ctx, m, rev, i == 4) { // one host fails its gate mid-rollout
+			if !s.apply(ctx, m, rev, false) {
 				t.Errorf("%s never got through", m.Host())
 			}
 		})
@@ -261,7 +264,7 @@ func TestRolloutMaxUnavailable(t *testing.T) {
 	}
 	r := read(t, dial(t, cl.Endpoints()), "")
 	ro := r.Rollouts[0]
-	if len(ro.Good) != 11 || len(ro.Bad) != 1 || ro.Bad[0] != "h04" || ro.State != "progressing" || len(ro.Applying) != 0 {
+	if len(ro.Good) != 11 || len(ro.Bad) != 1 || ro.Bad[0] != s.admitted[3] || ro.State != "progressing" || len(ro.Applying) != 0 {
 		t.Fatalf("rollout %+v", ro)
 	}
 }
