@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
-	"golang.org/x/sys/unix"
 )
 
 // A singleton's holder fences itself on its own clock. etcd tells a
@@ -26,16 +25,6 @@ import (
 // The deadline is on CLOCK_BOOTTIME, which counts a suspend as time
 // passing (etcd's clock does): CLOCK_MONOTONIC would stop during a
 // suspend and let a resumed holder run on.
-
-// BootTime is now on CLOCK_BOOTTIME: the clock a Holder's deadline is on,
-// the same in every process of the host (the supervisor enforces it).
-func BootTime() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		panic(err) // Linux has had CLOCK_BOOTTIME since 2.6.39
-	}
-	return time.Duration(ts.Nano())
-}
 
 // DefaultSingletonTTL is a singleton lease's TTL: failover takes about
 // this long plus the process's start.
