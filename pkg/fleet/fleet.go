@@ -127,7 +127,7 @@ func checkName(n string) error {
 		return errors.New("is empty; name the fleet (default: metadata.name of fleet.yaml)")
 	}
 	if strings.ContainsAny(n, "/\x00") || n == "." || n == ".." {
-		return errors.New("must not hold '/' or NUL, nor be . or ..")
+		return errors.New("must not hold '/' or NUL, nor be '.' or '..'")
 	}
 	return nil
 }
