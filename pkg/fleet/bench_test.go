@@ -39,10 +39,11 @@ func loadAvg() string {
 // its status as an agent would (applying, then synced and healthy) and
 // its verdict. Reported: the rollout's time, the peak of hosts applying at
 // once, etcd writes (KV revisions) per host per revision, and how long a
-// status change takes to show in a fleet read.
+// status change takes to show in a fleet read. FLEET_BENCH_NOFSYNC=1 runs
+// the members without fsync, to tell the disk's share from the rest.
 func BenchmarkRollout100(b *testing.B) {
 	const n = 100
-	cl := etcdtest.New(b)
+	cl := etcdtest.NewWith(b, etcdtest.Options{NoFsync: os.Getenv("FLEET_BENCH_NOFSYNC") != ""})
 	eps := cl.Endpoints()
 	ms := make([]*Member, n)
 	var wg sync.WaitGroup

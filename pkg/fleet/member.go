@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"reflect"
 	"sync"
 	"time"
@@ -307,6 +308,9 @@ func phase(rev, p string) func(*HostStatus) {
 	}
 }
 
+// wakeJitter spreads the hosts' wake-ups after a change.
+const wakeJitter = 100 * time.Millisecond
+
 // watch wakes waiters of Changed on every change to slots, rollouts and
 // this host's hold.
 func (m *Member) watch(ctx context.Context) {
@@ -326,6 +330,12 @@ func (m *Member) watch(ctx context.Context) {
 			}
 			if !ok {
 				break events // a watch ended (leader lost, compaction): watch again
+			}
+			// Wake waiters a moment apart, host from host: the first to ask
+			// takes a freed slot and the rest read that it is gone, instead
+			// of all racing for it with transactions etcd must refuse.
+			if !sleep(ctx, rand.N(wakeJitter)) {
+				break events
 			}
 			m.broadcast()
 		}
