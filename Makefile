@@ -7,7 +7,7 @@ DEMO        := /tmp/cortex-sync-demo
 # (The pid-1 script also uses unshare, from util-linux, and skips without it.)
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
-.PHONY: all build test race check-tools lint bench demo clean test-crash test-faults fuzz
+.PHONY: all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop
 
 all: lint test
 
@@ -86,6 +86,20 @@ demo: build
 
 clean:
 	rm -rf bin $(DEMO)
+
+# etcd for trying a fleet by hand: go.etcd.io/etcd/server/v3's etcdmain at
+# go.mod's version, as its own binary (cortex-sync never links it).
+etcd:
+	$(GO) build -o bin/etcd ./internal/cmd/etcd
+
+# Three etcd members on 127.0.0.1 (clients on 23791-23793) under
+# $(FLEET_DEMO)/etcd, in the background; fleet-etcd-stop ends them.
+FLEET_DEMO := /tmp/cortex-sync-fleet
+fleet-etcd: etcd
+	sh examples/fleet/etcd-local.sh start $(FLEET_DEMO)/etcd
+
+fleet-etcd-stop:
+	sh examples/fleet/etcd-local.sh stop $(FLEET_DEMO)/etcd
 
 # Release and reference docs (new targets; see docs/install.md).
 GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.15.1

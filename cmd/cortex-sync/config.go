@@ -28,8 +28,11 @@ func flagName(field string) string {
 		b.WriteRune(r)
 	}
 	name := b.String()
-	if name == "allowed-paths" {
+	switch name {
+	case "allowed-paths":
 		return "allowed-path"
+	case "labels":
+		return "label"
 	}
 	return name
 }
@@ -93,8 +96,11 @@ func applyConfig(cmd *cobra.Command, file string) error {
 			continue // the flag wins
 		}
 		values := []*yaml.Node{v}
-		if v.Kind == yaml.SequenceNode {
+		switch {
+		case v.Kind == yaml.SequenceNode:
 			values = v.Content
+		case v.Kind == yaml.MappingNode && mapFields[k.Value]:
+			values = keyValues(v) // labels: {role: web} is --label role=web
 		}
 		for _, item := range values {
 			if item.Kind != yaml.ScalarNode {
@@ -107,6 +113,24 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		f.Changed = true
 	}
 	return nil
+}
+
+// mapFields are the fields that may be a mapping of KEY: VALUE, each set
+// as one KEY=VALUE of their flag.
+var mapFields = map[string]bool{"labels": true}
+
+// keyValues turns a mapping into KEY=VALUE scalars, keeping lines.
+func keyValues(m *yaml.Node) []*yaml.Node {
+	var out []*yaml.Node
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		if v.Kind != yaml.ScalarNode {
+			out = append(out, v) // refused by the caller: not a value
+			continue
+		}
+		out = append(out, &yaml.Node{Kind: yaml.ScalarNode, Value: k.Value + "=" + v.Value, Line: k.Line})
+	}
+	return out
 }
 
 // configFields names every field an Agent config may hold: the fields of
@@ -124,8 +148,11 @@ func configFields(flags map[string]bool) []string {
 // fieldName is a flag's field in the Agent config: flagName's inverse
 // (--allowed-path ↔ allowedPaths, --fetch-timeout ↔ fetchTimeout).
 func fieldName(flag string) string {
-	if flag == "allowed-path" {
+	switch flag {
+	case "allowed-path":
 		return "allowedPaths"
+	case "label":
+		return "labels"
 	}
 	words := strings.Split(flag, "-")
 	for i, w := range words[1:] {

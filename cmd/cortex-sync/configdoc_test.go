@@ -26,6 +26,13 @@ func agentFields() (groups []string, byGroup map[string][]agentField) {
 	probe := &cobra.Command{}
 	(&sourceFlags{}).add(probe)
 	probe.Flags().VisitAll(func(f *pflag.Flag) { src[f.Name] = true })
+	etcd := map[string]bool{}
+	(&etcdFlags{}).add(probe.Flags())
+	probe.Flags().VisitAll(func(f *pflag.Flag) {
+		if !src[f.Name] {
+			etcd[f.Name] = true
+		}
+	})
 
 	byGroup = map[string][]agentField{}
 	seen := map[string]*agentField{}
@@ -49,9 +56,12 @@ func agentFields() (groups []string, byGroup map[string][]agentField) {
 		}
 		name := strings.TrimPrefix(c.CommandPath(), "cortex-sync ")
 		c.LocalNonPersistentFlags().VisitAll(func(f *pflag.Flag) {
-			if src[f.Name] {
+			switch {
+			case src[f.Name]:
 				add("Source", name, f)
-			} else {
+			case etcd[f.Name]:
+				add("Fleet (etcd)", name, f)
+			default:
 				add(name, name, f)
 			}
 		})
@@ -60,7 +70,7 @@ func agentFields() (groups []string, byGroup map[string][]agentField) {
 		group, _, _ := strings.Cut(key, "\x00")
 		byGroup[group] = append(byGroup[group], *seen[key])
 	}
-	groups = []string{"Every command", "Source"}
+	groups = []string{"Every command", "Source", "Fleet (etcd)"}
 	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
 		if !slices.Contains(groups, g) {
 			groups = append(groups, g)
@@ -84,6 +94,10 @@ var fieldExamples = map[string]string{
 	"logLevel": "info", "logFormat": "json", "output": "json", "against": "/tmp/host.json",
 	"listen": "127.0.0.1:9797", "address": "127.0.0.1:9797", "tokenFile": "/etc/cortex-sync/token",
 	"webhookSecretFile": "/etc/cortex-sync/webhook-secret",
+	"hostName":          "web1", "labels": "{role: web, zone: eu-1}", "fleet": "prod",
+	"etcdEndpoints": "[https://etcd1.example.com:2379, https://etcd2.example.com:2379, https://etcd3.example.com:2379]",
+	"etcdCertFile":  "/etc/cortex-sync/etcd-client.pem", "etcdKeyFile": "/etc/cortex-sync/etcd-client-key.pem",
+	"etcdCaFile": "/etc/cortex-sync/etcd-ca.pem",
 }
 
 func (a agentField) example() string {
@@ -149,6 +163,8 @@ JSON Schema of the file is [schema/agent.json](schema/agent.json).
 			b.WriteString("\n## Every command\n\n")
 		case "Source":
 			fmt.Fprintf(&b, "\n## Source\n\nWhere desired state comes from: `dir`, or `repo` with one of `branch`, `tag`,\n`semver` or `commit`. Read by %s.\n\n", commandList(fields[0].Commands))
+		case "Fleet (etcd)":
+			fmt.Fprintf(&b, "\n## Fleet (etcd)\n\nHow to reach the fleet's etcd cluster (see [fleet.md](fleet.md)). Read by %s.\n\n", commandList(fields[0].Commands))
 		default:
 			fmt.Fprintf(&b, "\n## `%s`\n\nRead only by `cortex-sync %s`; other commands ignore them.\n\n", g, g)
 		}
@@ -159,7 +175,7 @@ JSON Schema of the file is [schema/agent.json](schema/agent.json).
 				def = "`" + f.Default + "`"
 			}
 			flag := "`--" + f.Flag + "`"
-			if f.Type == "stringArray" {
+			if f.Type == "stringArray" || f.Type == "stringSlice" {
 				flag += " (repeatable)"
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | `%s` | %s |\n", f.Name, typeWord(f.Type), def, flag, f.example(), mdEscape(f.Usage))
@@ -182,7 +198,7 @@ func commandList(cmds []string) string {
 
 func typeWord(t string) string {
 	switch t {
-	case "stringArray":
+	case "stringArray", "stringSlice":
 		return "list of strings"
 	case "bool":
 		return "boolean"

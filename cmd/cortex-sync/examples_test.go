@@ -36,7 +36,7 @@ func TestExamples(t *testing.T) {
 
 // compileSchemas compiles docs/schema as published (TestGeneratedDocs
 // keeps it current), every file under its $id.
-func compileSchemas(t *testing.T) (manifest, agent *jsonschema.Schema) {
+func compileSchemas(t *testing.T) (manifest, agent, fleet *jsonschema.Schema) {
 	t.Helper()
 	c := jsonschema.NewCompiler()
 	files, err := filepath.Glob(filepath.Join(repoRoot, "docs", "schema", "*.json"))
@@ -56,7 +56,7 @@ func compileSchemas(t *testing.T) (manifest, agent *jsonschema.Schema) {
 			t.Fatal(err)
 		}
 	}
-	return c.MustCompile(schemaBase + "manifest.json"), c.MustCompile(schemaBase + "agent.json")
+	return c.MustCompile(schemaBase + "manifest.json"), c.MustCompile(schemaBase + "agent.json"), c.MustCompile(schemaBase + "fleet.json")
 }
 
 // yamlDocs decodes every document of a YAML file into plain values.
@@ -83,7 +83,7 @@ func yamlDocs(data []byte) ([]any, error) {
 // that the loader agrees: each example folder loads, each Agent file is
 // read by --config.
 func TestExampleSchemas(t *testing.T) {
-	manifest, agent := compileSchemas(t)
+	manifest, agent, fleet := compileSchemas(t)
 	var agents []string
 	manifests := 0
 	check := func(p string) {
@@ -104,10 +104,13 @@ func TestExampleSchemas(t *testing.T) {
 			}
 			ours = true
 			sch := manifest
-			if m["kind"] == "Agent" {
+			switch m["kind"] {
+			case "Agent":
 				sch = agent
 				agents = append(agents, p)
-			} else {
+			case resource.FleetKind:
+				sch = fleet
+			default:
 				manifests++
 			}
 			if err := sch.Validate(d); err != nil {
@@ -157,7 +160,7 @@ func TestExampleSchemas(t *testing.T) {
 
 // TestSchemasReject: the schemas say no where the loader says no.
 func TestSchemasReject(t *testing.T) {
-	manifest, agent := compileSchemas(t)
+	manifest, agent, fleet := compileSchemas(t)
 	for _, tc := range []struct{ name, doc string }{
 		{"unknown field", "kind: File\nmetadata: {name: a}\nspec: {path: /a, content: x, colour: red}"},
 		{"bad mode", "kind: File\nmetadata: {name: a}\nspec: {path: /a, content: x, mode: \"0999\"}"},
@@ -186,6 +189,23 @@ func TestSchemasReject(t *testing.T) {
 	bad, _ := yamlDocs([]byte("apiVersion: " + resource.APIVersion + "\nkind: Agent\nspec: {repo: x, prunne: true}\n"))
 	if agent.Validate(bad[0]) == nil {
 		t.Error("the Agent schema accepts an unknown field")
+	}
+	for _, doc := range []string{
+		"kind: Fleet\nmetadata: {name: prod}\nspec: {hosts: [{match: {}, path: [base]}]}",
+		"kind: Fleet\nmetadata: {name: prod}\nspec: {hosts: [{paths: [base]}], rollout: {maxUnavailable: ten}}",
+	} {
+		doc = "apiVersion: " + resource.APIVersion + "\n" + doc + "\n"
+		docs, _ := yamlDocs([]byte(doc))
+		if fleet.Validate(docs[0]) == nil {
+			t.Errorf("the Fleet schema accepts\n%s", doc)
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, resource.FleetFile), []byte(doc), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := resource.ReadFleet(os.DirFS(dir)); err == nil {
+			t.Errorf("the loader accepts\n%s", doc)
+		}
 	}
 }
 

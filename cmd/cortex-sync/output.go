@@ -50,6 +50,9 @@ type validateDoc struct {
 	Revision  string       `json:"revision,omitempty"`
 	Resources int          `json:"resources"`
 	Problems  []problemDoc `json:"problems"`
+	// Targets are the desired sets checked in a repository with a Fleet
+	// manifest: one a rule, and one a host folder for a {name} path.
+	Targets []targetDoc `json:"targets,omitempty"`
 }
 
 // problemDoc is one problem in the manifests, located as far as known.

@@ -73,6 +73,7 @@ type globals struct {
 	logFormat   string
 	lockTimeout time.Duration
 	config      string
+	host        hostFlags
 	log         *slog.Logger
 	// capture, when set, receives the run command's options instead of
 	// running it: a SIGHUP reload reads the command line again this way.
@@ -221,6 +222,7 @@ applied, and takes the smallest action that closes the gap.`,
 	f.IntVar(&g.limits.Documents, "limit-documents", l.Documents, "refuse more YAML documents than this in all manifests together")
 	f.IntVar(&g.limits.Depth, "limit-depth", l.Depth, "refuse a YAML document nested deeper than this")
 	f.StringVar(&g.config, "config", "", "Agent config file (kind: Agent); flags given on the command line win")
+	g.host.add(f)
 	cmd.AddCommand(
 		newValidateCmd(g, io),
 		newDiffCmd(g, io),
@@ -235,6 +237,9 @@ applied, and takes the smallest action that closes the gap.`,
 		newStopCmd(g, io),
 		newStartCmd(g, io),
 		newLogsCmd(g, io),
+		newFleetCmd(g, io),
+		newHoldCmd(g, io),
+		newReleaseCmd(g, io),
 		newVersionCmd(io),
 	)
 	addCompletionExamples(cmd)
@@ -295,12 +300,12 @@ func (g *globals) setup(io streams) error {
 	if g.concurrency < 1 {
 		return fmt.Errorf("--concurrency %d: must be at least 1", g.concurrency)
 	}
-	return nil
+	return g.host.parse()
 }
 
 // config is the engine's configuration from the global flags.
 func (g *globals) engine() reconcile.Config {
-	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log}
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value}
 }
 
 // load fetches and validates the source's current revision.

@@ -224,8 +224,11 @@ func agentSchema() *jsonschema.Schema {
 				s = &jsonschema.Schema{Type: "integer"}
 			case "duration":
 				s = &jsonschema.Schema{Type: "string", Pattern: durationPattern, Default: f.Default}
-			case "stringArray":
+			case "stringArray", "stringSlice":
 				s = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "string"}, {Type: "array", Items: &jsonschema.Schema{Type: "string"}}}}
+				if mapFields[f.Name] { // labels: {role: web}
+					s.AnyOf = append(s.AnyOf, &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"}})
+				}
 			default:
 				s = &jsonschema.Schema{Type: "string"}
 				if f.Default != "" {
@@ -294,7 +297,47 @@ func genSchemas(files map[string][]byte) error {
 	if err := addJSON(files, "docs/schema/manifest.json", all); err != nil {
 		return err
 	}
+	if err := addJSON(files, "docs/schema/fleet.json", fleetSchema()); err != nil {
+		return err
+	}
 	return addJSON(files, "docs/schema/agent.json", agentSchema())
+}
+
+// fleetSchema is the Fleet manifest (fleet.yaml at a repository's top).
+func fleetSchema() *jsonschema.Schema {
+	str := func(desc string) *jsonschema.Schema { return &jsonschema.Schema{Type: "string", Description: desc} }
+	obj := func(props [][2]any, required ...string) *jsonschema.Schema {
+		s := &jsonschema.Schema{Type: "object", Properties: jsonschema.NewProperties(), AdditionalProperties: jsonschema.FalseSchema, Required: required}
+		for _, p := range props {
+			s.Properties.Set(p[0].(string), p[1].(*jsonschema.Schema))
+		}
+		return s
+	}
+	labels := &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"}, Description: "Each label must be present with this value (--label KEY=VALUE)."}
+	rule := obj([][2]any{
+		{"match", obj([][2]any{{"name", str("A glob on the host's name (--host-name).")}, {"labels", labels}})},
+		{"paths", &jsonschema.Schema{Type: "array", MinItems: ptr(uint64(1)), Items: str("A folder of the repository; {name} is the host's name."),
+			Description: "Folders whose manifests together are the host's desired set."}},
+	}, "paths")
+	count := &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "integer", Minimum: "1"}, {Type: "string", Pattern: `^[0-9]+%?$`}},
+		Description: "A count, or a percentage of the live hosts (rounded down, at least 1)."}
+	rollout := obj([][2]any{
+		{"maxUnavailable", count},
+		{"canary", &jsonschema.Schema{Type: "integer", Minimum: "0", Description: "Hosts that go first, alone."}},
+		{"minReady", &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: "How long a host must stay healthy for the revision to be good there."}},
+		{"progressDeadline", &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: "How long a host may take to be good."}},
+		{"failureThreshold", &jsonschema.Schema{Type: "integer", Minimum: "1", Description: "Bad hosts that pause the rollout fleet-wide."}},
+	})
+	md := obj([][2]any{{"name", &jsonschema.Schema{Type: "string", Pattern: `^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`, Description: "The fleet's name: its keys' prefix in etcd."}}}, "name")
+	md.AdditionalProperties = nil
+	doc := obj([][2]any{
+		{"apiVersion", &jsonschema.Schema{Const: resource.APIVersion}},
+		{"kind", &jsonschema.Schema{Const: resource.FleetKind}},
+		{"metadata", md},
+		{"spec", obj([][2]any{{"hosts", &jsonschema.Schema{Type: "array", MinItems: ptr(uint64(1)), Items: rule, Description: "Rules matched in order; the first that matches a host decides."}}, {"rollout", rollout}}, "hosts")},
+	}, "apiVersion", "kind", "metadata", "spec")
+	doc.Version, doc.ID, doc.Title = draft, schemaBase+"fleet.json", "cortex-sync Fleet (fleet.yaml)"
+	return doc
 }
 
 func props(key string, s *jsonschema.Schema) *orderedmap.OrderedMap[string, *jsonschema.Schema] {

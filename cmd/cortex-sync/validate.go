@@ -8,6 +8,8 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -25,7 +27,12 @@ func newValidateCmd(g *globals, io streams) *cobra.Command {
 strictly: unknown fields, wrong types, bad paths and modes, duplicate IDs,
 overlapping paths, paths outside --allowed-path, missing dependencies and
 cycles. Every problem is listed with its file, line, document, resource and
-field.`,
+field.
+
+In a repository with a Fleet manifest (fleet.yaml at its top) and no
+--path, it checks every desired set the Fleet can give: each rule's paths
+together, once per host folder a {name} path finds; --host-name or --label
+checks only what that host gets.`,
 		Example: `  # Check the manifests in the current directory
   cortex-sync validate
 
@@ -54,37 +61,17 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
-	if !o.src.given() {
-		o.src.dir = "."
-	}
-	// validate touches nothing on the host: a directory needs no stat cache,
-	// and a Git source's cache goes to a temp dir unless --state-dir (or a
-	// config's stateDir) names where to keep it.
-	cache := ""
-	if o.src.repo != "" {
-		if cmd.Flags().Changed("state-dir") {
-			cache = state.Dir{Path: g.stateDir}.Sub("cache")
-		} else {
-			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(tmp)
-			cache = tmp
-		}
-	}
-	s, err := o.src.source(cache, g.log)
+	co, done, err := fetchOffline(cmd, g, &o.src)
 	if err != nil {
 		return err
 	}
-	co, err := s.Fetch(cmd.Context())
-	if err != nil {
-		return err
+	defer done()
+	if f, err := resource.ReadFleet(co.Tree); co.Path == "." && !hostGiven(cmd) && (f != nil || err != nil) {
+		return validateFleet(g, o, io, co, f, err)
 	}
-	defer co.Close()
 	set, err := g.engine().Manifests().Load(co.Tree, co.Path, driver.Kinds())
 	if o.output == "json" {
-		doc := validateDoc{Valid: err == nil, Source: s.Ref().URL, Revision: co.Revision, Problems: []problemDoc{}}
+		doc := validateDoc{Valid: err == nil, Source: co.url, Revision: co.Revision, Problems: []problemDoc{}}
 		if err != nil {
 			doc.Problems = problemDocs(err)
 		} else {
@@ -100,13 +87,53 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if o.output == "json" {
 		return nil
 	}
-	at := s.Ref().URL
+	fmt.Fprintf(io.Out, "%s valid in %s\n", plural(set.Len(), "resource"), co.where)
+	return nil
+}
+
+// checkout is a fetched revision, and where it came from for messages.
+type checkout struct {
+	*source.Checkout
+	url   string // the source's URL
+	where string // … and its revision
+}
+
+// fetchOffline fetches the source (the current directory when none is
+// given) touching nothing on the host: a directory needs no stat cache,
+// and a Git source's cache goes to a temp dir unless --state-dir (or a
+// config's stateDir) names where to keep it. done releases it all.
+func fetchOffline(cmd *cobra.Command, g *globals, src *sourceFlags) (*checkout, func(), error) {
+	if !src.given() {
+		src.dir = "."
+	}
+	cache, cleanup := "", func() {}
+	if src.repo != "" {
+		if cmd.Flags().Changed("state-dir") {
+			cache = state.Dir{Path: g.stateDir}.Sub("cache")
+		} else {
+			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
+			if err != nil {
+				return nil, nil, err
+			}
+			cache, cleanup = tmp, func() { os.RemoveAll(tmp) }
+		}
+	}
+	s, err := src.source(cache, g.log)
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	co, err := s.Fetch(cmd.Context())
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	c := &checkout{Checkout: co, url: s.Ref().URL, where: s.Ref().URL}
 	if p := s.Ref().Path; p != "" && p != "." {
-		at += " (path " + p + ")"
+		c.where += " (path " + p + ")"
 	}
 	if co.Revision != "" {
-		at += " at " + co.Revision
+		c.where += " at " + co.Revision
 	}
-	fmt.Fprintf(io.Out, "%s valid in %s\n", plural(set.Len(), "resource"), at)
-	return nil
+	return c, func() { co.Close(); cleanup() }, nil
 }

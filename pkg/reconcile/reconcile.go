@@ -31,6 +31,7 @@ type Config struct {
 	Concurrency int
 	LockTimeout time.Duration
 	Log         *slog.Logger
+	Host        resource.Host // picks this host's paths from a Fleet manifest
 }
 
 // Desired is a fetched, validated desired state: one revision of a source.
@@ -76,9 +77,9 @@ func (m *ManifestError) Error() string {
 
 func (m *ManifestError) Unwrap() error { return m.Err }
 
-// Manifests are the load options of c: its allowed paths and limits.
+// Manifests are the load options of c: its allowed paths, limits and host.
 func (c Config) Manifests() resource.Options {
-	return resource.Options{AllowedPaths: c.Allowed, Limits: c.Limits}
+	return resource.Options{AllowedPaths: c.Allowed, Limits: c.Limits, Host: c.Host}
 }
 
 // Load fetches the source's current revision and validates it. An invalid

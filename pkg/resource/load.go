@@ -109,6 +109,10 @@ type Options struct {
 	// Limits bound what loading reads and allocates; zero fields take
 	// DefaultLimits.
 	Limits Limits
+	// Host picks this host's paths from the Fleet manifest when the load
+	// is of the repository's top and it has one (an empty name: this
+	// machine's hostname).
+	Host Host
 }
 
 // Limits bound the manifests a load accepts, so that a huge or hostile
@@ -265,7 +269,30 @@ type budget struct {
 }
 
 // Load is the package's Load, checking the desired state against o too.
+// A load of the repository's top (dir ".") where fleet.yaml holds the
+// Fleet manifest loads the paths the Fleet gives o.Host instead.
 func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
+	if cleanDir(dir) == "." {
+		f, err := ReadFleet(tree)
+		if err != nil {
+			return nil, err
+		}
+		if f != nil {
+			t, err := f.Resolve(tree, hostOrThis(o.Host))
+			if err != nil {
+				return nil, err
+			}
+			return o.LoadPaths(tree, t.Paths, kinds)
+		}
+	}
+	return o.LoadPaths(tree, []string{dir}, kinds)
+}
+
+// LoadPaths reads, decodes and validates the manifests below every one of
+// dirs as one desired set: a resource declared below two of them is an
+// error naming both files, as one declared twice below one is. A file
+// below two of the dirs (one inside the other) is read once.
+func (o Options) LoadPaths(tree fs.FS, dirs []string, kinds Kinds) (*Set, error) {
 	allowed := make([]string, 0, len(o.AllowedPaths))
 	for _, a := range o.AllowedPaths {
 		if !path.IsAbs(a) {
@@ -273,10 +300,16 @@ func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 		}
 		allowed = append(allowed, path.Clean(a))
 	}
-	files, err := Discover(tree, dir)
-	if err != nil {
-		return nil, err
+	var files []string
+	for _, dir := range dirs {
+		found, err := Discover(tree, dir)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, found...)
 	}
+	slices.Sort(files)
+	files = slices.Compact(files)
 	var errs *multierror.Error
 	var list []*Resource
 	b := &budget{Limits: o.Limits.orDefault()}
@@ -496,6 +529,13 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	}
 	if r.APIVersion != "" && r.APIVersion != APIVersion {
 		report(r.lines["apiVersion"], "apiVersion", fmt.Sprintf("%q is not supported; use %q", r.APIVersion, APIVersion))
+	}
+	if r.Kind == FleetKind {
+		if origin.File == FleetFile && len(errs) == 0 {
+			return nil, nil // the Fleet manifest: read by ReadFleet, not a resource
+		}
+		report(r.lines["kind"], "kind", "a Fleet manifest is read only from "+FleetFile+" at the repository's top; move it there")
+		return nil, Problems(errs)
 	}
 	newSpec, known := kinds[r.Kind]
 	if r.Kind != "" && !known {

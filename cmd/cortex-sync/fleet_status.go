@@ -1,0 +1,187 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/fleet"
+)
+
+type fleetStatusOptions struct {
+	etcd     etcdFlags
+	output   string
+	revision string
+}
+
+func newFleetStatusCmd(g *globals, io streams) *cobra.Command {
+	o := &fleetStatusOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show every host of the fleet: revision, sync, health, rollout phase",
+		Long: `status reads the fleet from etcd, from any machine that reaches it: one row
+per host (the revision it is on, sync, health, whether it is on its last
+good revision, its phase in the rollout, when it last wrote), stale when its
+presence lease has expired (its agent is down or cut off); a summary per
+revision; and the rollouts.
+
+The head is the newest revision a live host has fetched (by commit time),
+or --revision.
+
+Exit codes: 0 when every live host is Synced and Healthy on the head, 1
+otherwise, 2 when etcd cannot be read.`,
+		Example: `  cortex-sync fleet status --etcd-endpoints https://etcd1:2379,https://etcd2:2379,https://etcd3:2379 --fleet prod
+  cortex-sync fleet status --config /etc/cortex-sync/agent.yaml -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			err := fleetStatusRun(cmd, g, o, io)
+			var ee *exitError
+			if err != nil && !errors.As(err, &ee) {
+				return &exitError{code: exitTrouble, err: err}
+			}
+			return err
+		},
+	}
+	o.etcd.add(cmd.Flags())
+	addOutputFlag(cmd, &o.output)
+	cmd.Flags().StringVar(&o.revision, "revision", "", "the revision every live host should be on (default: the newest any live host fetched)")
+	return cmd
+}
+
+func fleetStatusRun(cmd *cobra.Command, g *globals, o *fleetStatusOptions, io streams) error {
+	if err := checkOutput(o.output, "text", "json"); err != nil {
+		return err
+	}
+	c, err := o.etcd.client(g)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := c.Read(cmd.Context(), o.revision)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		err = printJSON(io.Out, r)
+	} else {
+		err = fleetStatusText(io, r)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.Converged {
+		return &exitError{code: exitFailure}
+	}
+	return nil
+}
+
+func fleetStatusText(io streams, r *fleet.Report) error {
+	var b strings.Builder
+	head := r.Head
+	if head == "" {
+		head = "unknown (no live host reported one)"
+	}
+	fmt.Fprintf(&b, "Fleet:      %s\nHead:       %s\n", r.Fleet, head)
+	state := "converged: every live host is Synced and Healthy on the head"
+	if !r.Converged {
+		state = "not converged"
+	}
+	fmt.Fprintf(&b, "State:      %s\n", state)
+	if len(r.Hosts) == 0 {
+		b.WriteString("\nNo host has joined this fleet yet (agents with --etcd-endpoints and --fleet " + r.Fleet + ").\n")
+		_, err := fmt.Fprint(io.Out, b.String())
+		return err
+	}
+	b.WriteString("\n")
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tREVISION\tSYNC\tHEALTH\tLAST GOOD\tROLLOUT\tLAST SEEN\tNOTE")
+	now := time.Now()
+	for _, h := range r.Hosts {
+		seen := "-"
+		if !h.Time.IsZero() {
+			seen = seenAgo(now.Sub(h.Time))
+		}
+		lastGood := "-"
+		switch {
+		case h.OnLastGood:
+			lastGood = "on it"
+		case h.LastGood != "" && h.LastGood == h.Revision:
+			lastGood = "yes"
+		case h.LastGood != "":
+			lastGood = shortRev(h.LastGood)
+		}
+		var note []string
+		if h.Stale {
+			note = append(note, "stale: presence lease expired")
+		}
+		if h.Held != "" {
+			note = append(note, "held "+h.Held)
+		}
+		if len(h.Fighting) > 0 {
+			note = append(note, "fighting: "+strings.Join(h.Fighting, ","))
+		}
+		if h.LastError != "" {
+			note = append(note, oneLine(h.LastError))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Host, orDash(shortRev(h.Revision)), orDash(h.Sync), orDash(h.Health),
+			lastGood, orDash(h.Phase), seen, strings.Join(note, "; "))
+	}
+	tw.Flush()
+	b.WriteString("\n")
+	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REVISION\tLIVE\tSYNCED\tHEALTHY\tSTALE")
+	for _, s := range r.Revisions {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", orDash(shortRev(s.Revision)), s.Hosts, s.Synced, s.Healthy, s.Stale)
+	}
+	tw.Flush()
+	if len(r.Rollouts) > 0 {
+		b.WriteString("\n")
+		rolloutLines(&b, r.Rollouts[len(r.Rollouts)-1:])
+	}
+	_, err := fmt.Fprint(io.Out, b.String())
+	return err
+}
+
+// rolloutLines describes rollouts, one paragraph each.
+func rolloutLines(b *strings.Builder, rs []fleet.RolloutStatus) {
+	for _, ro := range rs {
+		fmt.Fprintf(b, "Rollout of %s: %s", shortRev(ro.Revision), ro.State)
+		if ro.Why != "" && ro.State != "progressing" {
+			fmt.Fprintf(b, " (%s)", ro.Why)
+		}
+		fmt.Fprintf(b, "\n  started %s by %s; maxUnavailable %s, canary %d, minReady %s\n", ro.Started.Format(time.RFC3339), ro.StartedBy, ro.MaxUnavailable, ro.Canary, ro.MinReady)
+		fmt.Fprintf(b, "  applying: %s; good: %d; bad: %s; stalled: %s\n", listOrNone(ro.Applying), len(ro.Good), listOrNone(ro.Bad), listOrNone(ro.Stalled))
+	}
+}
+
+// seenAgo says how long ago a host wrote, to the second within a minute.
+func seenAgo(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%ds ago", int(max(d, 0).Seconds()))
+	}
+	return age(d) + " ago"
+}
+
+func listOrNone(s []string) string {
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+var fullSHA = regexp.MustCompile(`([0-9a-f]{12})[0-9a-f]{28}`)
+
+// shortRev shortens the SHA in "main@sha1:…" to 12 digits for a table.
+func shortRev(rev string) string { return fullSHA.ReplaceAllString(rev, "$1") }

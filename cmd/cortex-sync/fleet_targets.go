@@ -1,0 +1,168 @@
+package main
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+type fleetTargetsOptions struct {
+	src    sourceFlags
+	output string
+}
+
+func newFleetTargetsCmd(g *globals, io streams) *cobra.Command {
+	o := &fleetTargetsOptions{}
+	cmd := &cobra.Command{
+		Use:   "targets [DIR]",
+		Short: "Show which hosts get which paths from fleet.yaml (offline)",
+		Long: `targets reads fleet.yaml at the top of the source (DIR, --dir or --repo) and
+prints its rules in order — the host pattern and labels each matches, and
+the paths it gives — then what this host gets (--host-name, default the
+hostname, and --label). It needs no etcd: targeting is decided from Git,
+on the host.`,
+		Example: `  cortex-sync fleet targets ./infra
+  cortex-sync fleet targets --dir ./infra --host-name web3 --label role=web
+  cortex-sync fleet targets --repo https://git.example.com/infra.git --branch main -o json`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				o.src.dir = args[0]
+			}
+			return fleetTargetsRun(cmd, g, o, io)
+		},
+	}
+	o.src.add(cmd)
+	addOutputFlag(cmd, &o.output)
+	return cmd
+}
+
+// targetsDoc is `fleet targets -o json`.
+type targetsDoc struct {
+	Fleet   string            `json:"fleet"`
+	Rules   []ruleDoc         `json:"rules"`
+	Rollout *resource.Rollout `json:"rollout,omitempty"`
+	Host    hostTargetDoc     `json:"host"`
+}
+
+type ruleDoc struct {
+	Name   string            `json:"name,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Paths  []string          `json:"paths"`
+}
+
+type hostTargetDoc struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Rule   int               `json:"rule"` // 1-based; 0 when none matches
+	Paths  []string          `json:"paths"`
+	Error  string            `json:"error,omitempty"`
+}
+
+func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io streams) error {
+	if err := checkOutput(o.output, "text", "json"); err != nil {
+		return err
+	}
+	f, co, done, err := readFleet(cmd, g, &o.src)
+	if err != nil {
+		return err
+	}
+	defer done()
+	host := g.host.value
+	doc := targetsDoc{Fleet: f.Name, Rules: []ruleDoc{}, Rollout: f.Spec.Rollout, Host: hostTargetDoc{Name: host.Name, Labels: host.Labels, Paths: []string{}}}
+	for _, r := range f.Spec.Hosts {
+		doc.Rules = append(doc.Rules, ruleDoc{Name: r.Match.Name, Labels: r.Match.Labels, Paths: r.Paths})
+	}
+	t, terr := f.Resolve(co.Tree, host)
+	if terr == nil {
+		doc.Host.Rule, doc.Host.Paths = t.Rule+1, t.Paths
+	} else {
+		doc.Host.Error = terr.Error()
+	}
+	if o.output == "json" {
+		if err := printJSON(io.Out, doc); err != nil {
+			return err
+		}
+		if terr != nil && hostGiven(cmd) {
+			return &exitError{code: exitFailure}
+		}
+		return nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Fleet %s (%s)\n\n", f.Name, resource.FleetFile)
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tMATCH\tPATHS")
+	for i, r := range doc.Rules {
+		fmt.Fprintf(tw, "%d\t%s\t%s\n", i+1, matchText(r.Name, r.Labels), strings.Join(r.Paths, ", "))
+	}
+	tw.Flush()
+	if ro := f.Spec.Rollout; ro != nil {
+		d := ro.WithDefaults()
+		fmt.Fprintf(&b, "\nRollout: maxUnavailable %s, canary %d, minReady %s, progressDeadline %s, failureThreshold %d\n",
+			d.MaxUnavailable, d.Canary, d.MinReady.Std(), d.ProgressDeadline.Std(), d.FailureThreshold)
+	} else {
+		b.WriteString("\nRollout: none (every host applies a new revision when it fetches it)\n")
+	}
+	fmt.Fprintf(&b, "\nThis host (%s, %s): ", host.Name, labelsText(host.Labels))
+	if terr != nil {
+		fmt.Fprintf(&b, "no paths:\n  %s\n", strings.ReplaceAll(terr.Error(), "\n", "\n  "))
+	} else {
+		fmt.Fprintf(&b, "rule %d: %s\n", t.Rule+1, strings.Join(t.Paths, ", "))
+	}
+	if _, err := fmt.Fprint(io.Out, b.String()); err != nil {
+		return err
+	}
+	if terr != nil && hostGiven(cmd) {
+		return &exitError{code: exitFailure} // the host named gets nothing
+	}
+	return nil
+}
+
+// readFleet fetches the source and reads its fleet.yaml; a source without
+// one is an error saying what a Fleet is.
+func readFleet(cmd *cobra.Command, g *globals, src *sourceFlags) (*resource.Fleet, *checkout, func(), error) {
+	co, done, err := fetchOffline(cmd, g, src)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	f, err := resource.ReadFleet(co.Tree)
+	if err == nil && f == nil {
+		err = fmt.Errorf("%s has no %s of kind Fleet at its top; see docs/fleet.md", co.where, resource.FleetFile)
+	}
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return f, co, done, nil
+}
+
+func matchText(name string, labels map[string]string) string {
+	var parts []string
+	if name != "" {
+		parts = append(parts, "name "+name)
+	}
+	if len(labels) > 0 {
+		parts = append(parts, "labels "+labelsText(labels))
+	}
+	if len(parts) == 0 {
+		return "every host"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func labelsText(labels map[string]string) string {
+	if len(labels) == 0 {
+		return "no labels"
+	}
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	return strings.Join(kv, ",")
+}

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+func newStopCmd(g *globals, io streams) *cobra.Command {
+	return &cobra.Command{
+		Use:     "stop Process/NAME",
+		Example: `  cortex-sync stop Process/web    # held stopped, shown Suspended, until start`,
+		Short:   "Stop a supervised process and hold it stopped until start",
+		Long: `stop stops a supervised process (its stop signal, then SIGKILL after its stop
+timeout) and holds it stopped: sync and the agent leave it so, and status
+shows it Suspended, until cortex-sync start. It acts on the host directly
+through the state dir, with or without an agent running.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return processVerb(cmd, g, io, resource.ID(args[0]), driver.OpStop)
+		},
+	}
+}
+
+func newStartCmd(g *globals, io streams) *cobra.Command {
+	return &cobra.Command{
+		Use:     "start Process/NAME",
+		Example: `  cortex-sync start Process/web`,
+		Short:   "End the hold of cortex-sync stop: start the process again",
+		Long: `start ends the hold that cortex-sync stop put on a supervised process and
+starts it with the spec last applied; a Failed process starts again too.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return processVerb(cmd, g, io, resource.ID(args[0]), driver.OpStart)
+		},
+	}
+}

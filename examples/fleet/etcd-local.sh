@@ -1,0 +1,38 @@
+#!/bin/sh
+# Three etcd members on 127.0.0.1 for trying a fleet by hand: clients on
+# 23791-23793, peers on 23801-23803, data and logs under DIR. Plain HTTP on
+# loopback only: docs/fleet.md shows a real cluster (TLS, systemd).
+#   sh examples/fleet/etcd-local.sh start DIR [ETCD]   # ETCD: default bin/etcd (make etcd)
+#   sh examples/fleet/etcd-local.sh stop DIR
+set -eu
+cmd=${1:?start or stop}; dir=${2:?a directory for data and logs}; etcd=${3:-bin/etcd}
+cluster=m1=http://127.0.0.1:23801,m2=http://127.0.0.1:23802,m3=http://127.0.0.1:23803
+case $cmd in
+start)
+	[ -x "$etcd" ] || { echo "$etcd missing: run make etcd" >&2; exit 1; }
+	mkdir -p "$dir"
+	for i in 1 2 3; do
+		[ -f "$dir/m$i.pid" ] && kill -0 "$(cat "$dir/m$i.pid")" 2>/dev/null && continue
+		"$etcd" --name m$i --data-dir "$dir/m$i" \
+			--listen-client-urls http://127.0.0.1:2379$i --advertise-client-urls http://127.0.0.1:2379$i \
+			--listen-peer-urls http://127.0.0.1:2380$i --initial-advertise-peer-urls http://127.0.0.1:2380$i \
+			--initial-cluster "$cluster" --initial-cluster-token cortex-sync-demo \
+			--log-level warn >"$dir/m$i.log" 2>&1 &
+		echo $! >"$dir/m$i.pid"
+	done
+	for i in $(seq 50); do
+		curl -fsS http://127.0.0.1:23791/health 2>/dev/null | grep -q '"health":"true"' && break
+		sleep 0.2
+	done
+	echo "etcd: http://127.0.0.1:23791,http://127.0.0.1:23792,http://127.0.0.1:23793 (logs in $dir)"
+	;;
+stop)
+	for i in 1 2 3; do
+		[ -f "$dir/m$i.pid" ] && kill "$(cat "$dir/m$i.pid")" 2>/dev/null || true
+		rm -f "$dir/m$i.pid"
+	done
+	;;
+*)
+	echo "usage: $0 start|stop DIR [ETCD]" >&2; exit 2
+	;;
+esac

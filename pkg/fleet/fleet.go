@@ -1,0 +1,218 @@
+// Package fleet coordinates the hosts of a fleet through etcd: presence on
+// a lease, one status key per host, rollouts of a revision in waves that
+// the hosts drive themselves with transactions, per-host holds, and
+// singletons elected with etcd's concurrency package and fenced on the
+// holder's own clock. etcd is the only consensus; every call is bounded
+// and fails fast, as a typed error, while it cannot be reached.
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Config is how to reach etcd and which fleet to work in.
+type Config struct {
+	Endpoints []string // client URLs of the etcd members
+	// CertFile and KeyFile are the client certificate and key, CAFile the
+	// CA that signed the members' certificates (PEM files).
+	CertFile, KeyFile, CAFile string
+	// DialTimeout bounds connecting (default 5 s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds every call (default 3 s).
+	RequestTimeout time.Duration
+	// Fleet names the fleet: every key lives below /cortex-sync/FLEET/.
+	Fleet string
+	Log   *slog.Logger
+}
+
+// Default timeouts.
+const (
+	DefaultDialTimeout    = 5 * time.Second
+	DefaultRequestTimeout = 3 * time.Second
+)
+
+// Client is a connection to a fleet's keys: what the CLI reads and
+// writes. A host uses a Member, which is a Client that is present.
+type Client struct {
+	cfg    Config
+	cli    *clientv3.Client
+	prefix string
+	log    *slog.Logger
+
+	mu        sync.Mutex
+	downSince time.Time // zero while etcd answers
+	lastErr   error
+	lastProbe time.Time
+}
+
+// ErrUnreachable is wrapped by every error of a call that etcd did not
+// answer: the coordinator is down or cut off.
+var ErrUnreachable = errors.New("coordinator unreachable")
+
+// UnreachableError says since when etcd has not answered.
+type UnreachableError struct {
+	Endpoints []string
+	Since     time.Time
+	Err       error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("coordinator unreachable since %s: etcd at %s did not answer (%v); check that the members run and this host reaches them",
+		e.Since.Format(time.RFC3339), strings.Join(e.Endpoints, ","), e.Err)
+}
+
+func (e *UnreachableError) Unwrap() []error { return []error{ErrUnreachable, e.Err} }
+
+// Dial connects to etcd. It does not wait for a member to answer: a host
+// starts with etcd down, and calls fail fast until it is back.
+func Dial(cfg Config) (*Client, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("no etcd endpoints: give --etcd-endpoints (etcdEndpoints in the Agent config)")
+	}
+	if err := checkName(cfg.Fleet); err != nil {
+		return nil, fmt.Errorf("--fleet %q: %w", cfg.Fleet, err)
+	}
+	for _, ep := range cfg.Endpoints {
+		if u, err := url.Parse(ep); err != nil || u.Host == "" || u.Scheme != "http" && u.Scheme != "https" {
+			return nil, fmt.Errorf("etcd endpoint %q: write a client URL such as https://etcd1.example.com:2379", ep)
+		}
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = DefaultRequestTimeout
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	ec := clientv3.Config{
+		Endpoints: cfg.Endpoints, DialTimeout: cfg.DialTimeout, Logger: zap.NewNop(),
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
+	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
+		if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+			return nil, errors.New("etcd client TLS: give both --etcd-cert-file and --etcd-key-file, or neither")
+		}
+		tc, err := transport.TLSInfo{CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, TrustedCAFile: cfg.CAFile}.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd client TLS (--etcd-cert-file, --etcd-key-file, --etcd-ca-file): %w", err)
+		}
+		ec.TLS = tc
+	}
+	cli, err := clientv3.New(ec)
+	if err != nil {
+		return nil, fmt.Errorf("etcd client for %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	return &Client{cfg: cfg, cli: cli, prefix: "/cortex-sync/" + cfg.Fleet + "/", log: cfg.Log}, nil
+}
+
+// checkName refuses a fleet or host name that would not make one key part.
+func checkName(n string) error {
+	if n == "" {
+		return errors.New("is empty; name the fleet (default: metadata.name of fleet.yaml)")
+	}
+	if strings.ContainsAny(n, "/\x00") || n == "." || n == ".." {
+		return errors.New("must not hold '/' or NUL, nor be '.' or '..'")
+	}
+	return nil
+}
+
+// Close closes the connection. It revokes nothing: keys on a lease go
+// when the lease expires, as after a crash.
+func (c *Client) Close() error { return c.cli.Close() }
+
+// Fleet is the fleet's name.
+func (c *Client) Fleet() string { return c.cfg.Fleet }
+
+// Condition is "" while etcd answers, else what a host shows: since when
+// the coordinator has been unreachable and why.
+func (c *Client) Condition() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.downSince.IsZero() {
+		return ""
+	}
+	return (&UnreachableError{Endpoints: c.cfg.Endpoints, Since: c.downSince, Err: c.lastErr}).Error()
+}
+
+// probeEvery is how often a call tries etcd while it is known down; the
+// calls in between fail at once.
+const probeEvery = time.Second
+
+// call runs fn with the request timeout, keeping track of whether etcd
+// answers. While etcd is known down, calls fail at once (one a second
+// tries again), so nothing waits on a dead coordinator.
+func (c *Client) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	c.mu.Lock()
+	if !c.downSince.IsZero() && time.Since(c.lastProbe) < probeEvery {
+		err := &UnreachableError{Endpoints: c.cfg.Endpoints, Since: c.downSince, Err: c.lastErr}
+		c.mu.Unlock()
+		return err
+	}
+	c.lastProbe = time.Now()
+	c.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	err := fn(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return ctx.Err() // the caller gave up: says nothing of etcd
+	}
+	if err == nil || !unreachable(err) {
+		c.mu.Lock()
+		c.downSince, c.lastErr = time.Time{}, nil
+		c.mu.Unlock()
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.downSince.IsZero() {
+		c.downSince = time.Now()
+		c.log.Warn("coordinator unreachable", "endpoints", strings.Join(c.cfg.Endpoints, ","), "error", err)
+	}
+	c.lastErr = err
+	return &UnreachableError{Endpoints: c.cfg.Endpoints, Since: c.downSince, Err: err}
+}
+
+// unreachable tells a call etcd did not answer from one it answered with
+// an error.
+func unreachable(err error) bool {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
+		errors.Is(err, rpctypes.ErrTimeout), errors.Is(err, rpctypes.ErrNoLeader),
+		errors.Is(err, rpctypes.ErrTimeoutDueToLeaderFail), errors.Is(err, rpctypes.ErrTimeoutDueToConnectionLost):
+		return true
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return false
+	}
+	return clientv3.IsConnCanceled(err) || isUnavailable(err)
+}
+
+// Keys: every key of a fleet is below its prefix.
+func (c *Client) key(parts ...string) string { return c.prefix + strings.Join(parts, "/") }
+
+// revKey is a revision as one key part ("main@sha1:…" may hold '/' in the
+// branch name).
+func revKey(rev string) string { return url.PathEscape(rev) }
+
+// isUnavailable reports a gRPC status of a member that could not answer.
+func isUnavailable(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && (s.Code() == codes.Unavailable || s.Code() == codes.DeadlineExceeded || s.Code() == codes.Canceled)
+}

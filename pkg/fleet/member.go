@@ -1,0 +1,373 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"reflect"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// MemberConfig is a host's part in the fleet.
+type MemberConfig struct {
+	Host resource.Host
+	// PresenceTTL is the presence lease's TTL: a host is stale this long
+	// after its agent stopped answering (default 10 s).
+	PresenceTTL time.Duration
+	// Debounce is how long a status change waits for the next before it is
+	// written (default 1 s): a status key is written on change, not per
+	// reconcile.
+	Debounce time.Duration
+	// MaintenanceFile, when set, is checked by Admit: while it exists the
+	// host takes no slot (see Maintenance).
+	MaintenanceFile string
+}
+
+// Defaults of a MemberConfig.
+const (
+	DefaultPresenceTTL = 10 * time.Second
+	DefaultDebounce    = time.Second
+)
+
+// HostStatus is what a host says of itself in its status key.
+type HostStatus struct {
+	Host   string            `json:"host"`
+	Labels map[string]string `json:"labels,omitempty"`
+	// Revision is the revision applied; Head the newest one fetched (the
+	// ref's head as this host saw it), HeadTime its commit time.
+	Revision string    `json:"revision,omitempty"`
+	Head     string    `json:"head,omitempty"`
+	HeadTime time.Time `json:"headTime,omitzero"`
+	Sync     string    `json:"sync,omitempty"`   // Synced, OutOfSync, …
+	Health   string    `json:"health,omitempty"` // Healthy, Degraded, …
+	// LastGood is the last revision that passed the health gate here.
+	LastGood string `json:"lastGood,omitempty"`
+	// RolloutPhase is the host's part in the rollout of Head: see Phase*.
+	RolloutPhase string   `json:"rolloutPhase,omitempty"`
+	Fighting     []string `json:"fighting,omitempty"`
+	LastError    string   `json:"lastError,omitempty"`
+	// Time is when the status was written (the writer's clock).
+	Time time.Time `json:"time"`
+}
+
+// Rollout phases a host reports.
+const (
+	PhaseApplying = "applying" // holds a slot: applying Head, waiting for it to be good
+	PhaseGood     = "good"     // Head was good here
+	PhaseBad      = "bad"      // Head was bad here; the host went back to its last good
+)
+
+func (s HostStatus) same(o HostStatus) bool {
+	s.Time, o.Time = time.Time{}, time.Time{}
+	return reflect.DeepEqual(s, o)
+}
+
+// Member is a host in the fleet: present on a lease, writing its status,
+// taking rollout slots and reporting verdicts.
+type Member struct {
+	*Client
+	host        resource.Host
+	ttl         time.Duration
+	debounce    time.Duration
+	maintenance string
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu         sync.Mutex
+	lease      clientv3.LeaseID // 0 while not present
+	want       HostStatus       // the status to be written
+	written    *HostStatus      // the status last written
+	quietUntil time.Time        // status rides in the rollout's next transaction until then
+	holding    string           // the revision whose slot this host holds
+	waiting    bool             // the last Admit said no: a new head alone is not written
+	poke       chan struct{}
+	changed    chan struct{} // closed on a change to slots, rollouts or this host's hold
+}
+
+// Join makes the host present in the fleet and starts writing its status.
+// It does not wait for etcd: presence is taken, and status flushed, as
+// soon as etcd answers.
+func Join(c *Client, cfg MemberConfig) (*Member, error) {
+	if err := checkName(cfg.Host.Name); err != nil {
+		return nil, fmt.Errorf("host name %q: %w", cfg.Host.Name, err)
+	}
+	if cfg.PresenceTTL <= 0 {
+		cfg.PresenceTTL = DefaultPresenceTTL
+	}
+	if cfg.Debounce <= 0 {
+		cfg.Debounce = DefaultDebounce
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Member{
+		Client: c, host: cfg.Host, ttl: cfg.PresenceTTL, debounce: cfg.Debounce, maintenance: cfg.MaintenanceFile,
+		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}),
+		want: HostStatus{Host: cfg.Host.Name, Labels: maps.Clone(cfg.Host.Labels)},
+	}
+	m.wg.Add(3)
+	go m.presence(ctx)
+	go m.writer(ctx)
+	go m.watch(ctx)
+	return m, nil
+}
+
+// Host is the member's name.
+func (m *Member) Host() string { return m.host.Name }
+
+// Close stops the member and revokes its presence (a clean stop: the host
+// shows stale at once), then closes the client.
+func (m *Member) Close() error {
+	m.cancel()
+	m.wg.Wait()
+	m.mu.Lock()
+	lease := m.lease
+	m.mu.Unlock()
+	if lease != 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		m.cli.Revoke(ctx, lease) // best effort: else it expires
+		cancel()
+	}
+	return m.Client.Close()
+}
+
+// Present reports whether the host holds its presence lease now.
+func (m *Member) Present() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lease != 0
+}
+
+// presence keeps the presence key on a lease, granting a new lease when
+// the old one is lost (etcd down longer than the TTL).
+func (m *Member) presence(ctx context.Context) {
+	defer m.wg.Done()
+	for ctx.Err() == nil {
+		var id clientv3.LeaseID
+		err := m.call(ctx, func(ctx context.Context) error {
+			g, err := m.cli.Grant(ctx, int64(m.ttl.Seconds()+0.5))
+			if err != nil {
+				return err
+			}
+			id = g.ID
+			v, _ := json.Marshal(presenceDoc{Host: m.host.Name, Labels: m.host.Labels, Since: time.Now()})
+			_, err = m.cli.Put(ctx, m.key("presence", m.host.Name), string(v), clientv3.WithLease(id))
+			return err
+		})
+		if err != nil {
+			sleep(ctx, probeEvery)
+			continue
+		}
+		kctx, kcancel := context.WithCancel(ctx)
+		ch, err := m.cli.KeepAlive(kctx, id)
+		if err != nil {
+			kcancel()
+			sleep(ctx, probeEvery)
+			continue
+		}
+		m.mu.Lock()
+		m.lease = id
+		m.mu.Unlock()
+		m.wake() // flush the status: it may not have reached etcd while down
+		m.broadcast()
+		for range ch {
+		}
+		kcancel()
+		m.mu.Lock()
+		m.lease = 0
+		m.mu.Unlock()
+		m.log.Warn("fleet presence lost; taking it again", "host", m.host.Name)
+	}
+}
+
+type presenceDoc struct {
+	Host   string            `json:"host"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Since  time.Time         `json:"since"`
+}
+
+// SetStatus records the host's status; it is written when it changed,
+// Debounce after the last change, or with the next rollout step.
+func (m *Member) SetStatus(s HostStatus) {
+	m.mu.Lock()
+	s.Host, s.Labels = m.host.Name, maps.Clone(m.host.Labels)
+	s.RolloutPhase = m.want.RolloutPhase // the rollout steps own it
+	m.want = s
+	m.mu.Unlock()
+	m.wake()
+}
+
+func (m *Member) wake() {
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+}
+
+// writer writes the status Debounce after a change, and again each
+// second while etcd does not take it.
+func (m *Member) writer(ctx context.Context) {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.poke:
+		}
+		for {
+			if !sleep(ctx, m.debounce) {
+				return
+			}
+			if !m.quiet(ctx) {
+				return
+			}
+			ops, s := m.statusOps(nil)
+			if ops == nil {
+				break
+			}
+			err := m.call(ctx, func(ctx context.Context) error {
+				_, err := m.cli.Txn(ctx).Then(ops...).Commit()
+				return err
+			})
+			if err == nil {
+				m.wrote(s)
+				break
+			}
+		}
+	}
+}
+
+// quiet waits while the host holds a slot (its status rides in the
+// verdict's transaction), for at most minReady and a few seconds; it
+// reports false when ctx ended.
+func (m *Member) quiet(ctx context.Context) bool {
+	for {
+		m.mu.Lock()
+		wait := time.Until(m.quietUntil)
+		m.mu.Unlock()
+		if wait <= 0 {
+			return true
+		}
+		if !sleep(ctx, min(wait, 200*time.Millisecond)) {
+			return false
+		}
+	}
+}
+
+// statusOps are the operations that write the status, changed by edit
+// (nil: as it is), and the status they write; nil when it is already
+// written. Nothing is recorded: the caller calls wrote once etcd took it.
+func (m *Member) statusOps(edit func(*HostStatus)) ([]clientv3.Op, HostStatus) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.want
+	if edit != nil {
+		edit(&s)
+	}
+	if m.written != nil && (m.written.same(s) || m.waiting && headOnly(*m.written, s)) {
+		return nil, s
+	}
+	s.Time = time.Now().UTC()
+	v, _ := json.Marshal(s)
+	return []clientv3.Op{clientv3.OpPut(m.key("status", m.host.Name), string(v))}, s
+}
+
+// headOnly reports whether b differs from a in its head alone: a host that
+// waits for a slot does not write the head it waits to apply (the rollout
+// shows it waiting); the head rides in the slot's transaction.
+func headOnly(a, b HostStatus) bool {
+	a.Head, a.HeadTime = b.Head, b.HeadTime
+	return a.same(b)
+}
+
+// wrote records s as written; its rollout phase and head are the host's
+// from now on.
+func (m *Member) wrote(s HostStatus) {
+	m.mu.Lock()
+	m.written = &s
+	m.want.RolloutPhase = s.RolloutPhase
+	if m.want.Head == "" {
+		m.want.Head = s.Head
+	}
+	m.mu.Unlock()
+}
+
+// phase is an edit that sets the rollout phase of rev.
+func phase(rev, p string) func(*HostStatus) {
+	return func(s *HostStatus) {
+		s.RolloutPhase = p
+		if s.Head == "" {
+			s.Head = rev // the engine did not say what it fetched
+		}
+	}
+}
+
+// wakeJitter spreads the hosts' wake-ups after a change.
+const wakeJitter = 100 * time.Millisecond
+
+// watch wakes waiters of Changed on every change to slots, rollouts and
+// this host's hold.
+func (m *Member) watch(ctx context.Context) {
+	defer m.wg.Done()
+	for ctx.Err() == nil {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		t := m.cli.Watch(wctx, m.key("transit")+"/", clientv3.WithPrefix())
+		r := m.cli.Watch(wctx, m.key("rollout")+"/", clientv3.WithPrefix())
+		h := m.cli.Watch(wctx, m.key("hold", m.host.Name))
+	events:
+		for {
+			var ok bool
+			select {
+			case _, ok = <-t:
+			case _, ok = <-r:
+			case _, ok = <-h:
+			}
+			if !ok {
+				break events // a watch ended (leader lost, compaction): watch again
+			}
+			// Wake waiters a moment apart, host from host: the first to ask
+			// takes a freed slot and the rest read that it is gone, instead
+			// of all racing for it with transactions etcd must refuse.
+			if !sleep(ctx, rand.N(wakeJitter)) {
+				break events
+			}
+			m.broadcast()
+		}
+		cancel()
+		sleep(ctx, probeEvery)
+	}
+}
+
+func (m *Member) broadcast() {
+	m.mu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.mu.Unlock()
+}
+
+// Changed is closed at the next change to the rollout slots, a rollout or
+// this host's hold: a host waiting for a slot asks again then (or at the
+// Decision's RetryAfter, whichever comes first).
+func (m *Member) Changed() <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.changed
+}
+
+// sleep waits d or until ctx ends, reporting whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,329 @@
+package fleet
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Report is the fleet as etcd knows it: `cortex-sync fleet status`.
+type Report struct {
+	Fleet string `json:"fleet"`
+	// Head is the newest revision any live host fetched (by commit time),
+	// or the one asked for: converged means every live host is on it.
+	Head      string            `json:"head,omitempty"`
+	Converged bool              `json:"converged"`
+	Hosts     []HostRow         `json:"hosts"`
+	Revisions []RevisionSummary `json:"revisions"`
+	Rollouts  []RolloutStatus   `json:"rollouts"`
+}
+
+// HostRow is one host: its last status, whether it is live, and its part
+// in the rollout of the head.
+type HostRow struct {
+	HostStatus
+	// Stale is true when the host's presence lease has expired: its agent
+	// is down or cut off, and the row is what it last said.
+	Stale bool `json:"stale"`
+	// OnLastGood is true when the host is on the last revision that was
+	// good there and that is not its head (it rolled back, or waits).
+	OnLastGood bool   `json:"onLastGood"`
+	Held       string `json:"held,omitempty"` // why, when held
+	// Phase is the rollout phase as the fleet sees it: applying, good,
+	// bad, stalled, waiting, held, or "" (nothing to roll out).
+	Phase string `json:"phase,omitempty"`
+}
+
+// RevisionSummary counts the live hosts on one revision.
+type RevisionSummary struct {
+	Revision string `json:"revision"`
+	Hosts    int    `json:"hosts"`
+	Synced   int    `json:"synced"`
+	Healthy  int    `json:"healthy"`
+	Stale    int    `json:"stale"`
+}
+
+// RolloutStatus is one revision's rollout.
+type RolloutStatus struct {
+	Revision       string    `json:"revision"`
+	Started        time.Time `json:"started"`
+	StartedBy      string    `json:"startedBy"`
+	MaxUnavailable string    `json:"maxUnavailable"`
+	Canary         int       `json:"canary"`
+	MinReady       string    `json:"minReady"`
+	// State is progressing, canary, paused or aborted; Why says why not
+	// progressing.
+	State    string   `json:"state"`
+	Why      string   `json:"why,omitempty"`
+	Applying []string `json:"applying"`
+	Good     []string `json:"good"`
+	Bad      []string `json:"bad"`
+	Stalled  []string `json:"stalled"`
+	// Newest is true for the most recently started rollout.
+	Newest bool `json:"newest"`
+	order  int64
+}
+
+// Read reads the whole fleet at one etcd revision. head, when not "",
+// is the revision every live host should be on; else the newest head the
+// hosts report.
+func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
+	var resp *clientv3.GetResponse
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.cli.Get(ctx, c.prefix, clientv3.WithPrefix())
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	kvs := pairs(resp)
+	live := map[string]bool{}
+	statuses := map[string]HostStatus{}
+	v := newView()
+	c.parseSlots(v, kvs)
+	var revs []*specDoc
+	specOrder := map[string]int64{}
+	for _, kv := range kvs {
+		rest := strings.TrimPrefix(kv.key, c.prefix)
+		kind, name, _ := strings.Cut(rest, "/")
+		switch kind {
+		case "presence":
+			live[name] = true
+		case "status":
+			var s HostStatus
+			if json.Unmarshal(kv.value, &s) == nil {
+				statuses[name] = s
+			}
+		case "rollout":
+			if _, what, _ := strings.Cut(name, "/"); what == "spec" {
+				var s specDoc
+				if json.Unmarshal(kv.value, &s) == nil {
+					revs = append(revs, &s)
+					specOrder[s.Revision] = kv.createRev
+				}
+			}
+		}
+	}
+	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}}
+	now := time.Now()
+	views := map[string]*rolloutView{}
+	for _, s := range revs {
+		rv := newView()
+		rv.transit, rv.held, rv.live = v.transit, v.held, len(live)
+		c.parseRollout(rv, s.Revision, kvs)
+		views[s.Revision] = rv
+		st, why := rv.state(s.Rollout)
+		rs := RolloutStatus{Revision: s.Revision, Started: s.At, StartedBy: s.By, MaxUnavailable: s.Rollout.MaxUnavailable.String(),
+			Canary: s.Rollout.Canary, MinReady: s.Rollout.MinReady.Std().String(), State: st, Why: why,
+			Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: specOrder[s.Revision]}
+		for h, slot := range v.transit {
+			if slot.Revision != s.Revision {
+				continue
+			}
+			if stalled(slot, s.Rollout, now) {
+				rs.Stalled = append(rs.Stalled, h)
+			} else {
+				rs.Applying = append(rs.Applying, h)
+			}
+		}
+		slices.Sort(rs.Applying)
+		slices.Sort(rs.Stalled)
+		r.Rollouts = append(r.Rollouts, rs)
+	}
+	slices.SortFunc(r.Rollouts, func(a, b RolloutStatus) int { return cmp.Compare(a.order, b.order) })
+	if n := len(r.Rollouts); n > 0 {
+		r.Rollouts[n-1].Newest = true
+	}
+
+	r.Head = head
+	if r.Head == "" {
+		var best HostStatus
+		for h, s := range statuses {
+			if live[h] && s.Head != "" && (best.Head == "" || s.HeadTime.After(best.HeadTime) || s.HeadTime.Equal(best.HeadTime) && s.Head > best.Head) {
+				best = s
+			}
+		}
+		r.Head = best.Head
+	}
+	hosts := sortedKeys(statuses)
+	for h := range live {
+		if _, ok := statuses[h]; !ok {
+			hosts = append(hosts, h) // present, no status written yet
+			statuses[h] = HostStatus{Host: h}
+		}
+	}
+	slices.Sort(hosts)
+	byRev := map[string]*RevisionSummary{}
+	r.Converged = len(live) > 0
+	for _, h := range hosts {
+		s := statuses[h]
+		row := HostRow{HostStatus: s, Stale: !live[h]}
+		row.OnLastGood = s.LastGood != "" && s.Revision == s.LastGood && s.Head != "" && s.Head != s.Revision
+		if hd, ok := v.held[h]; ok {
+			row.Held = fmt.Sprintf("by %s at %s%s", orSomeone(hd.By), hd.At.Format(time.RFC3339), because(hd.Why))
+		}
+		row.Phase = phaseOf(row, r.Head, views[r.Head], v.transit[h], now)
+		r.Hosts = append(r.Hosts, row)
+		sum := byRev[s.Revision]
+		if sum == nil {
+			sum = &RevisionSummary{Revision: s.Revision}
+			byRev[s.Revision] = sum
+		}
+		if row.Stale {
+			sum.Stale++
+			continue
+		}
+		sum.Hosts++
+		if s.Sync == "Synced" {
+			sum.Synced++
+		}
+		if s.Health == "Healthy" {
+			sum.Healthy++
+		}
+		if s.Revision != r.Head || s.Sync != "Synced" || s.Health != "Healthy" {
+			r.Converged = false
+		}
+	}
+	for _, k := range sortedKeys(byRev) {
+		r.Revisions = append(r.Revisions, *byRev[k])
+	}
+	if r.Head == "" {
+		r.Converged = false
+	}
+	return r, nil
+}
+
+// phaseOf is a host's part in the rollout of head.
+func phaseOf(row HostRow, head string, v *rolloutView, slot slotDoc, now time.Time) string {
+	switch {
+	case v == nil || head == "":
+		return ""
+	case slot.Revision == head && v.spec != nil && stalled(slot, v.spec.Rollout, now):
+		return "stalled"
+	case slot.Revision == head:
+		return PhaseApplying
+	}
+	if _, ok := v.bad[row.Host]; ok {
+		return PhaseBad
+	}
+	if _, ok := v.good[row.Host]; ok {
+		return PhaseGood
+	}
+	switch {
+	case row.Held != "":
+		return "held"
+	case row.Revision != head && !row.Stale:
+		return "waiting"
+	}
+	return ""
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ErrNoRollout is returned when a rollout verb names no rollout that
+// exists.
+var ErrNoRollout = errors.New("no such rollout")
+
+// newestRollout is the revision of the rollout started last.
+func (c *Client) newestRollout(ctx context.Context) (string, error) {
+	var resp *clientv3.GetResponse
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.cli.Get(ctx, c.key("rollout")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	var best string
+	var at int64
+	for _, kv := range pairs(resp) {
+		rest := strings.TrimPrefix(kv.key, c.key("rollout")+"/")
+		if rev, what, _ := strings.Cut(rest, "/"); what == "spec" && kv.createRev > at {
+			best, at = rev, kv.createRev
+		}
+	}
+	if best == "" {
+		return "", fmt.Errorf("%w: fleet %s has no rollout yet", ErrNoRollout, c.cfg.Fleet)
+	}
+	return unescapeRev(best), nil
+}
+
+// SetRollout pauses (StatePaused), resumes (StateActive) or aborts
+// (StateAborted) the rollout of rev ("": the newest), and returns the
+// revision acted on. A resume forgives the failures so far: they no
+// longer count against the budget or the failure threshold.
+func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (string, error) {
+	if rev == "" {
+		var err error
+		if rev, err = c.newestRollout(ctx); err != nil {
+			return "", err
+		}
+	}
+	spec := c.key("rollout", revKey(rev), "spec")
+	doc, _ := json.Marshal(controlDoc{State: state, By: by, Why: why, At: time.Now().UTC()})
+	var ok bool
+	err := c.call(ctx, func(ctx context.Context) error {
+		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(spec), ">", 0)).
+			Then(clientv3.OpPut(c.key("rollout", revKey(rev), "control"), string(doc))).Commit()
+		if err == nil {
+			ok = resp.Succeeded
+		}
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("%w: fleet %s has no rollout of %s (cortex-sync fleet rollout status lists them)", ErrNoRollout, c.cfg.Fleet, rev)
+	}
+	return rev, nil
+}
+
+// Hold tells the rollouts to pass host by until Unhold: it takes no slot.
+func (c *Client) Hold(ctx context.Context, host, by, why string) error {
+	if err := checkName(host); err != nil {
+		return fmt.Errorf("host name %q: %w", host, err)
+	}
+	doc, _ := json.Marshal(holdDoc{By: by, Why: why, At: time.Now().UTC()})
+	return c.call(ctx, func(ctx context.Context) error {
+		_, err := c.cli.Put(ctx, c.key("hold", host), string(doc))
+		return err
+	})
+}
+
+// Unhold ends a Hold; it reports whether there was one.
+func (c *Client) Unhold(ctx context.Context, host string) (bool, error) {
+	var n int64
+	err := c.call(ctx, func(ctx context.Context) error {
+		resp, err := c.cli.Delete(ctx, c.key("hold", host))
+		if err == nil {
+			n = resp.Deleted
+		}
+		return err
+	})
+	return n > 0, err
+}
+
+func unescapeRev(k string) string {
+	if s, err := url.PathUnescape(k); err == nil {
+		return s
+	}
+	return k
+}
