@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -47,6 +48,45 @@ type Options struct {
 // New starts a cluster of three members and stops it when the test ends.
 func New(t testing.TB) *Cluster { return NewWith(t, Options{}) }
 
+var shared struct {
+	once sync.Once
+	c    *Cluster
+	dir  string
+	err  error
+}
+
+// Shared is one cluster of three members for every test of the package
+// that neither stops nor cuts its members (each keeps to keys of its own):
+// it starts with the first test that asks and stops in StopShared.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	shared.once.Do(func() {
+		if shared.dir, shared.err = os.MkdirTemp("", "etcdtest-"); shared.err != nil {
+			return
+		}
+		for try := 0; try < 3; try++ {
+			if shared.c, shared.err = startIn(nil, shared.dir, 3, Options{}); shared.err == nil {
+				return
+			}
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("start the shared etcd cluster: %v", shared.err)
+	}
+	return shared.c
+}
+
+// StopShared stops the shared cluster, if one started, and removes its
+// data: from TestMain, after the tests.
+func StopShared() {
+	if shared.c != nil {
+		shared.c.StopAll()
+	}
+	if shared.dir != "" {
+		os.RemoveAll(shared.dir)
+	}
+}
+
 // NewWith starts a cluster shaped by o.
 func NewWith(t testing.TB, o Options) *Cluster {
 	t.Helper()
@@ -68,8 +108,11 @@ func NewWith(t testing.TB, o Options) *Cluster {
 }
 
 func start(t testing.TB, n int, o Options) (*Cluster, error) {
+	return startIn(t, t.TempDir(), n, o)
+}
+
+func startIn(t testing.TB, base string, n int, o Options) (*Cluster, error) {
 	c := &Cluster{t: t}
-	base := t.TempDir()
 	var initial []string
 	for i := range n {
 		peer, client := freePort(), freePort()

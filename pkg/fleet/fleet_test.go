@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -20,11 +21,23 @@ const ttl = 2 * time.Second
 // newClient is a client of the test fleet; the caller closes it.
 func newClient(t testing.TB, endpoints []string) *Client {
 	t.Helper()
-	c, err := Dial(Config{Endpoints: endpoints, Fleet: "test", RequestTimeout: 2 * time.Second})
+	c, err := Dial(Config{Endpoints: endpoints, Fleet: fleetOf(t), RequestTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// fleetOf is the test's own fleet: tests on the shared cluster keep to
+// keys of their own.
+func fleetOf(t testing.TB) string {
+	return "test-" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	etcdtest.StopShared()
+	os.Exit(code)
 }
 
 func dial(t testing.TB, endpoints []string) *Client {
@@ -83,7 +96,8 @@ func row(r *Report, host string) *HostRow {
 }
 
 func TestStatusAndLeaseExpiry(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	a := join(t, cl.Endpoints(), "a", map[string]string{"role": "web"})
 	b := join(t, cl.Endpoints(), "b", nil)
 	c := dial(t, cl.Endpoints())
@@ -121,7 +135,8 @@ func TestStatusAndLeaseExpiry(t *testing.T) {
 }
 
 func TestStatusWrittenOnChangeOnly(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	a := join(t, cl.Endpoints(), "a", nil)
 	c := dial(t, cl.Endpoints())
 	s := HostStatus{Revision: "r1", Sync: "Synced", Health: "Healthy"}
@@ -241,7 +256,8 @@ func hosts(t *testing.T, cl *etcdtest.Cluster, n int) []*Member {
 }
 
 func TestRolloutMaxUnavailable(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 12)
 	rev := Revision{ID: "main@sha1:1", Rollout: rollout("3", 0, 2, 300*time.Millisecond)}
 	s := &sim{failAt: 4} // the fourth host to go fails its gate: mid-rollout
@@ -270,7 +286,8 @@ func TestRolloutMaxUnavailable(t *testing.T) {
 }
 
 func TestCanaryFailurePauses(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 5)
 	rev := Revision{ID: "main@sha1:bad", Rollout: rollout("2", 1, 3, 100*time.Millisecond)}
 	s := &sim{}
@@ -318,7 +335,8 @@ func TestCanaryFailurePauses(t *testing.T) {
 }
 
 func TestOfflineHostDoesNotBlock(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 3)
 	rev := Revision{ID: "main@sha1:1", Rollout: rollout("1", 0, 1, 0)}
 	if d, err := ms[0].Admit(context.Background(), rev); err != nil || !d.Go {
@@ -335,7 +353,8 @@ func TestOfflineHostDoesNotBlock(t *testing.T) {
 }
 
 func TestHeldHostPassedBy(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 3)
 	c := dial(t, cl.Endpoints())
 	if err := c.Hold(context.Background(), "h00", "ops", "disk swap"); err != nil {
@@ -366,8 +385,9 @@ func TestHeldHostPassedBy(t *testing.T) {
 }
 
 func TestMaintenanceFile(t *testing.T) {
-	cl := etcdtest.New(t)
-	c, err := Dial(Config{Endpoints: cl.Endpoints(), Fleet: "test"})
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
+	c, err := Dial(Config{Endpoints: cl.Endpoints(), Fleet: fleetOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,7 +410,8 @@ func TestMaintenanceFile(t *testing.T) {
 }
 
 func TestPauseAbortSupersede(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own; most of the time is waiting on leases
+	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 3)
 	c := dial(t, cl.Endpoints())
 	ctx := context.Background()
@@ -438,6 +459,7 @@ func TestPauseAbortSupersede(t *testing.T) {
 }
 
 func TestEtcdDown(t *testing.T) {
+	t.Parallel() // a cluster of its own: it stops every member
 	cl := etcdtest.New(t)
 	ms := hosts(t, cl, 2)
 	c := dial(t, cl.Endpoints())

@@ -80,15 +80,19 @@ func (e *election) run(ctx context.Context, logf func(string, ...any), cand *can
 }
 
 func TestSingletonNoOverlap(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"kill", "partition"} {
-		t.Run(how, func(t *testing.T) { singletonFailovers(t, how, 3) })
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			singletonFailovers(t, how, 3)
+		})
 	}
 }
 
 // singletonFailovers elects a holder among three hosts n times, ending
 // each holding by how, and measures the holders' overlap.
 func singletonFailovers(t testing.TB, how string, n int) (worst time.Duration, failover []time.Duration) {
-	cl := etcdtest.New(t)
+	cl := etcdtest.Shared(t) // candidates in a fleet of their own; a cut is a proxy of their own
 	const ttl = 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -153,7 +157,8 @@ func singletonFailovers(t testing.TB, how string, n int) (worst time.Duration, f
 }
 
 func TestSingletonFencedWrite(t *testing.T) {
-	cl := etcdtest.New(t)
+	t.Parallel() // on the shared cluster, in a fleet of its own
+	cl := etcdtest.Shared(t)
 	a, b := dial(t, cl.Endpoints()), dial(t, cl.Endpoints())
 	ctx := context.Background()
 	h, err := a.Campaign(ctx, "job", "a", 2*time.Second)
