@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -65,7 +64,6 @@ type dirWork struct {
 	attrs attrs
 	ops   []treeOp
 	index *state.Index // the tree's index, updated in place as entries are checked and written
-	mu    sync.Mutex   // guards index while files are written in parallel
 	// replan: the tree's changes were too many to hold as ops; sync plans
 	// it again, from its index as saved, as it writes it (writeTree).
 	replan bool
@@ -140,7 +138,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		o.Attrs = w.attrs.diffs(live)
 	}
 	if spec.tracksContent() {
-		t, err := planTree(ctx, env, r, spec, top, old, nil)
+		t, err := planTree(ctx, env, r, spec, top, &treeIndex{x: old}, nil)
 		if err != nil {
 			return nil, err
 		}

@@ -2,10 +2,12 @@ package driver
 
 import (
 	"io/fs"
+	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // A mirrored Directory (spec.source) is copied entry by entry, in three
@@ -48,3 +50,49 @@ func mirrorMode(e source.Entry) fs.FileMode {
 // openRel opens a relative directory below d in one call, never through a
 // symlink.
 func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirRel(rel) }
+
+// treeIndex is a tree's index as the planner's goroutines and the
+// writer's share it.
+type treeIndex struct {
+	mu sync.Mutex // guards x
+	x  *state.Index
+}
+
+func (t *treeIndex) get(rel string) *state.IndexEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.Get(rel)
+}
+
+func (t *treeIndex) children(rel string) map[string]state.Child {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.Children(rel)
+}
+
+func (t *treeIndex) racy(e *state.IndexEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.Racy(e)
+}
+
+// set records an entry that stands; touch records it anew although it did
+// not change (see state.Index.Touch).
+func (t *treeIndex) set(rel string, e *state.IndexEntry, touch bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.x.Set(rel, e)
+	if touch {
+		t.x.Touch(rel)
+	}
+}
+
+// forget deletes rel's entry, and with below those of what was inside.
+func (t *treeIndex) forget(rel string, below bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.x.Delete(rel)
+	if below {
+		t.x.DeleteBelow(rel)
+	}
+}

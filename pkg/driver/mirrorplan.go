@@ -47,8 +47,8 @@ type treePlan struct {
 //
 // With out set, each directory's changes are carried out as soon as they
 // are decided, and nothing is kept.
-func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, idx *state.Index, out *treeWriter) (*treePlan, error) {
-	p := &treePlanner{ctx: ctx, env: env, r: r, spec: spec, top: top, idx: idx, out: out}
+func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
+	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
 	var g errgroup.Group
 	g.SetLimit(max(1, env.Concurrency))
 	var failed atomic.Bool
@@ -58,7 +58,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			if failed.Load() {
 				return nil
 			}
-			err := p.compare(f.host, f.rel, f.entries, f.implied)
+			err := p.compare(ctx, f.host, f.rel, f.entries, f.implied)
 			if err != nil {
 				failed.Store(true)
 			}
@@ -117,7 +117,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	var srcErr error
 	switch {
 	case spec.sourcePath != "" && env.recalled():
-		srcErr = recalledWalk(idx, add)
+		srcErr = recalledWalk(ix.x, add)
 	case spec.sourcePath != "":
 		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
@@ -140,13 +140,8 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		err = walkErr
 	case srcErr != nil:
 		err = fmt.Errorf("read source %s: %w", spec.Source, srcErr)
-	case out != nil:
-		err = p.flush()
 	}
 	if err != nil {
-		if out != nil {
-			out.cleanup()
-		}
 		return nil, err
 	}
 	if out != nil {
@@ -202,20 +197,19 @@ func within(dir, top string) bool {
 
 // treePlanner holds what the directories of one tree's plan share.
 type treePlanner struct {
-	ctx  context.Context
 	env  *Env
 	r    *resource.Resource
 	spec *DirectorySpec
 	top  *hostfs.Dir // nil when the tree is not on the host
 	out  *treeWriter // carries out changes as they are decided; nil: kept
 
-	mu       sync.Mutex // guards idx and what is kept
-	idx      *state.Index
-	ops      []treeOp  // for desired entries, while there are few
-	gone     []treeOp  // for live entries that are not desired, likewise
-	shown    []shownOp // every change, for the plan's display
-	overflow bool      // too many changes to hold ops for
-	writes   int       // files to write
+	ix       *treeIndex // what was written, checked and written since
+	mu       sync.Mutex // guards what is kept
+	ops      []treeOp   // for desired entries, while there are few
+	gone     []treeOp   // for live entries that are not desired, likewise
+	shown    []shownOp  // every change, for the plan's display
+	overflow bool       // too many changes to hold ops for
+	writes   int        // files to write
 	// counted replaces shown beyond maxHeldOps when the plan is only to
 	// be applied (Env.CountFiles).
 	counted map[shownKey]int
@@ -292,9 +286,7 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 			live = &st
 		}
 	}
-	p.mu.Lock()
-	prev := p.idx.Get(e.Path)
-	p.mu.Unlock()
+	prev := p.ix.get(e.Path)
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
 	switch {
@@ -306,13 +298,13 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 		if live.Mode.Perm() != op.mode {
 			o.Attrs = []diff.Attr{{Field: "mode"}}
 		} else {
-			p.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
 		}
 	}
 	if op.decide(&o) {
 		if p.out == nil {
 			p.keep([]treeOp{op}, nil)
-		} else if err := p.makeDir(parent, name, &op); err != nil {
+		} else if err := p.out.makeDir(parent, name, &op); err != nil {
 			return nil, err
 		}
 	}
@@ -326,14 +318,12 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 // as the walk met them): the desired ones against what the host and the
 // index hold, then the host's that are not desired, and forgets recorded
 // entries that are on neither side.
-func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
+func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
 	live, err := listHost(host)
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	recorded := p.idx.Children(rel)
-	p.mu.Unlock()
+	recorded := p.ix.children(rel)
 	want := make(map[string]fs.FileMode, len(desired))
 	var ops []treeOp
 	for _, e := range desired {
@@ -351,7 +341,7 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 			if le.Mode.IsDir() {
 				// What is inside goes with it: its entries are weighed as
 				// entries that are not desired.
-				if err := p.hostOnly(host, e.Path); err != nil {
+				if err := p.hostOnly(ctx, host, e.Path); err != nil {
 					return err
 				}
 			}
@@ -363,10 +353,10 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 			o.Ours = prev != nil && prev.Target == le.target
 			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
-				p.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
+				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
-			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.racy)
+			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.ix.racy)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
 			}
@@ -375,7 +365,7 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 				ops = append(ops, *fop)
 			}
 			if entry != nil {
-				p.set(e.Path, entry, racy)
+				p.ix.set(e.Path, entry, racy)
 			}
 			continue
 		}
@@ -410,36 +400,36 @@ func (p *treePlanner) compare(host *hostfs.Dir, rel string, desired []desiredEnt
 			// Not cortex-sync's, and no purge: left alone, and what is
 			// inside is weighed entry by entry.
 			if le.Mode.IsDir() && !implied[name] {
-				if err := p.hostOnly(host, sub); err != nil {
+				if err := p.hostOnly(ctx, host, sub); err != nil {
 					return err
 				}
 			}
 			continue
 		}
 		if le.Mode.IsDir() && !implied[name] {
-			p.mu.Lock()
-			p.idx.DeleteBelow(sub) // goes with the directory
-			p.mu.Unlock()
+			p.ix.mu.Lock()
+			p.ix.x.DeleteBelow(sub) // goes with the directory
+			p.ix.mu.Unlock()
 		}
 		gone = append(gone, op)
 	}
 	// Recorded entries that are neither desired nor on the host are
 	// forgotten.
-	p.mu.Lock()
+	p.ix.mu.Lock()
 	for name, c := range recorded {
 		sub := path.Join(rel, name)
 		le, isLive := live[name]
 		mode, isWanted := want[name]
 		if c.Entry != nil && !isLive && !isWanted {
-			p.idx.Delete(sub)
+			p.ix.x.Delete(sub)
 		}
 		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
-			p.idx.DeleteBelow(sub)
+			p.ix.x.DeleteBelow(sub)
 		}
 	}
-	p.mu.Unlock()
+	p.ix.mu.Unlock()
 	if p.out != nil {
-		return p.writeDir(host, rel, ops, gone)
+		return p.out.writeDir(ctx, host, rel, ops, gone)
 	}
 	p.keep(ops, gone)
 	return nil
@@ -480,7 +470,7 @@ func (p *treePlanner) keep(ops, gone []treeOp) {
 }
 
 // hostOnly weighs the entries of a live directory that is not desired.
-func (p *treePlanner) hostOnly(parent *hostfs.Dir, rel string) error {
+func (p *treePlanner) hostOnly(ctx context.Context, parent *hostfs.Dir, rel string) error {
 	sub, err := parent.OpenDir(path.Base(rel))
 	if missing(err) {
 		return nil
@@ -489,33 +479,13 @@ func (p *treePlanner) hostOnly(parent *hostfs.Dir, rel string) error {
 		return err
 	}
 	defer sub.Close()
-	return p.compare(sub, rel, nil, nil)
-}
-
-// racy is the index's Racy, called as every use of the index is: holding
-// p.mu.
-func (p *treePlanner) racy(e *state.IndexEntry) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.idx.Racy(e)
-}
-
-// set records an entry that stands.
-func (p *treePlanner) set(rel string, e *state.IndexEntry, touch bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.idx.Set(rel, e)
-	if touch {
-		p.idx.Touch(rel)
-	}
+	return p.compare(ctx, sub, rel, nil, nil)
 }
 
 // ownedBelow reports whether rel and everything below it is as
 // cortex-sync wrote it, so deleting it loses nothing of anyone else's.
 func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEntry) (bool, error) {
-	p.mu.Lock()
-	prev := p.idx.Get(rel)
-	p.mu.Unlock()
+	prev := p.ix.get(rel)
 	if prev == nil || !le.Mode.IsDir() && !le.Stat.Same(prev.Stat) {
 		return false, nil
 	}

@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"path"
-	"strings"
 	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
@@ -18,15 +17,21 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
-// A tree with too many changes to hold (an initial sync above all) is
-// planned again as it is written: each directory's changes are carried out
-// as soon as they are decided, and forgotten. The crash rules are those of
-// applyTree: what goes is backed up first where it is not cortex-sync's, a
-// directory is made before what is inside, files are written whole to
-// temporary names, made durable and renamed in batches, and the index is
-// saved only after a last syncfs made the renames durable (a file renamed
-// but not yet recorded is found equal to the source and recorded by the
-// next run).
+// The writer carries out a tree's changes directory by directory, whether
+// the plan held them as ops (applyTree) or the tree is planned again as it
+// is written (writeTree: a tree with too many changes to hold, an initial
+// sync above all, each directory's changes carried out as soon as they
+// are decided, and forgotten). One set of crash rules holds for both:
+//
+//   - what goes is backed up first where it is not cortex-sync's;
+//   - a directory is made before what is inside;
+//   - files are written whole to temporary names and join a batch, which
+//     is made durable (an fsync a file when the tree writes few, else one
+//     syncfs) before its renames;
+//   - the renames and removals are made durable (an fsync of each touched
+//     directory, one syncfs when there are many) before the index records
+//     them: a file renamed but not yet recorded is found equal to the
+//     source and recorded by the next run.
 
 // Batches of staged files: one syncfs makes a batch durable before its
 // renames. They are bounded by files and by the directories they hold
@@ -36,18 +41,39 @@ const (
 	batchDirs  = 256
 )
 
-// treeWriter carries out a tree's changes as they are planned.
-type treeWriter struct {
-	attrs attrs
-	task  progress.Task
+// fsyncBatch is the most files a tree writes that are made durable by an
+// fsync each rather than by a syncfs a batch (which costs about as much as
+// a few dozen fsyncs, and also flushes what other processes wrote).
+const fsyncBatch = 64
 
-	mu      sync.Mutex // guards the batch
+// fsyncDirs is the most touched directories made durable by an fsync each
+// rather than by one syncfs.
+const fsyncDirs = 16
+
+// progressFiles is how many files to write make a bar worth drawing.
+const progressFiles = 1000
+
+// treeWriter carries out a tree's changes.
+type treeWriter struct {
+	env   *Env
+	spec  *DirectorySpec
+	top   *hostfs.Dir
+	attrs attrs
+	ix    *treeIndex
+	task  progress.Task
+	few   bool // few files to write: an fsync each, no syncfs a batch
+
+	mu      sync.Mutex // guards the batch and touched
 	pending []staged
 	dirs    []*hostfs.Dir // the batch's directories, each its own descriptor
+	// touched are the directories whose entries changed; many: more than
+	// fsyncDirs, made durable by one syncfs.
+	touched map[string]bool
+	many    bool
 }
 
 // staged is a file written to a temporary name, waiting for its batch's
-// syncfs and its rename.
+// sync and its rename.
 type staged struct {
 	dir      *hostfs.Dir
 	rel, tmp string
@@ -56,39 +82,164 @@ type staged struct {
 	wrote    hostfs.Stat
 }
 
-// writeTree plans a tree again and writes it directory by directory.
-func writeTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
-	t := &treeWriter{attrs: w.attrs, task: progress.None}
+// newTreeWriter is the writer of the tree at top, recording in w's index.
+func newTreeWriter(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) *treeWriter {
+	t := &treeWriter{env: env, spec: spec, top: top, attrs: w.attrs, ix: &treeIndex{x: w.index}, task: progress.None,
+		few: w.writes <= fsyncBatch, touched: map[string]bool{}}
 	if w.writes >= progressFiles {
 		t.task = progress.Start(ctx, "writing "+spec.Path, int64(w.writes))
 	}
-	defer t.task.Done()
-	if _, err := planTree(ctx, env, r, spec, top, w.index, t); err != nil {
-		return err
-	}
-	// The renames, durable before the index records them.
-	return env.Root.SyncFS()
+	return t
 }
 
-// makeDir carries out the op of a directory the walk met, in its parent d.
-func (p *treePlanner) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
-	if d == nil {
-		return fmt.Errorf("%s is not a directory on the host", path.Dir(path.Join(p.spec.Path, op.rel)))
+// writeTree plans a tree again and writes it directory by directory.
+func writeTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
+	t := newTreeWriter(ctx, env, spec, top, w)
+	defer t.task.Done()
+	if _, err := planTree(ctx, env, r, spec, top, t.ix, t); err != nil {
+		t.cleanup()
+		return err
 	}
-	a := p.out.attrs
-	if op.replace {
-		if op.backup {
-			if _, err := p.env.Backups.Save(d, name); err != nil {
+	return t.finish()
+}
+
+// applyTree carries out the ops a plan held: what goes or is in the way
+// first, children before parents; then directories, parents first; then
+// each directory's symlinks, modes and files.
+func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
+	t := newTreeWriter(ctx, env, spec, top, w)
+	defer t.task.Done()
+	dirs := map[string]*hostfs.Dir{"": top}
+	defer func() {
+		for rel, d := range dirs {
+			if rel != "" {
+				d.Close()
+			}
+		}
+	}()
+	open := func(rel string) (*hostfs.Dir, error) {
+		if d, ok := dirs[rel]; ok {
+			return d, nil
+		}
+		d, err := openRel(top, rel)
+		if err != nil {
+			return nil, err
+		}
+		dirs[rel] = d
+		return d, nil
+	}
+	err := func() error {
+		for i := len(w.ops) - 1; i >= 0; i-- {
+			op := &w.ops[i]
+			if op.action != diff.Delete && !op.replace {
+				continue
+			}
+			d, err := open(parentOf(op.rel))
+			if err != nil {
+				return err
+			}
+			if sub, ok := dirs[op.rel]; ok {
+				sub.Close()
+				delete(dirs, op.rel)
+			}
+			if err := t.remove(d, op); err != nil {
+				return err
+			}
+			op.replace, op.backup = false, false // out of the way, backed up
+		}
+		var order []string // directories with entries to write, first met first
+		inDir := map[string][]treeOp{}
+		for i := range w.ops {
+			op := &w.ops[i]
+			parent := parentOf(op.rel)
+			switch {
+			case op.action == diff.Delete:
+			case op.typ == fs.ModeDir:
+				d, err := open(parent)
+				if err != nil {
+					return err
+				}
+				if err := t.makeDir(d, path.Base(op.rel), op); err != nil {
+					return err
+				}
+			default:
+				if _, ok := inDir[parent]; !ok {
+					order = append(order, parent)
+				}
+				inDir[parent] = append(inDir[parent], *op)
+			}
+		}
+		for _, rel := range order {
+			d, err := open(rel)
+			if err != nil {
+				return err
+			}
+			if err := t.writeDir(ctx, d, rel, inDir[rel], nil); err != nil {
 				return err
 			}
 		}
-		if err := d.RemoveAll(name); err != nil {
+		return nil
+	}()
+	if err != nil {
+		t.cleanup()
+		return err
+	}
+	return t.finish()
+}
+
+// parentOf is the directory of a tree entry, "" for the top.
+func parentOf(rel string) string {
+	if d := path.Dir(rel); d != "." {
+		return d
+	}
+	return ""
+}
+
+// touch notes that the entries of directory rel changed.
+func (t *treeWriter) touch(rel string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.touchLocked(rel)
+}
+
+func (t *treeWriter) touchLocked(rel string) {
+	if t.many {
+		return
+	}
+	t.touched[rel] = true
+	if len(t.touched) > fsyncDirs {
+		t.many, t.touched = true, nil
+	}
+}
+
+// remove backs up what is at op's path where it is not cortex-sync's, then
+// removes it, in its parent d.
+func (t *treeWriter) remove(d *hostfs.Dir, op *treeOp) error {
+	name := path.Base(op.rel)
+	if op.backup {
+		if _, err := t.env.Backups.Save(d, name); err != nil {
 			return err
 		}
-		p.mu.Lock()
-		p.idx.Delete(op.rel)
-		p.idx.DeleteBelow(op.rel)
-		p.mu.Unlock()
+	}
+	if err := d.RemoveAll(name); err != nil {
+		return err
+	}
+	t.ix.forget(op.rel, false)
+	t.touch(parentOf(op.rel))
+	return nil
+}
+
+// makeDir carries out the op of a directory, in its parent d.
+func (t *treeWriter) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
+	if d == nil {
+		return fmt.Errorf("%s is not a directory on the host", path.Dir(path.Join(t.spec.Path, op.rel)))
+	}
+	a := t.attrs
+	if op.replace {
+		if err := t.remove(d, op); err != nil {
+			return err
+		}
+		t.ix.forget(op.rel, true)
 	}
 	if op.chmod {
 		return d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}) // its index entry stands
@@ -97,38 +248,23 @@ func (p *treePlanner) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
 	if err != nil {
 		return err
 	}
-	p.set(op.rel, e, false)
+	t.ix.set(op.rel, e, false)
+	t.touch(parentOf(op.rel))
 	return nil
 }
 
 // writeDir carries out the changes decided in one directory, host (the
 // directory rel): what goes first, then symlinks and modes, then files,
 // written to temporary names and added to the batch.
-func (p *treePlanner) writeDir(host *hostfs.Dir, rel string, ops, gone []treeOp) error {
+func (t *treeWriter) writeDir(ctx context.Context, host *hostfs.Dir, rel string, ops, gone []treeOp) error {
 	if len(ops) == 0 && len(gone) == 0 {
 		return nil
 	}
 	if host == nil {
-		return fmt.Errorf("%s is not a directory on the host", path.Join(p.spec.Path, rel))
-	}
-	env, a := p.env, p.out.attrs
-	remove := func(op *treeOp) error {
-		name := path.Base(op.rel)
-		if op.backup {
-			if _, err := env.Backups.Save(host, name); err != nil {
-				return err
-			}
-		}
-		if err := host.RemoveAll(name); err != nil {
-			return err
-		}
-		p.mu.Lock()
-		p.idx.Delete(op.rel)
-		p.mu.Unlock()
-		return nil
+		return fmt.Errorf("%s is not a directory on the host", path.Join(t.spec.Path, rel))
 	}
 	for i := range gone {
-		if err := remove(&gone[i]); err != nil {
+		if err := t.remove(host, &gone[i]); err != nil {
 			return err
 		}
 	}
@@ -137,23 +273,24 @@ func (p *treePlanner) writeDir(host *hostfs.Dir, rel string, ops, gone []treeOp)
 		op := &ops[i]
 		name := path.Base(op.rel)
 		if op.replace {
-			if err := remove(op); err != nil {
+			if err := t.remove(host, op); err != nil {
 				return err
 			}
 		}
 		switch {
 		case op.chmod:
-			e, err := chmodInPlace(host, name, op, a)
+			e, err := chmodInPlace(host, name, op, t.attrs)
 			if err != nil {
 				return err
 			}
-			p.set(op.rel, e, false)
+			t.ix.set(op.rel, e, false)
 		case op.typ == fs.ModeSymlink:
-			e, err := symlinkInPlace(env, host, name, op)
+			e, err := symlinkInPlace(t.env, host, name, op)
 			if err != nil {
 				return err
 			}
-			p.set(op.rel, e, false)
+			t.ix.set(op.rel, e, false)
+			t.touch(rel)
 		default:
 			files = append(files, op)
 		}
@@ -161,20 +298,20 @@ func (p *treePlanner) writeDir(host *hostfs.Dir, rel string, ops, gone []treeOp)
 	if len(files) == 0 {
 		return nil
 	}
-	return p.stage(host, files)
+	return t.stage(ctx, host, files)
 }
 
 // stage writes a directory's files to temporary names, in parallel, and
 // adds them to the batch, which is flushed when full.
-func (p *treePlanner) stage(host *hostfs.Dir, files []*treeOp) error {
-	dir, err := host.Dup() // the batch's: the walk closes its own
+func (t *treeWriter) stage(ctx context.Context, host *hostfs.Dir, files []*treeOp) error {
+	dir, err := host.Dup() // the batch's: the caller closes its own
 	if err != nil {
 		return err
 	}
 	out := make([]staged, len(files))
-	a := p.out.attrs
-	err = parallel(p.env.Concurrency, len(files), func(i int) error {
-		if err := p.ctx.Err(); err != nil {
+	a := t.attrs
+	err = parallel(t.env.Concurrency, len(files), func(i int) error {
+		if err := ctx.Err(); err != nil {
 			return err
 		}
 		op := files[i]
@@ -183,7 +320,7 @@ func (p *treePlanner) stage(host *hostfs.Dir, files []*treeOp) error {
 		if op.entry.Open != nil {
 			src, err = op.entry.Open()
 		} else {
-			src, err = p.env.Tree.Open(path.Join(p.spec.sourcePath, op.rel))
+			src, err = t.env.Tree.Open(path.Join(t.spec.sourcePath, op.rel))
 		}
 		if err != nil {
 			return err
@@ -194,11 +331,15 @@ func (p *treePlanner) stage(host *hostfs.Dir, files []*treeOp) error {
 		if s.tmp, s.sum, err = dir.WriteTemp(path.Base(op.rel), src, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
 			return err
 		}
+		if t.few {
+			if err := dir.SyncFile(s.tmp); err != nil {
+				return err
+			}
+		}
 		s.id, err = contentIDOf(op.entry, s.sum)
-		p.out.task.Add(1)
+		t.task.Add(1)
 		return err
 	})
-	t := p.out
 	t.mu.Lock()
 	for _, s := range out {
 		if s.tmp != "" {
@@ -212,25 +353,27 @@ func (p *treePlanner) stage(host *hostfs.Dir, files []*treeOp) error {
 		return err // the temporary files go with the batch
 	}
 	if full {
-		return p.flush()
+		return t.flush()
 	}
 	return nil
 }
 
-// flush makes the batch durable with one syncfs, then renames its files
-// into place and records them.
-func (p *treePlanner) flush() error {
-	t := p.out
+// flush makes the batch durable (its files were synced one by one when
+// few, else with one syncfs), then renames its files into place and
+// records them.
+func (t *treeWriter) flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.pending) == 0 {
 		t.closeDirs()
 		return nil
 	}
-	env := p.env
-	if err := env.Root.SyncFS(); err != nil {
-		t.cleanupLocked()
-		return fmt.Errorf("syncfs: %w", err)
+	env := t.env
+	if !t.few {
+		if err := env.Root.SyncFS(); err != nil {
+			t.cleanupLocked()
+			return fmt.Errorf("syncfs: %w", err)
+		}
 	}
 	for i := range t.pending {
 		s := &t.pending[i]
@@ -251,6 +394,7 @@ func (p *treePlanner) flush() error {
 			return err
 		}
 		s.tmp = ""
+		t.touchLocked(parentOf(s.rel))
 	}
 	// Fingerprints are taken after the renames.
 	err := parallel(env.Concurrency, len(t.pending), func(i int) error {
@@ -259,13 +403,43 @@ func (p *treePlanner) flush() error {
 		if err != nil {
 			return err
 		}
-		p.set(s.rel, &state.IndexEntry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sum, ContentID: s.id}, false)
+		t.ix.set(s.rel, &state.IndexEntry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sum, ContentID: s.id}, false)
 		return nil
 	})
 	clear(t.pending)
 	t.pending = t.pending[:0]
 	t.closeDirs()
 	return err
+}
+
+// finish writes what is left of the batch, then makes the renames and
+// removals durable: the index may record them after.
+func (t *treeWriter) finish() error {
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if t.many {
+		return t.env.Root.SyncFS()
+	}
+	for rel := range t.touched {
+		d := t.top
+		if rel != "" {
+			var err error
+			if d, err = openRel(t.top, rel); missing(err) {
+				continue // gone since: its removal touched its parent
+			} else if err != nil {
+				return err
+			}
+		}
+		err := d.Sync()
+		if d != t.top {
+			d.Close()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cleanup removes the batch's temporary files after a failure.
@@ -290,117 +464,6 @@ func (t *treeWriter) closeDirs() {
 		d.Close()
 	}
 	t.dirs = nil
-}
-
-// written is a file staged in a temporary name, waiting for its rename.
-type written struct {
-	op    *treeOp
-	dir   *hostfs.Dir
-	tmp   string
-	sum   string
-	wrote hostfs.Stat // the temp file's stat before its rename
-}
-
-// applyTree carries out a tree's ops: deletions deepest first, directories
-// parents first, then every file written to a temporary name and made
-// durable, the renames, and an fsync of each touched directory.
-func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) error {
-	dirs := map[string]*hostfs.Dir{"": top}
-	defer func() {
-		for rel, d := range dirs {
-			if rel != "" {
-				d.Close()
-			}
-		}
-	}()
-	touched := map[string]bool{}
-	dirOf := func(rel string) (*hostfs.Dir, string, error) {
-		parent, name := path.Split(rel)
-		parent = strings.TrimSuffix(parent, "/")
-		if d, ok := dirs[parent]; ok {
-			return d, name, nil
-		}
-		d, err := openRel(top, parent)
-		if err != nil {
-			return nil, "", err
-		}
-		dirs[parent] = d
-		return d, name, nil
-	}
-	a := w.attrs
-
-	// Deletions and replacements, children before parents.
-	for i := len(w.ops) - 1; i >= 0; i-- {
-		op := &w.ops[i]
-		if op.action != diff.Delete && !op.replace {
-			continue
-		}
-		d, name, err := dirOf(op.rel)
-		if err != nil {
-			return err
-		}
-		if op.backup {
-			if _, err := env.Backups.Save(d, name); err != nil {
-				return err
-			}
-		}
-		if sub, ok := dirs[op.rel]; ok {
-			sub.Close()
-			delete(dirs, op.rel)
-		}
-		if err := d.RemoveAll(name); err != nil {
-			return err
-		}
-		w.index.Delete(op.rel)
-		touched[path.Dir(op.rel)] = true
-	}
-	// Directories and symlinks, parents first; files are staged.
-	var stage []*treeOp
-	for i := range w.ops {
-		op := &w.ops[i]
-		if op.action == diff.Delete {
-			continue
-		}
-		d, name, err := dirOf(op.rel)
-		if err != nil {
-			return err
-		}
-		switch {
-		case op.chmod && op.typ == fs.ModeDir:
-			if err := d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
-				return err
-			}
-			// its index entry stands
-		case op.chmod:
-			e, err := chmodInPlace(d, name, op, a)
-			if err != nil {
-				return err
-			}
-			w.index.Set(op.rel, e)
-		case op.typ == fs.ModeDir:
-			e, err := mkdirInPlace(d, name, op, a)
-			if err != nil {
-				return err
-			}
-			w.index.Set(op.rel, e)
-			touched[path.Dir(op.rel)] = true
-		case op.typ == fs.ModeSymlink:
-			e, err := symlinkInPlace(env, d, name, op)
-			if err != nil {
-				return err
-			}
-			w.index.Set(op.rel, e)
-			touched[path.Dir(op.rel)] = true
-		default:
-			stage = append(stage, op)
-		}
-	}
-	if len(stage) > 0 {
-		if err := writeStaged(ctx, env, spec, stage, dirOf, touched, w); err != nil {
-			return err
-		}
-	}
-	return syncDirs(env, top, dirs, touched)
 }
 
 // mkdirInPlace makes a directory (or finds it made), with the desired
@@ -458,139 +521,6 @@ func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*state.In
 		return nil, err
 	}
 	return &state.IndexEntry{Stat: st, Target: op.target}, nil
-}
-
-// syncDirs makes renames and removals durable: an fsync per touched
-// directory when there are few, one syncfs when there are many (it costs
-// about as much as a handful of fsyncs).
-func syncDirs(env *Env, top *hostfs.Dir, dirs map[string]*hostfs.Dir, touched map[string]bool) error {
-	if len(touched) > 16 {
-		return env.Root.SyncFS()
-	}
-	for rel := range touched {
-		d, ok := dirs[rel]
-		if rel == "." {
-			d, ok = top, true
-		}
-		if ok {
-			if err := d.Sync(); err != nil {
-				return err
-			}
-		} else if err := env.Root.SyncFS(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// fsyncBatch is the most staged files made durable by an fsync each rather
-// than by one syncfs.
-const fsyncBatch = 64
-
-// writeStaged writes files to temporary names in parallel, makes them
-// durable (an fsync each, or one syncfs for a large batch), then renames
-// them into place.
-// progressFiles is how many files to write make a bar worth drawing.
-const progressFiles = 1000
-
-func writeStaged(ctx context.Context, env *Env, spec *DirectorySpec, stage []*treeOp, dirOf func(string) (*hostfs.Dir, string, error), touched map[string]bool, w *dirWork) error {
-	out := make([]written, len(stage))
-	for i, op := range stage {
-		d, _, err := dirOf(op.rel) // open every parent before going parallel
-		if err != nil {
-			return err
-		}
-		out[i] = written{op: op, dir: d}
-	}
-	a := w.attrs
-	// A few files are synced one by one; a large batch costs less with one
-	// syncfs, which also flushes what other processes wrote to the
-	// filesystem.
-	few := len(out) <= fsyncBatch
-	task := progress.None
-	if len(out) >= progressFiles {
-		task = progress.Start(ctx, "writing "+spec.Path, int64(len(out)))
-	}
-	defer task.Done()
-	cleanup := func() {
-		for _, s := range out {
-			if s.tmp != "" {
-				s.dir.Remove(s.tmp)
-			}
-		}
-	}
-	err := parallel(env.Concurrency, len(out), func(i int) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		s := &out[i]
-		var src io.ReadCloser
-		var err error
-		if s.op.entry.Open != nil {
-			src, err = s.op.entry.Open()
-		} else {
-			src, err = env.Tree.Open(path.Join(spec.sourcePath, s.op.rel))
-		}
-		if err != nil {
-			return err
-		}
-		defer src.Close()
-		s.tmp, s.sum, err = s.dir.WriteTemp(path.Base(s.op.rel), src, hostfs.Attrs{Mode: s.op.mode, UID: a.uid, GID: a.gid})
-		if err == nil && few {
-			err = s.dir.SyncFile(s.tmp)
-		}
-		task.Add(1)
-		return err
-	})
-	if err != nil {
-		cleanup()
-		return err
-	}
-	if !few {
-		if err := env.Root.SyncFS(); err != nil {
-			cleanup()
-			return fmt.Errorf("syncfs: %w", err)
-		}
-	}
-	for i := range out {
-		s := &out[i]
-		name := path.Base(s.op.rel)
-		if s.op.backup && !s.op.replace {
-			if _, err := env.Backups.Save(s.dir, name); err != nil {
-				cleanup()
-				return err
-			}
-		}
-		if s.wrote, err = s.dir.Lstat(s.tmp); err != nil {
-			cleanup()
-			return err
-		}
-		if err := s.dir.Rename(s.tmp, name); err != nil {
-			cleanup()
-			return err
-		}
-		s.tmp = ""
-		touched[path.Dir(s.op.rel)] = true
-	}
-	// Fingerprints are taken after the renames; content IDs come from the
-	// source, cheap where it already knows them.
-	return parallel(env.Concurrency, len(out), func(i int) error {
-		s := &out[i]
-		st, err := s.dir.Lstat(path.Base(s.op.rel))
-		if err != nil {
-			return err
-		}
-		st = fingerprintAfter(s.wrote, st)
-		id, err := contentIDOf(s.op.entry, s.sum)
-		if err != nil {
-			return err
-		}
-		e := &state.IndexEntry{Stat: st, SHA256: s.sum, ContentID: id}
-		w.mu.Lock()
-		w.index.Set(s.op.rel, e)
-		w.mu.Unlock()
-		return nil
-	})
 }
 
 // contentIDOf names an entry's content after it was copied with the given
