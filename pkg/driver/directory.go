@@ -92,11 +92,14 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	}
 	var old *state.Index
 	if rec != nil {
-		if old, err = state.LoadIndex(treeIndexFile(env, rec.ID)); err != nil {
-			return nil, err
-		}
+		old, err = state.LoadIndex(treeIndexFile(env, rec.ID))
 	} else {
-		old = state.NewIndexAt(treeIndexFile(env, string(r.ID())))
+		// Never recorded: a new index, with what a write of the tree that
+		// stopped before the snapshot recorded it intended.
+		old, err = state.LoadIntents(treeIndexFile(env, string(r.ID())))
+	}
+	if err != nil {
+		return nil, err
 	}
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
@@ -159,7 +162,10 @@ type dirExtra struct {
 func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	w, o := c.Work.(*dirWork), &c.Observed
 	if c.Action == diff.Delete {
-		return nil, deleteTree(env, c, w)
+		if err := deleteTree(env, c, w); err != nil {
+			return nil, err
+		}
+		return nil, w.index.ClearIntents() // what they named is gone
 	}
 	spec := c.Desired.Spec.(*DirectorySpec)
 	if spec.Ensure.Absent() {
@@ -201,11 +207,12 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	defer top.Close()
 	switch {
 	case w.replan:
-		w.index = state.NewIndexAt(treeIndexFile(env, string(c.ID)))
+		load := state.LoadIntents
 		if c.Record != nil {
-			if w.index, err = state.LoadIndex(treeIndexFile(env, string(c.ID))); err != nil {
-				return nil, err
-			}
+			load = state.LoadIndex
+		}
+		if w.index, err = load(treeIndexFile(env, string(c.ID))); err != nil {
+			return nil, err
 		}
 		if err := writeTree(ctx, env, c.Desired, spec, top, w); err != nil {
 			return nil, err
@@ -218,6 +225,14 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	if spec.tracksContent() && (w.index.Dirty() || c.Record == nil) {
 		if err := w.index.Save(treeIndexFile(env, string(c.ID))); err != nil {
 			return nil, err
+		}
+		// Intents are judged now, but an index the snapshot does not
+		// record yet is not loaded by the next run (a kill before the
+		// record): until it is, they name what this write created.
+		if c.Record != nil {
+			if err := w.index.ClearIntents(); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if err := d.Sync(); err != nil {

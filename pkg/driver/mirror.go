@@ -64,6 +64,13 @@ func (t *treeIndex) get(rel string) *state.IndexEntry {
 	return t.x.Get(rel)
 }
 
+// records are rel's entry and what stopped writes intended there.
+func (t *treeIndex) records(rel string) (prev *state.IndexEntry, intents []*state.IndexEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.Get(rel), t.x.Intents(rel)
+}
+
 func (t *treeIndex) children(rel string) map[string]state.Child {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -87,6 +94,20 @@ func (t *treeIndex) set(rel string, e *state.IndexEntry, touch bool) {
 	}
 }
 
+// intend records entries about to be created; syncIntents makes them
+// durable.
+func (t *treeIndex) intend(es ...state.Intended) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.Intend(es...)
+}
+
+func (t *treeIndex) syncIntents() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.x.SyncIntents()
+}
+
 // forget deletes rel's entry, and with below those of what was inside.
 func (t *treeIndex) forget(rel string, below bool) {
 	t.mu.Lock()
@@ -96,3 +117,22 @@ func (t *treeIndex) forget(rel string, below bool) {
 		t.x.DeleteBelow(rel)
 	}
 }
+
+// claimant picks the record a live entry is judged by, of a path's index
+// entry and the intents of writes that stopped before their index was
+// saved: the entry while the host holds what it records, else an intent
+// whose creation the host holds, else the entry (nil when none), and then
+// the live entry is not cortex-sync's as it is.
+func claimant(prev *state.IndexEntry, intents []*state.IndexEntry, holds func(*state.IndexEntry) (bool, error)) (*state.IndexEntry, bool, error) {
+	for _, r := range append([]*state.IndexEntry{prev}, intents...) {
+		if r == nil {
+			continue
+		}
+		if ok, err := holds(r); ok || err != nil {
+			return r, ok, err
+		}
+	}
+	return prev, false, nil
+}
+
+func isDir(e *state.IndexEntry) bool { return e.Mode.IsDir() }

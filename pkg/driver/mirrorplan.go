@@ -333,7 +333,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			continue
 		}
 		le, ok := live[name]
-		prev := recorded[name].Entry
+		prev, intents := recorded[name].Entry, recorded[name].Intents
 		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
@@ -349,14 +349,15 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		switch {
 		case !ok || o.WrongType != "":
 		case e.Mode&fs.ModeSymlink != 0:
+			prev, o.Ours, _ = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) { return r.Target == le.target, nil })
+			o.Recorded = prev != nil
 			o.Matches = le.target == e.Target
-			o.Ours = prev != nil && prev.Target == le.target
 			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
 				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
-			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, p.ix.racy)
+			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
 			}
@@ -382,18 +383,24 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			continue
 		}
 		sub := path.Join(rel, name)
-		prev := recorded[name].Entry
+		prev, intents := recorded[name].Entry, recorded[name].Intents
 		op := treeOp{rel: sub, action: diff.Delete, typ: le.Mode.Type()}
-		switch {
-		case hostfs.IsTemp(name) && le.Mode.IsRegular():
-			op.reason = diff.Drifted // left by an interrupted write
-		case prev != nil:
-			op.reason = diff.RemovedFromGit
-			owned, err := p.ownedBelow(host, name, sub, le)
-			if err != nil {
+		temp := hostfs.IsTemp(name) && le.Mode.IsRegular()
+		owned := false
+		if !temp && (prev != nil || len(intents) > 0) {
+			if owned, err = p.ownedBelow(host, name, sub, le); err != nil {
 				return err
 			}
-			op.backup = !owned
+		}
+		// A directory a stopped write made is cortex-sync's as a recorded
+		// one is; another entry it intended, while it holds what was to be
+		// written (else the write never got that far).
+		intended := len(intents) > 0 && (owned || le.Mode.IsDir() && slices.ContainsFunc(intents, isDir))
+		switch {
+		case temp:
+			op.reason = diff.Drifted // left by an interrupted write
+		case prev != nil || intended:
+			op.reason, op.backup = diff.RemovedFromGit, !owned
 		case p.spec.Purge && !p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
 			op.reason, op.backup = diff.Unmanaged, true
 		default:
@@ -483,14 +490,27 @@ func (p *treePlanner) hostOnly(ctx context.Context, parent *hostfs.Dir, rel stri
 }
 
 // ownedBelow reports whether rel and everything below it is as
-// cortex-sync wrote it, so deleting it loses nothing of anyone else's.
+// cortex-sync wrote it (recorded in the index, or intended by a write that
+// stopped before it recorded it), so deleting it loses nothing of anyone
+// else's.
 func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEntry) (bool, error) {
-	prev := p.ix.get(rel)
-	if prev == nil || !le.Mode.IsDir() && !le.Stat.Same(prev.Stat) {
-		return false, nil
-	}
-	if !le.Mode.IsDir() {
+	prev, intents := p.ix.records(rel)
+	switch {
+	case le.Mode.IsDir():
+		if prev == nil && !slices.ContainsFunc(intents, isDir) {
+			return false, nil
+		}
+	case prev != nil && le.Stat.Same(prev.Stat):
 		return true, nil
+	default:
+		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name) })
+		_, owned, err := claimant(nil, intents, func(r *state.IndexEntry) (bool, error) {
+			if le.Mode&fs.ModeSymlink != 0 {
+				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
+			}
+			return unchanged(le.Stat, r, true, false, hash)
+		})
+		return owned, err
 	}
 	sub, err := parent.OpenDir(name)
 	if missing(err) {
@@ -505,6 +525,9 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 		return false, err
 	}
 	for n, le := range live {
+		if hostfs.IsTemp(n) && le.Mode.IsRegular() {
+			continue // left by an interrupted write: it goes too
+		}
 		if ok, err := p.ownedBelow(sub, n, rel+"/"+n, le); !ok || err != nil {
 			return false, err
 		}
@@ -584,26 +607,34 @@ func byComponent(a, b string) int {
 	}
 }
 
-// planFile observes one regular file that exists on both sides. It returns
-// the op to perform, or the index entry that stands when none is needed
-// (racy: it was verified by its hash and is to be recorded anew). The
-// file's directory is opened only when a file must be read.
-func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, isRacy func(*state.IndexEntry) bool) (*treeOp, *state.IndexEntry, bool, error) {
+// planFile observes one regular file that exists on both sides, judged by
+// its index entry prev or, where writes stopped before their index was
+// saved, by what they intended there. It returns the op to perform, or the
+// index entry that stands when none is needed (racy: it was verified by
+// its hash and is to be recorded anew). The file's directory is opened
+// only when a file must be read, and the file is hashed at most once.
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(*state.IndexEntry) bool) (*treeOp, *state.IndexEntry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
-	hash := func() (string, error) {
+	hash := sync.OnceValues(func() (string, error) {
 		d, err := opened()
 		if err != nil {
 			return "", err
 		}
 		return hashFile(d, name)
-	}
-	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: true}
+	})
 	racy := prev != nil && isRacy(prev)
+	var o diff.Observation
 	var err error
-	if o.Ours, err = unchanged(le.Stat, prev, racy, env.Verify, hash); err != nil {
+	// An intent holds no stat of the file created: it is judged by content.
+	recorded := prev
+	prev, o.Ours, err = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash)
+	})
+	if err != nil {
 		return nil, nil, false, err
 	}
+	o.Desired, o.Recorded, o.Exists = true, prev != nil, true
 	id, err := e.ContentID()
 	if err != nil {
 		return nil, nil, false, err

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -54,51 +57,83 @@ func walkHost(d *hostfs.Dir, rel string, out map[string]liveEntry) error {
 }
 
 // pruneTree plans the prune of a mirrored tree: every entry cortex-sync
-// wrote goes, children before parents; one changed on the host since is
-// backed up first; what it did not write stays.
+// wrote goes (recorded in the index, or created by a write that stopped
+// before it recorded it, or a temporary file such a write left), children
+// before parents; one changed on the host since is backed up first; what
+// it did not write stays.
 func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.FileChange, error) {
 	live := map[string]liveEntry{}
 	if err := walkHost(top, "", live); err != nil {
 		return nil, err
 	}
 	var out []diff.FileChange
-	for rel, prev := range old.All() {
+	prune := func(rel string, prev *state.IndexEntry, intents []*state.IndexEntry) error {
 		le, ok := live[rel]
 		if !ok {
-			continue
+			return nil
 		}
-		op := treeOp{rel: rel, action: diff.Delete, reason: diff.RemovedFromGit, typ: le.Mode.Type()}
-		switch {
-		case le.Mode.IsDir():
-		case le.Mode.Type() != prev.Mode.Type():
-			op.backup = true
-		case le.Mode&fs.ModeSymlink != 0:
-			op.backup = le.target != prev.Target
-		default:
-			hash := func() (string, error) {
-				d, name := top, rel
-				if i := strings.LastIndexByte(rel, '/'); i >= 0 {
-					sub, err := openRel(top, rel[:i])
-					if err != nil {
-						return "", err
-					}
-					defer sub.Close()
-					d, name = sub, rel[i+1:]
+		hash := sync.OnceValues(func() (string, error) {
+			d, name := top, rel
+			if i := strings.LastIndexByte(rel, '/'); i >= 0 {
+				sub, err := openRel(top, rel[:i])
+				if err != nil {
+					return "", err
 				}
-				return hashFile(d, name)
+				defer sub.Close()
+				d, name = sub, rel[i+1:]
 			}
-			ours, err := unchanged(le.Stat, prev, old.Racy(prev), env.Verify, hash)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", rel, err)
+			return hashFile(d, name)
+		})
+		rec, ours, err := claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+			switch {
+			case le.Mode.IsDir():
+				return r == prev || r.Mode.IsDir(), nil
+			case le.Mode.Type() != r.Mode.Type():
+				return false, nil
+			case le.Mode&fs.ModeSymlink != 0:
+				return le.target == r.Target, nil
 			}
-			op.backup = !ours
+			// An intent holds no stat of the file created: it is judged by
+			// content.
+			return unchanged(le.Stat, r, r != prev || old.Racy(r), env.Verify, hash)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", rel, err)
 		}
+		if rec == nil {
+			return nil // intended, but what is there is not what was
+		}
+		op := treeOp{rel: rel, action: diff.Delete, reason: diff.RemovedFromGit, typ: le.Mode.Type(), backup: !ours}
 		w.ops = append(w.ops, op)
 		if le.Mode.IsDir() {
-			continue // a directory goes only when nothing is left in it
+			return nil // a directory goes only when nothing is left in it
 		}
 		out = append(out, diff.FileChange{Path: rel, Action: diff.Delete, Reason: diff.RemovedFromGit, Backup: op.backup})
+		return nil
 	}
+	for rel, prev := range old.All() {
+		if err := prune(rel, prev, old.Intents(rel)); err != nil {
+			return nil, err
+		}
+	}
+	done := ""
+	for rel := range old.AllIntents() {
+		if rel != done && old.Get(rel) == nil {
+			if err := prune(rel, nil, old.Intents(rel)); err != nil {
+				return nil, err
+			}
+		}
+		done = rel
+	}
+	for rel, le := range live {
+		if hostfs.IsTemp(path.Base(rel)) && le.Mode.IsRegular() {
+			w.ops = append(w.ops, treeOp{rel: rel, action: diff.Delete, reason: diff.Drifted})
+			out = append(out, diff.FileChange{Path: rel, Action: diff.Delete, Reason: diff.Drifted})
+		}
+	}
+	// Path order: deleteTree goes backwards, children before parents.
+	slices.SortFunc(w.ops, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
+	slices.SortFunc(out, func(a, b diff.FileChange) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"slices"
 	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
@@ -25,13 +26,20 @@ import (
 //
 //   - what goes is backed up first where it is not cortex-sync's;
 //   - a directory is made before what is inside;
+//   - what is created (a directory, a symlink, a file renamed into place)
+//     is named first in the index's intent log, with what it will hold; a
+//     batch's intents are made durable before its renames, and every
+//     intent before the host is synced;
 //   - files are written whole to temporary names and join a batch, which
 //     is made durable (an fsync a file when the tree writes few, else one
 //     syncfs) before its renames;
 //   - the renames and removals are made durable (an fsync of each touched
 //     directory, one syncfs when there are many) before the index records
-//     them: a file renamed but not yet recorded is found equal to the
-//     source and recorded by the next run.
+//     them.
+//
+// So a write stopped at any point (a kill, a failure) leaves nothing it
+// created unnamed: what the index does not record yet, an intent names,
+// and the next run adopts it if it is still desired and deletes it if not.
 
 // Batches of staged files: one syncfs makes a batch durable before its
 // renames. They are bounded by files and by the directories they hold
@@ -52,6 +60,19 @@ const fsyncDirs = 16
 
 // progressFiles is how many files to write make a bar worth drawing.
 const progressFiles = 1000
+
+// createdHook, set by tests only, is called after the writer created an
+// entry on the host (a rename into place, a directory, a symlink): an
+// error stops the writer there, as a failure or a kill would.
+var createdHook func(rel string) error
+
+// created calls createdHook.
+func created(rel string) error {
+	if createdHook == nil {
+		return nil
+	}
+	return createdHook(rel)
+}
 
 // treeWriter carries out a tree's changes.
 type treeWriter struct {
@@ -128,9 +149,10 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 		dirs[rel] = d
 		return d, nil
 	}
+	ops := slices.Clone(w.ops) // the plan's stay as planned
 	err := func() error {
-		for i := len(w.ops) - 1; i >= 0; i-- {
-			op := &w.ops[i]
+		for i := len(ops) - 1; i >= 0; i-- {
+			op := &ops[i]
 			if op.action != diff.Delete && !op.replace {
 				continue
 			}
@@ -149,8 +171,8 @@ func applyTree(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.D
 		}
 		var order []string // directories with entries to write, first met first
 		inDir := map[string][]treeOp{}
-		for i := range w.ops {
-			op := &w.ops[i]
+		for i := range ops {
+			op := &ops[i]
 			parent := parentOf(op.rel)
 			switch {
 			case op.action == diff.Delete:
@@ -244,13 +266,16 @@ func (t *treeWriter) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
 	if op.chmod {
 		return d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}) // its index entry stands
 	}
+	if err := t.ix.intend(state.Intended{Path: op.rel, Entry: &state.IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeDir | op.mode}}}); err != nil {
+		return err
+	}
 	e, err := mkdirInPlace(d, name, op, a)
 	if err != nil {
 		return err
 	}
 	t.ix.set(op.rel, e, false)
 	t.touch(parentOf(op.rel))
-	return nil
+	return created(op.rel)
 }
 
 // writeDir carries out the changes decided in one directory, host (the
@@ -285,12 +310,18 @@ func (t *treeWriter) writeDir(ctx context.Context, host *hostfs.Dir, rel string,
 			}
 			t.ix.set(op.rel, e, false)
 		case op.typ == fs.ModeSymlink:
+			if err := t.ix.intend(state.Intended{Path: op.rel, Entry: &state.IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: op.target}}); err != nil {
+				return err
+			}
 			e, err := symlinkInPlace(t.env, host, name, op)
 			if err != nil {
 				return err
 			}
 			t.ix.set(op.rel, e, false)
 			t.touch(rel)
+			if err := created(op.rel); err != nil {
+				return err
+			}
 		default:
 			files = append(files, op)
 		}
@@ -358,9 +389,9 @@ func (t *treeWriter) stage(ctx context.Context, host *hostfs.Dir, files []*treeO
 	return nil
 }
 
-// flush makes the batch durable (its files were synced one by one when
-// few, else with one syncfs), then renames its files into place and
-// records them.
+// flush names the batch's files in the intent log, makes the intents and
+// the files durable (the files were synced one by one when few, else with
+// one syncfs), then renames the files into place and records them.
 func (t *treeWriter) flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -369,6 +400,28 @@ func (t *treeWriter) flush() error {
 		return nil
 	}
 	env := t.env
+	intents := make([]state.Intended, len(t.pending))
+	for i := range t.pending {
+		s := &t.pending[i]
+		var err error
+		if s.wrote, err = s.dir.Lstat(s.tmp); err != nil {
+			t.cleanupLocked()
+			return err
+		}
+		// The rename keeps the inode, size and mtime, and moves the ctime:
+		// an intent is matched by content, never by its stat.
+		st := s.wrote
+		st.Ctime = 0
+		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sum, ContentID: s.id}}
+	}
+	if err := t.ix.intend(intents...); err != nil {
+		t.cleanupLocked()
+		return err
+	}
+	if err := t.ix.syncIntents(); err != nil {
+		t.cleanupLocked()
+		return err
+	}
 	if !t.few {
 		if err := env.Root.SyncFS(); err != nil {
 			t.cleanupLocked()
@@ -384,17 +437,16 @@ func (t *treeWriter) flush() error {
 				return err
 			}
 		}
-		var err error
-		if s.wrote, err = s.dir.Lstat(s.tmp); err != nil {
-			t.cleanupLocked()
-			return err
-		}
 		if err := s.dir.Rename(s.tmp, name); err != nil {
 			t.cleanupLocked()
 			return err
 		}
 		s.tmp = ""
 		t.touchLocked(parentOf(s.rel))
+		if err := created(s.rel); err != nil {
+			t.cleanupLocked()
+			return err
+		}
 	}
 	// Fingerprints are taken after the renames.
 	err := parallel(env.Concurrency, len(t.pending), func(i int) error {
@@ -417,6 +469,9 @@ func (t *treeWriter) flush() error {
 func (t *treeWriter) finish() error {
 	if err := t.flush(); err != nil {
 		return err
+	}
+	if err := t.ix.syncIntents(); err != nil {
+		return err // the directories and symlinks made since the last batch
 	}
 	if t.many {
 		return t.env.Root.SyncFS()
