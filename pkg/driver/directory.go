@@ -94,9 +94,9 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if rec != nil {
 		old, err = state.LoadIndex(treeIndexFile(env, rec.ID))
 	} else {
-		// Never recorded: a new index, with what a write of the tree that
-		// stopped before the snapshot recorded it intended.
-		old, err = state.LoadIntents(treeIndexFile(env, string(r.ID())))
+		// Not recorded: a new index, or what a write of the tree that ran
+		// since left.
+		old, err = state.LoadUnrecorded(treeIndexFile(env, string(r.ID())))
 	}
 	if err != nil {
 		return nil, err
@@ -165,7 +165,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		if err := deleteTree(env, c, w); err != nil {
 			return nil, err
 		}
-		return nil, w.index.ClearIntents() // what they named is gone
+		return nil, w.index.Remove() // what it recorded is gone
 	}
 	spec := c.Desired.Spec.(*DirectorySpec)
 	if spec.Ensure.Absent() {
@@ -207,7 +207,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	defer top.Close()
 	switch {
 	case w.replan:
-		load := state.LoadIntents
+		load := state.LoadUnrecorded
 		if c.Record != nil {
 			load = state.LoadIndex
 		}
@@ -226,13 +226,10 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 		if err := w.index.Save(treeIndexFile(env, string(c.ID))); err != nil {
 			return nil, err
 		}
-		// Intents are judged now, but an index the snapshot does not
-		// record yet is not loaded by the next run (a kill before the
-		// record): until it is, they name what this write created.
-		if c.Record != nil {
-			if err := w.index.ClearIntents(); err != nil {
-				return nil, err
-			}
+		// The intents are judged now; until the snapshot records the
+		// tree, an empty intent log says its index is this one.
+		if err := w.index.ClearIntents(c.Record != nil); err != nil {
+			return nil, err
 		}
 	}
 	if err := d.Sync(); err != nil {

@@ -52,10 +52,12 @@ type Index struct {
 	// file is where the index is saved; "": it is kept in memory.
 	file string
 	// intents are what writes that were stopped before they saved the
-	// index were about to create, as loaded (indexintent.go); ilog is the
-	// intent log this index appends to, once it did.
-	intents layer
-	ilog    *intentLog
+	// index were about to create, as loaded (indexintent.go); intentLog:
+	// an intent log was there; ilog is the one this index appends to,
+	// once it did.
+	intents   layer
+	intentLog bool
+	ilog      *intentLog
 }
 
 // IndexEntry is one file's fingerprint.

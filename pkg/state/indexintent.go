@@ -25,8 +25,11 @@ import (
 // stopped one after another intended several) is cortex-sync's, adopted
 // when still desired and deleted when not; anything else there (the
 // creation never happened, or the entry changed since) is not made
-// cortex-sync's by an intent. Once an index that records the outcome is saved, and known
-// (the snapshot records its tree), ClearIntents removes the log.
+// cortex-sync's by an intent. Once an index that records the outcome is
+// saved, ClearIntents empties the log; once the snapshot records the tree
+// too, it removes it. An intent log, even empty, says that a write of the
+// tree ran since the snapshot last recorded it: LoadUnrecorded then loads
+// the index the write saved, if it got that far.
 //
 // The log is a header and frames as the index's log has them (see
 // encodeFrame), one a call of Intend, every record a set. A frame cut
@@ -162,6 +165,7 @@ func (x *Index) loadIntents(path string) error {
 	if err != nil {
 		return fmt.Errorf("read intents: %w", err)
 	}
+	x.intentLog = true
 	if !strings.HasPrefix(string(data), intentMagic) {
 		return nil
 	}
@@ -190,28 +194,51 @@ func (x *Index) loadIntents(path string) error {
 	return nil
 }
 
-// LoadIntents is an empty index to be saved at path, holding the intents
-// recorded beside it: a tree written before, its index unknown (not in
-// the snapshot), knows by them what a stopped write of it created.
-func LoadIntents(path string) (*Index, error) {
-	x := NewIndexAt(path)
-	if err := x.loadIntents(path); err != nil {
-		return nil, err
+// LoadUnrecorded loads the index at path of a tree the snapshot does not
+// record: a new index, unless an intent log beside it says that a write
+// of the tree ran since (one killed before the snapshot recorded the
+// tree): then the index as that write left it, with its intents. An
+// index left by a tree of the same name that was pruned, or forgotten
+// (prune disabled), is not loaded.
+func LoadUnrecorded(path string) (*Index, error) {
+	if _, err := os.Lstat(path + intentSuffix); errors.Is(err, fs.ErrNotExist) {
+		return NewIndexAt(path), nil
 	}
-	return x, nil
+	return LoadIndex(path)
 }
 
-// ClearIntents removes the intent log, its intents judged: every path it
-// named is recorded in the index as saved, or was found not to be
-// cortex-sync's.
-func (x *Index) ClearIntents() error {
+// ClearIntents forgets the intents, judged: every path they named is
+// recorded in the index as saved, or was found not to be cortex-sync's.
+// With recorded (the snapshot records the tree) the log goes; else it
+// stays, empty, to say that the index as saved is the tree's.
+func (x *Index) ClearIntents(recorded bool) error {
 	x.closeIntents()
-	x.intents = nil
+	x.intents, x.intentLog = nil, false
 	if x.file == "" {
 		return nil
 	}
-	if err := os.Remove(x.file + intentSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	p := x.file + intentSuffix
+	var err error
+	if recorded {
+		if err = os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	} else {
+		err = WriteFile(p, []byte(intentMagic))
+	}
+	if err != nil {
 		return fmt.Errorf("clear intents: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes the index, its log and its intent log: its tree is gone.
+func (x *Index) Remove() error {
+	x.closeIntents()
+	for _, p := range []string{x.file, x.file + logSuffix, x.file + intentSuffix} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove index: %w", err)
+		}
 	}
 	return nil
 }

@@ -14,8 +14,8 @@ import (
 // TestIndexIntents: intents recorded beside an index are read by the next
 // load (each for a path once), listed with the entries of their
 // directory, kept by a save, cut at a torn append that the next Intend
-// writes over, and gone once cleared; an index never recorded is loaded
-// with its intents and without its entries.
+// writes over, and gone once cleared; a tree the snapshot does not record
+// loads its index only while an intent log says a write of it ran.
 func TestIndexIntents(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "trees", "Directory.kb.idx")
 	file := func(sum string) *IndexEntry {
@@ -100,8 +100,10 @@ func TestIndexIntents(t *testing.T) {
 		t.Fatalf("an intent after a torn tail is lost (%v)", err)
 	}
 
-	// A save keeps them; a new index of the same tree has them without the
-	// entries; cleared, they are gone.
+	// A save keeps them, and an unrecorded tree's load then has the index
+	// and them. Cleared while unrecorded, the index stays the tree's;
+	// cleared once recorded, the log is gone and an unrecorded load is a
+	// new index; removed, nothing is left.
 	y.Set("d/b", file(sumA))
 	if err := y.Save(p); err != nil {
 		t.Fatal(err)
@@ -109,25 +111,47 @@ func TestIndexIntents(t *testing.T) {
 	if y.Intents("link") == nil || y.Get("d/b") == nil {
 		t.Fatalf("after a save: intents %v, entry %v", y.Intents("link"), y.Get("d/b"))
 	}
-	n, err := LoadIntents(p)
+	unrecorded := func(what string, entries bool, intents bool) {
+		t.Helper()
+		n, err := LoadUnrecorded(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (n.Get("d/b") != nil) != entries || (n.Intents("d/new") != nil) != intents {
+			t.Fatalf("%s: LoadUnrecorded has entry %v, intents %v; want entries %v, intents %v", what, n.Get("d/b"), n.Intents("d/new"), entries, intents)
+		}
+	}
+	unrecorded("with intents", true, true)
+	if err := y.ClearIntents(false); err != nil {
+		t.Fatal(err)
+	}
+	unrecorded("cleared, unrecorded", true, false)
+	z, err := LoadIndex(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Len() != 0 || n.Intents("d/new") == nil {
-		t.Fatalf("LoadIntents: %d entries, intents %v; want none, and the intent", n.Len(), n.Intents("d/new"))
+	if !z.Dirty() {
+		t.Fatal("an index with an empty intent log is not dirty: nothing would remove it")
 	}
-	if err := y.ClearIntents(); err != nil {
+	if err := z.ClearIntents(true); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(p + intentSuffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("the intent log is still there after ClearIntents (%v)", err)
 	}
-	z, err := LoadIndex(p)
-	if err != nil {
+	unrecorded("cleared, recorded", false, false)
+	if z, err = LoadIndex(p); err != nil {
 		t.Fatal(err)
 	}
 	if z.Intents("link") != nil || z.Dirty() || z.Get("d/b") == nil {
 		t.Fatalf("after ClearIntents: intents %v, dirty %v, entry %v", z.Intents("link"), z.Dirty(), z.Get("d/b"))
+	}
+	z.Intend(Intended{"x", dir})
+	if err := z.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(p + "*"); len(left) > 0 {
+		t.Fatalf("left after Remove: %v", left)
 	}
 }
 

@@ -174,7 +174,7 @@ func (x *Index) DeleteBelow(dir string) {
 // Dirty reports whether Save has anything to write, or intents are to be
 // cleared.
 func (x *Index) Dirty() bool {
-	return x.changed() || len(x.intents) > 0 || x.ilog != nil
+	return x.changed() || x.intentLog || x.ilog != nil
 }
 
 // changed reports whether entries changed since the load.
