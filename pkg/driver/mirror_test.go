@@ -428,3 +428,26 @@ func (h *host) pruned(t *testing.T, users map[string]string) {
 	}
 	h.holds(t, nil, users)
 }
+
+// TestMirrorFirstWriteUnrecorded: a Directory's first write that ends
+// with its index saved, and a kill before the snapshot records the
+// Directory: the next sync knows what it wrote, and a revision without d2
+// removes d2.
+func TestMirrorFirstWriteUnrecorded(t *testing.T) {
+	h := newHost(t)
+	files := map[string]string{"a.md": "a\n", "d2/b.md": "b\n", "d2/c/d.md": "d\n"}
+	h.repoTree(files)
+	hst, set, _, done := h.engine(false)
+	r := set.Get("Directory/kb")
+	c, err := hst.Observe(context.Background(), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ID, c.Kind, c.Desired, c.Action = r.ID(), r.Kind, r, diff.Create
+	if _, err := hst.Apply(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	done() // and the snapshot is never saved
+	h.holds(t, files, nil)
+	h.holds(t, h.syncWithout(t, files, "d2/"), nil)
+}
