@@ -153,15 +153,15 @@ func New(opts Options) *Agent {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
 	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
-		opts:  opts,
-		log:   opts.Log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
-		fetch: make(chan Trigger, 1),
-		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
-		ready: make(chan struct{}),
-		hints: map[resource.ID]hintOf{},
+		opts:   opts,
+		log:    opts.Log,
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
+		fetch:  make(chan Trigger, 1),
+		fight:  NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
+		ready:  make(chan struct{}),
+		hints:  map[resource.ID]hintOf{},
 		scopes: map[resource.ID]*scopeOf{},
-		held:  map[resource.ID]diff.Outcome{},
+		held:   map[resource.ID]diff.Outcome{},
 	}
 }
 
