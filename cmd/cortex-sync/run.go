@@ -169,7 +169,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions) error {
 	if err := checkRoot(g.root); err != nil {
 		return err
 	}
-	src, err := o.src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
+	src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
 	if err != nil {
 		return err
 	}

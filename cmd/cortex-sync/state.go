@@ -30,7 +30,7 @@ plans a pull request against what the host runs, without touching the host:
   cortex-sync state export --state-dir /var/lib/cortex-sync | jq .revision`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			snap, err := state.Dir{Path: g.stateDir}.Load()
+			snap, err := state.At(g.stateDir).Load()
 			if err != nil {
 				return err
 			}

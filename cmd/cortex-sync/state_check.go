@@ -28,7 +28,7 @@ written here), the tree indexes (trees/*.idx), the source stat caches
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			findings := state.Dir{Path: g.stateDir}.Check()
+			findings := state.At(g.stateDir).Check()
 			docs, bad := findingDocs(findings)
 			if output == "json" {
 				if err := printJSON(io.Out, checkDoc{StateDir: g.stateDir, Problems: bad, Findings: docs}); err != nil {
@@ -68,7 +68,7 @@ cache and leftover temp files. It never resets a damaged or rolled-back
 snapshot: it says what to do instead. Exit 1 when something is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := state.Dir{Path: g.stateDir}
+			d := state.At(g.stateDir)
 			lock, err := d.Lock(cmd.Context(), g.lockTimeout)
 			if err != nil {
 				return err
@@ -112,7 +112,7 @@ inventory (cortex-sync state export), then accept it: from then on prune
 trusts it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := state.Dir{Path: g.stateDir}
+			d := state.At(g.stateDir)
 			lock, err := d.Lock(cmd.Context(), g.lockTimeout)
 			if err != nil {
 				return err
@@ -152,7 +152,7 @@ beyond --backup-keep and older than --backup-max-age are deleted.`,
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			runs, err := state.Dir{Path: g.stateDir}.Backups()
+			runs, err := state.At(g.stateDir).Backups()
 			if err != nil {
 				return err
 			}

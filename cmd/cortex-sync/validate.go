@@ -60,17 +60,17 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	// validate touches nothing on the host: a directory needs no stat cache,
 	// and a Git source's cache goes to a temp dir unless --state-dir (or a
 	// config's stateDir) names where to keep it.
-	cache := ""
+	var cache state.Dir
 	if o.src.repo != "" {
 		if cmd.Flags().Changed("state-dir") {
-			cache = state.Dir{Path: g.stateDir}.Sub("cache")
+			cache = state.At(g.stateDir).Sub("cache")
 		} else {
 			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
 			if err != nil {
 				return err
 			}
 			defer os.RemoveAll(tmp)
-			cache = tmp
+			cache = state.At(tmp)
 		}
 	}
 	s, err := o.src.source(cache, g.log)

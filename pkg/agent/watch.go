@@ -55,7 +55,7 @@ func newWatcher(a *Agent) (*watcher, error) {
 		f.Close()
 		return nil, err
 	}
-	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs"),
+	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs").Path(),
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}, runs: map[string]int{}}
 	if err := os.MkdirAll(w.procs, 0o700); err == nil {
 		w.fs.Add(w.procs)

@@ -525,7 +525,7 @@ func (a *Agent) reload() error {
 
 // snapshotStamp is state.json's stamp: a write by anyone changes it.
 func snapshotStamp(d state.Dir) fileStamp {
-	fi, err := os.Stat(d.Sub("state.json"))
+	fi, err := os.Stat(d.File("state.json").Path())
 	if err != nil {
 		return fileStamp{}
 	}

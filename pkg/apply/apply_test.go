@@ -51,7 +51,7 @@ func (h *host) file(name, path, content string, extra ...string) {
 func (h *host) run(planOnly bool, o apply.Options) (*diff.Plan, *apply.Report) {
 	h.t.Helper()
 	ctx := context.Background()
-	src := &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}
+	src := &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}
 	co, err := src.Fetch(ctx)
 	if err != nil {
 		h.t.Fatal(err)
@@ -66,13 +66,13 @@ func (h *host) run(planOnly bool, o apply.Options) (*diff.Plan, *apply.Report) {
 		h.t.Fatal(err)
 	}
 	defer root.Close()
-	sd := state.Dir{Path: h.stdir}
+	sd := state.At(h.stdir)
 	snap, err := sd.Load()
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	env := &driver.Env{Root: root, Tree: co.Tree, Set: set, State: sd, Snapshot: snap,
-		Backups: &driver.Backups{Dir: sd.Sub("backups")}, Concurrency: 2}
+		Backups: &driver.Backups{State: sd}, Concurrency: 2}
 	plan := diff.Make(ctx, driver.Host{Env: env}, set, snap, 2)
 	if planOnly {
 		return plan, nil
@@ -212,7 +212,7 @@ func TestSnapshotRecordsPartialRuns(t *testing.T) {
 	h.file("broken", "/blocker/x", "x")
 	h.file("fine", "/fine", "y")
 	h.run(false, apply.Options{})
-	snap, err := state.Dir{Path: h.stdir}.Load()
+	snap, err := state.At(h.stdir).Load()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,12 +49,12 @@ func (h *host) engine(recall bool) (driver.Host, *resource.Set, *state.Snapshot,
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	sd := state.Dir{Path: h.stdir}
+	sd := state.At(h.stdir)
 	snap, err := sd.Load()
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	env := &driver.Env{Root: root, State: sd, Snapshot: snap, Backups: &driver.Backups{Dir: sd.Sub("backups")}, Concurrency: 2}
+	env := &driver.Env{Root: root, State: sd, Snapshot: snap, Backups: &driver.Backups{State: sd}, Concurrency: 2}
 	hst := driver.Host{Env: env}
 	if recall {
 		set, view, unknown := hst.RecallAll(snap)
@@ -64,7 +64,7 @@ func (h *host) engine(recall bool) (driver.Host, *resource.Set, *state.Snapshot,
 		env.Set = set
 		return hst, set, view, func() { root.Close() }
 	}
-	src := &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}
+	src := &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}
 	co, err := src.Fetch(ctx)
 	if err != nil {
 		h.t.Fatal(err)
@@ -92,7 +92,7 @@ func (h *host) sync() *apply.Report {
 	hst, set, snap, done := h.engine(false)
 	defer done()
 	plan := diff.Make(context.Background(), hst, set, snap, 2)
-	sd := state.Dir{Path: h.stdir}
+	sd := state.At(h.stdir)
 	rep, err := apply.Run(context.Background(), hst, set, plan, snap, apply.Options{Prune: true, Concurrency: 2, Save: sd.Save, WaitTimeout: time.Second})
 	if err != nil {
 		h.t.Fatal(err)

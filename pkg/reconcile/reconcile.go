@@ -101,7 +101,7 @@ type Session struct {
 // session that will write (write) first takes the state lock, so the
 // snapshot it loads is the one it replaces; Close releases it.
 func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Session, error) {
-	s := &Session{Config: cfg, State: state.Dir{Path: cfg.StateDir}, Desired: desired}
+	s := &Session{Config: cfg, State: state.At(cfg.StateDir), Desired: desired}
 	ok := false
 	defer func() {
 		if !ok {
@@ -127,7 +127,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	s.Snapshot.Root = absRoot
 	s.Env = &driver.Env{
 		Root: s.Root, State: s.State, Snapshot: s.Snapshot,
-		Backups:     &driver.Backups{Dir: s.State.Sub("backups")},
+		Backups:     &driver.Backups{State: s.State},
 		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
 	}
 	if desired != nil {

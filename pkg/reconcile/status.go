@@ -47,7 +47,7 @@ type ResourceStatus struct {
 // source when one is given, else against what was last applied (recalled
 // from the snapshot).
 func (s *Session) Status(ctx context.Context) *Status {
-	doc := &Status{StateDir: s.State.Path, Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, RolledBack: s.Snapshot.RolledBack, Resources: []ResourceStatus{}}
+	doc := &Status{StateDir: s.State.Path(), Source: s.Snapshot.Source, Revision: s.Snapshot.Revision, LastAttempt: s.Snapshot.LastAttempt, RolledBack: s.Snapshot.RolledBack, Resources: []ResourceStatus{}}
 	if !s.Snapshot.LastSyncTime.IsZero() {
 		doc.LastSyncTime = &s.Snapshot.LastSyncTime
 	}

@@ -11,7 +11,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,9 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/klauspost/compress/zlib"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // packStore is the cache's storage with go-git's pack writer replaced.
@@ -32,22 +34,23 @@ import (
 // Objects are still read through go-git: only the .idx is built here.
 type packStore struct {
 	*filesystem.Storage
-	dir string // the cache: objects/pack is under it
+	dir state.Dir // the cache: objects/pack is under it
 }
 
 // PackfileWriter implements storer.PackfileWriter: go-git's fetch copies the
 // received pack into it.
 func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
-	packDir := filepath.Join(s.dir, "objects", "pack")
-	if err := os.MkdirAll(packDir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.CreateTemp(packDir, "tmp_pack_")
+	dir, err := s.dir.Sub(packDir).Open(true)
 	if err != nil {
 		return nil, err
 	}
+	f, tmp, err := dir.CreateTemp("pack")
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
 	pr, pw := io.Pipe()
-	w := &packWriter{dir: packDir, f: f, pw: pw, sum: newTrailerHash(), done: make(chan error, 1)}
+	w := &packWriter{dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1)}
 	go func() {
 		err := w.ix.index(pr, f, s.Storage, w.sum)
 		pr.CloseWithError(err) // a failed parse must not leave Write blocked
@@ -59,8 +62,9 @@ func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
 // packWriter writes the pack to a temporary file and feeds the indexer the
 // same bytes; Close installs pack and index under their checksum's name.
 type packWriter struct {
-	dir  string
+	dir  *hostfs.Dir // objects/pack
 	f    *os.File
+	tmp  string // f's name
 	pw   *io.PipeWriter
 	sum  *trailerHash
 	n    int64
@@ -87,7 +91,8 @@ func (w *packWriter) Close() error {
 		err = nil // go-git reports an empty pack itself
 	}
 	w.f.Close()
-	os.Remove(w.f.Name()) // gone already when installed
+	w.dir.Remove(w.tmp) // gone already when installed
+	w.dir.Close()
 	return err
 }
 
@@ -105,12 +110,12 @@ func (w *packWriter) install() error {
 	if err != nil {
 		return err
 	}
-	name := filepath.Join(w.dir, "pack-"+w.ix.checksum.String())
-	tmp, err := os.CreateTemp(w.dir, "tmp_idx_")
+	name := "pack-" + w.ix.checksum.String()
+	tmp, tmpName, err := w.dir.CreateTemp(name + ".idx")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer w.dir.Remove(tmpName)
 	bw := bufio.NewWriter(tmp)
 	if _, err := idxfile.NewEncoder(bw).Encode(idx); err != nil {
 		tmp.Close()
@@ -125,10 +130,10 @@ func (w *packWriter) install() error {
 	}
 	// The index first: go-git lists packs by their .pack file, and a pack
 	// without its index would break every read of the cache.
-	if err := os.Rename(tmp.Name(), name+".idx"); err != nil {
+	if err := w.dir.Rename(tmpName, name+".idx"); err != nil {
 		return err
 	}
-	return os.Rename(w.f.Name(), name+".pack")
+	return w.dir.Rename(w.tmp, name+".pack")
 }
 
 // trailerHash is the SHA-1 of a stream less its last 20 bytes: a pack's

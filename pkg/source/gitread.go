@@ -6,16 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/klauspost/compress/zlib"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // packSet reads objects straight from the cache's packs, for the many
@@ -26,7 +31,7 @@ import (
 // It holds the packs that were installed when it was opened; an object it
 // lacks (a loose object) is read through go-git instead.
 type packSet struct {
-	dir   string // the cache
+	dir   state.Dir // the cache
 	packs []*packFile
 	bases baseCache
 	refs  atomic.Int32 // the Git that opened it and each open tree
@@ -34,10 +39,9 @@ type packSet struct {
 
 // packFile is one pack and its index.
 type packFile struct {
-	name   string // for errors: pack-<sum>.pack
+	name   string // pack-<sum>.pack
 	f      *os.File
-	path   string
-	info   os.FileInfo // the pack as opened
+	info   hostfs.Stat // the pack as opened
 	fanout [256]uint32
 	ids    []byte  // sorted object IDs, 20 bytes each
 	offs   []int64 // each object's offset, in ID order
@@ -46,17 +50,24 @@ type packFile struct {
 	trailer int64
 }
 
+// packDir is where a cache keeps its packs.
+const packDir = "objects/pack"
+
 // openPacks opens every pack of the cache at dir.
-func openPacks(dir string) (*packSet, error) {
-	idxs, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
-	if err != nil {
+func openPacks(dir state.Dir) (*packSet, error) {
+	entries, err := dir.Sub(packDir).ReadDir()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	s := &packSet{dir: dir}
 	s.refs.Store(1)
 	s.bases.max = baseCacheBytes
-	for _, idx := range idxs {
-		p, err := openPack(idx)
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".idx")
+		if !ok || !strings.HasPrefix(name, "pack-") {
+			continue
+		}
+		p, err := openPack(dir.Sub(packDir), name)
 		if err != nil {
 			s.close()
 			return nil, err
@@ -84,8 +95,8 @@ func (s *packSet) release() {
 // the cache was changed behind the process's back.
 func (s *packSet) changed() bool {
 	for _, p := range s.packs {
-		fi, err := os.Stat(p.path)
-		if err != nil || !os.SameFile(fi, p.info) || fi.Size() != p.info.Size() || !fi.ModTime().Equal(p.info.ModTime()) {
+		st, err := s.dir.Sub(packDir).Lstat(p.name)
+		if err != nil || st.Ino != p.info.Ino || st.Size != p.info.Size || st.Mtime != p.info.Mtime {
 			return true
 		}
 	}
@@ -98,13 +109,15 @@ func (s *packSet) close() {
 	}
 }
 
-// openPack reads a version 2 pack index and opens its pack.
-func openPack(idxPath string) (*packFile, error) {
-	b, err := os.ReadFile(idxPath)
+// openPack reads the version 2 pack index name.idx in dir and opens its
+// pack.
+func openPack(dir state.Dir, name string) (*packFile, error) {
+	idxPath := dir.File(name + ".idx")
+	b, err := dir.ReadFile(name + ".idx")
 	if err != nil {
 		return nil, err
 	}
-	p := &packFile{name: filepath.Base(idxPath[:len(idxPath)-len(".idx")]) + ".pack"}
+	p := &packFile{name: name + ".pack"}
 	bad := func(what string) error {
 		return fmt.Errorf("pack index %s: %s", idxPath, what)
 	}
@@ -137,16 +150,18 @@ func openPack(idxPath string) (*packFile, error) {
 		}
 		p.offs[i] = o
 	}
-	if p.f, err = os.Open(filepath.Join(filepath.Dir(idxPath), p.name)); err != nil {
+	if p.f, err = dir.OpenFile(p.name, os.O_RDONLY, 0); err != nil {
 		return nil, err
 	}
-	p.path = p.f.Name()
 	fi, err := p.f.Stat()
 	if err != nil {
 		p.f.Close()
 		return nil, err
 	}
-	p.info = fi
+	p.info = hostfs.Stat{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		p.info.Ino = uint64(st.Ino)
+	}
 	p.sorted = slices.Clone(p.offs)
 	slices.Sort(p.sorted)
 	p.trailer = fi.Size() - 20

@@ -38,10 +38,13 @@ func thisHolder(now time.Time) Holder {
 	return Holder{PID: os.Getpid(), Command: cmd, Since: now.UTC().Truncate(time.Second)}
 }
 
+// lockFile is the lock's name in the state dir.
+const lockFile = "lock"
+
 // readHolder reads the lock file's holder; ok is false when it names none
 // (let go, or being written). A bare pid is what older versions wrote.
-func readHolder(name string) (h Holder, ok bool) {
-	data, err := os.ReadFile(name)
+func (d Dir) readHolder() (h Holder, ok bool) {
+	data, err := d.ReadFile(lockFile)
 	if err != nil {
 		return Holder{}, false
 	}
@@ -74,11 +77,8 @@ func (h Holder) describe(now time.Time) string {
 // Lock takes the state dir's lock, waiting up to timeout for another holder
 // to let go. The error then says who holds it: pid, command, since when.
 func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(d.Path, 0o700); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	name := d.Sub("lock")
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	name := d.File(lockFile)
+	f, err := d.OpenFile(lockFile, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
@@ -95,7 +95,7 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 		if time.Now().After(deadline) {
 			f.Close()
 			who := "an unknown process"
-			if h, ok := readHolder(name); ok {
+			if h, ok := d.readHolder(); ok {
 				who = h.describe(time.Now())
 			}
 			return nil, fmt.Errorf("%w: %s is held by %s (waited %s; raise --lock-timeout or stop that process)", ErrLocked, name, who, timeout)
@@ -113,7 +113,7 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 	// The one writer now: what a killed writer left half-written goes.
 	if _, err := d.RemoveTemps(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("remove temp files in %s: %w", d.Path, err)
+		return nil, fmt.Errorf("remove temp files in %s: %w", d, err)
 	}
 	return &Lock{f: f}, nil
 }
