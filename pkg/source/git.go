@@ -229,7 +229,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if err != nil {
 		return nil, err
 	}
-	remote := git.NewRemote(&packStore{Storage: c.storage, dir: c.dir}, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+	remote := git.NewRemote(&packStore{Storage: c.storage, dir: c.dir, packs: g.packs}, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
 
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()

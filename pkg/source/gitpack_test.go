@@ -138,7 +138,12 @@ func writePack(dir string, pack []byte, chunk int) error {
 	if err != nil {
 		return err
 	}
-	w, err := (&packStore{Storage: s.storage, dir: state.At(dir)}).PackfileWriter()
+	packs, err := openPacks(state.At(dir))
+	if err != nil {
+		return err
+	}
+	defer packs.release()
+	w, err := (&packStore{Storage: s.storage, dir: state.At(dir), packs: packs}).PackfileWriter()
 	if err != nil {
 		return err
 	}

@@ -199,7 +199,7 @@ func TestPackReaderDeltaErrors(t *testing.T) {
 		if err != nil || typ != plumbing.OFSDeltaObject {
 			continue
 		}
-		_, _, err = s.readAt(p, off, end, maxDeltaDepth+1)
+		_, _, _, err = s.openAt(p, off, end, maxDeltaDepth+1)
 		if err == nil || !errors.Is(err, packfile.ErrMalformedPackFile) {
 			t.Fatalf("a chain past git's depth limit: %v", err)
 		}

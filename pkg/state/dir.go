@@ -282,3 +282,8 @@ func (f File) stat() (fs.FileInfo, error) {
 	defer p.Close()
 	return p.Stat()
 }
+
+// Scratch is a new file in d with no name (O_TMPFILE, or named and removed
+// at once), for data that must not stay in memory: gone once closed,
+// whatever happens to the process.
+func (d Dir) Scratch() (*os.File, error) { return unnamedFile(d) }
