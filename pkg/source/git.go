@@ -314,7 +314,10 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if p == "" {
 		p = "."
 	}
-	t := newGitTree(c.storage, tree, g.packs)
+	t, err := newGitTree(c.storage, tree.Hash, g.packs)
+	if err != nil {
+		return nil, &corruptCacheError{err}
+	}
 	if _, err := fs.Stat(t, p); err != nil {
 		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
 	}

@@ -392,3 +392,75 @@ func TestDamagedBlobIsRefetched(t *testing.T) {
 		t.Fatalf("%d fetches after the damage, want 1", g.Stats.Fetches-fetches)
 	}
 }
+
+// TestTreeOutlivesRebuild keeps the tree of the revision the host is on
+// open while the cache is rebuilt under it (a force-push marks it, the
+// next fetch removes it and fetches again; issue 18 §3): every tree and
+// blob of it still reads, as the agent's drift scan reads them.
+func TestTreeOutlivesRebuild(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := map[string]*string{}
+	for i := range 30 {
+		files[fmt.Sprintf("kb/d%d/f%d.md", i%5, i)] = gittest.S(fmt.Sprintf("file %d\n", i))
+	}
+	repo.Commit("one", files)
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	first, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	files["kb/d0/f0.md"] = gittest.S("rewritten\n")
+	repo.Commit("rewritten", files)
+	repo.Git("-C", repo.Dir, "reset", "-q", "--soft", "HEAD~1")
+	repo.Git("-C", repo.Dir, "commit", "-q", "--amend", "-m", "history rewritten")
+	applied, err := g.Fetch(context.Background()) // the force-push: followed, the cache marked
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer applied.Close()
+	if len(applied.Notes) == 0 {
+		t.Fatal("no force-push noticed")
+	}
+	readAll := func() error {
+		n := 0
+		err := applied.Tree.Walk("kb", func(e Entry) error {
+			if !e.Mode.IsRegular() {
+				return nil
+			}
+			n++
+			rc, err := e.Open()
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			b, err := io.ReadAll(rc)
+			if want := *files["kb/"+e.Path]; err == nil && string(b) != want {
+				return fmt.Errorf("%s reads %q, want %q", e.Path, b, want)
+			}
+			return err
+		})
+		if err == nil && n != len(files) {
+			err = fmt.Errorf("%d files read, want %d", n, len(files))
+		}
+		return err
+	}
+	if err := readAll(); err != nil { // applied: read, as the agent plans it
+		t.Fatal(err)
+	}
+	again, err := g.Fetch(context.Background()) // the rebuild
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	if again.Revision != applied.Revision {
+		t.Fatalf("rebuilt at %s, applied %s", again.Revision, applied.Revision)
+	}
+	if err := readAll(); err != nil {
+		t.Fatalf("the applied revision after the rebuild: %v", err)
+	}
+	if got := readFile(t, applied, "kb/d0/f0.md"); got != "rewritten\n" {
+		t.Fatalf("read by path: %q", got)
+	}
+}

@@ -29,8 +29,63 @@ type gitTree struct {
 	closed sync.Once
 }
 
-func newGitTree(s storer.EncodedObjectStorer, root *object.Tree, packs *packSet) *gitTree {
-	return &gitTree{s: s, root: root, packs: packs.acquire()}
+// newGitTree is the tree root of the cache's storage s. Its objects are
+// read from packs, which it holds open: the tree reads what it read when
+// it was made for as long as it is open, even once the cache was rebuilt
+// under it (the revision the host is on stays readable until the next
+// one is applied). Only what the packs lack goes to s.
+func newGitTree(s storer.EncodedObjectStorer, root plumbing.Hash, packs *packSet) (*gitTree, error) {
+	t := &gitTree{s: s, packs: packs.acquire()}
+	if t.packs != nil {
+		t.s = &packStorer{EncodedObjectStorer: s, packs: t.packs}
+	}
+	tree, err := object.GetTree(t.s, root)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.root = tree
+	return t, nil
+}
+
+// packStorer serves the objects of its packs, and what they lack from
+// go-git's storage.
+type packStorer struct {
+	storer.EncodedObjectStorer
+	packs *packSet
+}
+
+func (s *packStorer) EncodedObject(typ plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	otyp, data, err := s.packs.read(h)
+	if errors.Is(err, errNotPacked) {
+		return s.EncodedObjectStorer.EncodedObject(typ, h)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer putBuf(data)
+	if typ != plumbing.AnyObject && otyp != typ {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(otyp)
+	obj.Write(data)
+	return obj, nil
+}
+
+func (s *packStorer) HasEncodedObject(h plumbing.Hash) error {
+	if _, _, _, ok := s.packs.locate(h); ok {
+		return nil
+	}
+	return s.EncodedObjectStorer.HasEncodedObject(h)
+}
+
+func (s *packStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	n, err := s.packs.size(h)
+	if errors.Is(err, errNotPacked) {
+		return s.EncodedObjectStorer.EncodedObjectSize(h)
+	}
+	return n, err
 }
 
 // openBlob streams a blob by ID, and says its size: from the packs, a
