@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
@@ -51,6 +52,10 @@ type Git struct {
 	// not load the pack indexes again.
 	cache *gitCache
 	packs *packSet
+	// abandoned is closed when a go-git call given up on (a timeout, a
+	// full disk) has ended: the next fetch waits for it before it touches
+	// the cache.
+	abandoned chan struct{}
 }
 
 // cacheObjects bounds go-git's object cache: its 96 MiB default costs about
@@ -113,17 +118,42 @@ func isSHA1(s string) bool {
 	return err == nil
 }
 
-// bounded runs f but gives up when ctx ends: go-git's git:// and SSH
-// connects do not watch the context. The abandoned call ends on its own
-// when the connection fails.
-func bounded(ctx context.Context, f func() error) error {
+// bounded runs f but gives up when ctx ends (go-git's git:// and SSH
+// connects do not watch the context), or at once when failed says the
+// cache could not take what f fetches (go-git itself waits for the server
+// to finish sending, which a file:// server never does once its reader
+// stopped). The abandoned call ends on its own when the connection fails
+// or the rest is read; the next fetch waits for that.
+func (g *Git) bounded(ctx context.Context, failed <-chan error, f func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	finished := make(chan struct{})
+	go func() {
+		done <- f()
+		close(finished)
+	}()
 	select {
 	case err := <-done:
 		return err
+	case err := <-failed:
+		g.abandoned = finished
+		return err
 	case <-ctx.Done():
+		g.abandoned = finished
 		return ctx.Err()
+	}
+}
+
+// settled waits for a go-git call given up on to end.
+func (g *Git) settled(ctx context.Context) error {
+	if g.abandoned == nil {
+		return nil
+	}
+	select {
+	case <-g.abandoned:
+		g.abandoned = nil
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the last fetch, given up on, has not ended yet: %w", ctx.Err())
 	}
 }
 
@@ -197,6 +227,9 @@ type corruptCacheError struct{ err error }
 func (e *corruptCacheError) Error() string { return "corrupt cache: " + e.err.Error() }
 
 func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
+	if err := g.settled(ctx); err != nil {
+		return nil, err
+	}
 	dir := g.cacheDir()
 	if _, err := dir.Lstat(rebuildMarker); err == nil {
 		g.Log.Info("rebuilding the git cache", "url", g.URL)
@@ -229,13 +262,14 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if err != nil {
 		return nil, err
 	}
-	remote := git.NewRemote(&packStore{Storage: c.storage, dir: c.dir, packs: g.packs}, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+	store := &packStore{Storage: c.storage, dir: c.dir, packs: g.packs, failed: make(chan error, 1)}
+	remote := git.NewRemote(store, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
 
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
 	var refs []*plumbing.Reference
 	g.Stats.Lists++
-	err = bounded(ctx, func() error {
+	err = g.bounded(ctx, nil, func() error {
 		var err error
 		refs, err = remote.ListContext(ctx, &git.ListOptions{Auth: auth, CABundle: ca, PeelingOption: git.AppendPeeled, Timeout: int(g.Timeout.Seconds())})
 		return err
@@ -270,7 +304,10 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 				defer w.Close()
 			}
 		}
-		err = bounded(ctx, func() error { return remote.FetchContext(ctx, opts) })
+		err = g.bounded(ctx, store.failed, func() error { return remote.FetchContext(ctx, opts) })
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("%w (the disk of the Git cache, %s, is full: free space there)", err, dir)
+		}
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return nil, explain(err, g.Timeout)
 		}

@@ -36,6 +36,9 @@ type packStore struct {
 	*filesystem.Storage
 	dir   state.Dir // the cache: objects/pack is under it
 	packs *packSet  // its packs before the fetch, where a thin pack's bases are; may be nil
+	// failed takes the error that stopped the pack from being written (a
+	// full disk), at once; may be nil.
+	failed chan error
 }
 
 // PackfileWriter implements storer.PackfileWriter: go-git's fetch copies the
@@ -51,7 +54,7 @@ func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	w := &packWriter{dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1)}
+	w := &packWriter{dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1), failed: s.failed}
 	w.ix.storage, w.ix.old, w.ix.scratch = s.Storage, s.packs, s.dir.Scratch
 	go func() {
 		err := w.ix.index(pr, f, w.sum)
@@ -72,11 +75,28 @@ type packWriter struct {
 	n    int64
 	ix   packIndexer
 	done chan error
+	// err stopped the writing; what comes after it is read and dropped,
+	// so that go-git's fetch runs to its end instead of waiting on a server
+	// that cannot finish sending. failed is told of it at once.
+	err    error
+	failed chan error
 }
 
 func (w *packWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return len(p), nil
+	}
 	if _, err := w.f.Write(p); err != nil {
-		return 0, err
+		// The temp file goes now: a fetch given up on at once may end the
+		// process before Close.
+		w.err = err
+		w.dir.Remove(w.tmp)
+		w.pw.CloseWithError(err)
+		select {
+		case w.failed <- err:
+		default:
+		}
+		return len(p), nil
 	}
 	w.sum.Write(p)
 	w.n += int64(len(p))
@@ -86,6 +106,9 @@ func (w *packWriter) Write(p []byte) (int, error) {
 func (w *packWriter) Close() error {
 	w.pw.Close()
 	err := <-w.done
+	if w.err != nil {
+		err = w.err
+	}
 	if err == nil && w.n > 0 {
 		err = w.install()
 	}
