@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -543,15 +542,15 @@ func (s *sandbox) agentSays(t *testing.T, want string) {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := s.command("run", "--listen", addr, "--interval", "1s")
-	var out lockedOutput
+	var out strings.Builder // read once the agent has ended
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
+	stop := func() {
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-	}()
+	}
 	client := &http.Client{Timeout: time.Second}
 	var last string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -564,28 +563,12 @@ func (s *sandbox) agentSays(t *testing.T, want string) {
 		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
 		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), want) {
 			t.Logf("the agent: /readyz %s", strings.TrimSpace(last))
+			stop()
 			return
 		}
 	}
+	stop()
 	t.Fatalf("the agent's /readyz never said %q (last: %s); its log:\n%s", want, last, out.String())
-}
-
-// lockedOutput is a process's output, read while it runs.
-type lockedOutput struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (o *lockedOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *lockedOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
 }
 
 // TestFaultTally runs last (tests run in file order) and reports the count
