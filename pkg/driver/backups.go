@@ -79,18 +79,17 @@ var errTaken = errors.New("taken")
 // copyInto copies the entry name of d to run/rel, refusing to write on or
 // below anything already there.
 func copyInto(d *hostfs.Dir, name string, run state.Dir, rel string) error {
-	parent, err := run.Open(false)
+	top, err := run.Open(false)
 	if err != nil {
 		return taken(err)
 	}
-	defer parent.Close()
+	defer top.Close()
+	parent := top
 	if dir := path.Dir(rel); dir != "/" {
-		p, err := parent.MkdirAllRel(dir[1:], 0o700)
-		if err != nil {
+		if parent, err = top.MkdirAllRel(dir[1:], 0o700); err != nil {
 			return taken(err)
 		}
-		parent.Close()
-		parent = p
+		defer parent.Close()
 	}
 	if err := copyOut(d, name, parent, path.Base(rel)); err != nil {
 		return err

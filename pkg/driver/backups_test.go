@@ -200,3 +200,28 @@ func TestBackupsRefusePlantedLinks(t *testing.T) {
 		t.Fatalf("listing through a planted backups link: %v, %v", runs, err)
 	}
 }
+
+// TestBackupsCloseWhatTheyOpen: copies at nested paths leave no
+// descriptor open (one left per copy, and one closed twice, once broke
+// the agent's other files under churn).
+func TestBackupsCloseWhatTheyOpen(t *testing.T) {
+	h := newBackupsHost(t)
+	h.write("/srv/kb/f1.txt", "one\n")
+	h.mustSave("/srv/kb/f1.txt")
+	before := openFDs(t)
+	for range 20 {
+		h.mustSave("/srv/kb/f1.txt")
+	}
+	if after := openFDs(t); after != before {
+		t.Fatalf("%d descriptors open after 20 copies, %d before", after, before)
+	}
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(fds)
+}
