@@ -57,7 +57,8 @@ func newWatcher(a *Agent) (*watcher, error) {
 	}
 	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, root: a.sess.Root.Dir(), procs: a.sess.State.Sub("procs").Path(),
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{}, shims: map[string]int{}, runs: map[string]int{}}
-	if err := os.MkdirAll(w.procs, 0o700); err == nil {
+	if h, err := a.sess.State.Sub("procs").Open(true); err == nil { // made through the state dir's door
+		h.Close()
 		w.fs.Add(w.procs)
 	}
 	return w, nil
