@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"testing/iotest"
 
@@ -13,10 +15,17 @@ import (
 
 // TestPacksStream runs the pack tests again with every object of more
 // than 64 bytes streamed: inflated, delta-applied and hashed as it is
-// read, its delta bases in scratch files, in the reader and the indexer.
+// read, its delta bases in scratch files, in the reader and the indexer;
+// no stream or scratch file is left open.
 func TestPacksStream(t *testing.T) {
 	defer func(was int64) { streamAbove = was }(streamAbove)
 	streamAbove = 64
+	before := openFDs(t)
+	defer func() {
+		if after := openFDs(t); after != before {
+			t.Errorf("%d descriptors open after the tests, %d before: a stream or a scratch file left open", after, before)
+		}
+	}()
 	for name, test := range map[string]func(*testing.T){
 		"reader": TestPackReaderAgreesWithGit, "index": TestPackIndexAgreesWithGit,
 		"thin": TestThinPack, "parallel": TestParallelBlobReads,
@@ -128,4 +137,21 @@ func streamDelta(base, delta []byte, oneByte bool) (out []byte, header bool, err
 		err = errors.New("short")
 	}
 	return out, false, err
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	n := 0
+	for _, fd := range fds {
+		// A Git keeps its cache's packs open for its life (it has no
+		// Close): those are not what is counted.
+		if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); !strings.HasSuffix(strings.TrimSuffix(l, " (deleted)"), ".pack") {
+			n++
+		}
+	}
+	return n
 }
