@@ -4,7 +4,6 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"iter"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -365,7 +364,7 @@ func layerItem(l lent, marks uint16) item {
 
 // grew checkpoints the layers once they are large.
 func (x *Index) grew() {
-	if x.replaying || x.spill == "" {
+	if x.replaying || x.spill.none() {
 		return
 	}
 	k := len(x.added) + len(x.logged)
@@ -389,9 +388,6 @@ func (x *Index) checkpoint() error {
 	n := 0
 	for range x.items("") {
 		n++
-	}
-	if err := os.MkdirAll(x.spill, 0o700); err != nil {
-		return err
 	}
 	f, err := unnamedFile(x.spill)
 	if err != nil {
