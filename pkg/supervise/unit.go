@@ -1,0 +1,306 @@
+//go:build linux
+
+package supervise
+
+import (
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A unit is the supervisor's machine for one process: its specs, its
+// status, the run loop and the restart policy (restart at once, back off,
+// Failed). lifecycle.go holds what one run goes through.
+
+// unit supervises one process through its specs.
+type unit struct {
+	s     *supervisor
+	name  string
+	specs chan *Spec // the newest spec, nil when it was removed
+
+	mu   sync.Mutex // guards spec's log fields and st
+	spec *Spec
+	st   Status
+
+	log     *os.File
+	cg      cgroup
+	cgNote  string // why there is no cgroup, or what limits it lacks
+	proc    Identity
+	exited  <-chan unix.WaitStatus // the process is our child
+	gone    <-chan struct{}        // the process was adopted
+	unwatch func()
+	stop    chan struct{} // closed to end the probes of this run
+	sick    chan string   // a liveness probe gave up
+	runID   int           // which run the probes report on (guarded by mu)
+}
+
+func newUnit(s *supervisor, name string, spec *Spec) *unit {
+	return &unit{s: s, name: name, spec: spec, specs: make(chan *Spec, 1)}
+}
+
+// send hands the unit a newer spec; an unread older one is replaced.
+func (u *unit) send(spec *Spec) {
+	for {
+		select {
+		case u.specs <- spec:
+			return
+		default:
+			select {
+			case <-u.specs:
+			default:
+			}
+		}
+	}
+}
+
+// update changes the status and writes it.
+func (u *unit) update(f func(st *Status)) {
+	u.mu.Lock()
+	f(&u.st)
+	st := u.st
+	u.mu.Unlock()
+	u.s.wmu.RLock()
+	defer u.s.wmu.RUnlock()
+	if u.s.left {
+		return // a successor's status it would be
+	}
+	if err := writeJSON(statusFile(u.s.procs, u.name), &st); err != nil {
+		logLine(u.s.log, "%s: write status: %v", u.name, err)
+	}
+}
+
+// status is a copy of the unit's status.
+func (u *unit) status() Status {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.st
+}
+
+func (u *unit) logf(format string, args ...any) {
+	if u.log != nil {
+		logLine(u.log, format, args...)
+	}
+}
+
+func (u *unit) capLog() {
+	u.mu.Lock()
+	file, max := u.spec.LogFile, u.spec.LogMax
+	u.mu.Unlock()
+	if err := CapLog(file, max); err != nil {
+		logLine(u.s.log, "%s: cap the log: %v", u.name, err)
+	}
+}
+
+func (u *unit) running() bool { return u.exited != nil || u.gone != nil }
+
+// run is the unit's life: take over what a predecessor left, then start,
+// watch, restart and stop the process as its specs say, until a final
+// state (exited, failed, held, stopped).
+func (u *unit) run(prev *Status) {
+	defer func() {
+		if u.log != nil {
+			u.log.Close()
+		}
+		u.s.finished <- u
+	}()
+	spec := u.spec
+	u.useSpec(spec)
+	u.st = Status{Shim: u.s.self, Gen: spec.Gen, RestartGen: spec.RestartGen, Hash: spec.Hash, State: Starting,
+		Cgroup: spec.Cgroup, StopSignal: spec.StopSignal, StopTimeout: spec.StopTimeout}
+	same := prev != nil && prev.Hash == spec.Hash && prev.RestartGen == spec.RestartGen
+	if same {
+		u.st.Restarts, u.st.QuickExits, u.st.LastExit = prev.Restarts, prev.QuickExits, prev.LastExit
+	}
+	u.fillContainment()
+	if u.takeOver(prev, same && !spec.Hold) {
+		u.logf("%s: adopted pid %d", u.name, u.proc.PID)
+	} else if same && prev.Gen == spec.Gen && !spec.Hold {
+		// Our predecessor died with this very spec: carry on from where
+		// it was.
+		switch prev.State {
+		case BackingOff:
+			if !u.backoff(prev.NextRestart) {
+				return
+			}
+		case Running, Starting:
+			if !prev.Started.IsZero() {
+				u.st.Started = prev.Started
+				if !u.ended(&Exit{Code: -1, Unknown: true, Time: time.Now().UTC()}) {
+					return
+				}
+			}
+		}
+	} else if same && !prev.Started.IsZero() {
+		u.st.Restarts++ // started again for the same spec (a sync after a crash)
+		u.st.QuickExits = 0
+	}
+	for {
+		select {
+		case <-u.s.quit:
+			return // the successor starts it, if still due
+		default:
+		}
+		spec := u.spec
+		if spec.Hold {
+			u.update(func(st *Status) { *st = u.final(Held) })
+			u.logf("%s: held (cortex-sync stop)", u.name)
+			return
+		}
+		if !u.running() {
+			if err := u.start(); err != nil {
+				u.logf("%s: cannot start: %v", u.name, err)
+				u.update(func(st *Status) {
+					*st = u.final(Failed)
+					st.StartError = err.Error()
+					st.LastExit = &Exit{Code: -1, Reason: "cannot start: " + err.Error(), Time: time.Now().UTC()}
+				})
+				return
+			}
+		}
+		exit, next, stop, left := u.watch()
+		switch {
+		case left:
+			return
+		case stop:
+			u.update(func(st *Status) { *st = u.final(Stopped) })
+			return
+		case next != nil:
+			if next.Hash != u.spec.Hash || next.RestartGen != u.spec.RestartGen {
+				u.adoptSpec(next)
+			}
+			continue
+		}
+		if !u.ended(exit) {
+			return
+		}
+	}
+}
+
+// final is the status of a unit that ends with nothing running, for its
+// current spec.
+func (u *unit) final(state State) Status {
+	st := u.st
+	st.State, st.Process, st.Ready, st.NextRestart, st.Probe, st.Message = state, Identity{}, false, time.Time{}, "", ""
+	st.Gen, st.RestartGen, st.Hash = u.spec.Gen, u.spec.RestartGen, u.spec.Hash
+	return st
+}
+
+// useSpec makes spec the current one.
+func (u *unit) useSpec(spec *Spec) {
+	u.mu.Lock()
+	u.spec = spec
+	u.mu.Unlock()
+	if u.log == nil || u.log.Name() != spec.LogFile {
+		if u.log != nil {
+			u.log.Close()
+		}
+		os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
+		u.log, _ = openLog(spec.LogFile)
+	}
+	u.cg = cgroup(spec.Cgroup)
+}
+
+// adoptSpec moves to a new spec whose process was stopped to change it:
+// counts start afresh.
+func (u *unit) adoptSpec(spec *Spec) {
+	u.useSpec(spec)
+	u.fillContainment()
+	u.update(func(st *Status) {
+		st.Gen, st.RestartGen, st.Hash, st.Restarts, st.QuickExits, st.StartError = spec.Gen, spec.RestartGen, spec.Hash, 0, 0, ""
+		st.State, st.Process, st.Ready, st.NextRestart = Starting, Identity{}, false, time.Time{}
+	})
+}
+
+func (u *unit) fillContainment() {
+	u.cgNote = ""
+	if u.cg != "" {
+		note, err := u.cg.setup(u.spec.Resources)
+		if err != nil {
+			u.cgNote = "cannot make the cgroup: " + err.Error()
+			u.cg = ""
+		} else {
+			u.cgNote = note
+		}
+	}
+	c := "cgroup " + string(u.cg)
+	switch {
+	case u.cg != "" && u.cgNote != "":
+		c += " (" + u.cgNote + ")"
+	case u.cg != "":
+	case u.cgNote != "":
+		c = "process group (" + u.cgNote + ")"
+	case u.spec.NoCgroup != "":
+		c = "process group (" + u.spec.NoCgroup + ")"
+	default:
+		c = "process group (no writable cgroup v2 hierarchy)"
+	}
+	u.mu.Lock()
+	u.st.Containment = c
+	u.mu.Unlock()
+}
+
+// ended applies the restart policy to a process that ended: restart it at
+// once after a long run, after a backoff after a quick one, or end the
+// unit (exited, failed). It reports whether the unit goes on.
+func (u *unit) ended(e *Exit) bool {
+	spec := u.spec
+	ran := e.Time.Sub(u.status().Started)
+	if !spec.RestartPolicy.Restarts(e) {
+		u.logf("%s: %s after %s; restart policy %s: done", u.name, e, ran.Round(time.Millisecond), spec.RestartPolicy.OrDefault())
+		u.update(func(st *Status) { *st = u.final(Exited); st.LastExit = e })
+		return false
+	}
+	wait, quick, failed := spec.Backoff.Next(ran, u.status().QuickExits)
+	if failed {
+		u.logf("%s: %s after %s; %d quick failures in a row: failed (cortex-sync restart Process/%s starts it again)", u.name, e, ran.Round(time.Millisecond), quick, u.name)
+		u.update(func(st *Status) { *st = u.final(Failed); st.LastExit, st.QuickExits = e, quick })
+		return false
+	}
+	u.update(func(st *Status) { st.LastExit, st.QuickExits = e, quick })
+	if wait == 0 {
+		u.logf("%s: %s after %s; restarting", u.name, e, ran.Round(time.Millisecond))
+		u.update(func(st *Status) { st.Restarts++ })
+		return true
+	}
+	u.logf("%s: %s after %s; restarting in %s (quick failure %d of %d)", u.name, e, ran.Round(time.Millisecond), wait, quick, spec.Backoff.WithDefaults().StartLimit)
+	if !u.backoff(time.Now().Add(wait)) {
+		return false
+	}
+	u.update(func(st *Status) { st.Restarts++ })
+	return true
+}
+
+// backoff waits until at, or until a spec calls for something else. It
+// reports whether to start the process now.
+func (u *unit) backoff(at time.Time) bool {
+	u.update(func(st *Status) {
+		st.State, st.Process, st.Ready, st.NextRestart, st.Probe, st.Message = BackingOff, Identity{}, false, at.UTC(), "", ""
+	})
+	for {
+		select {
+		case <-time.After(time.Until(at)):
+			return true
+		case <-u.s.quit:
+			return false // the successor reads the backoff from the status
+		case spec := <-u.specs:
+			switch {
+			case spec == nil:
+				u.update(func(st *Status) { *st = u.final(Stopped) })
+				return false
+			case spec.Hold || spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
+				if spec.Hold {
+					u.useSpec(spec) // the loop writes the hold
+				} else {
+					u.adoptSpec(spec)
+				}
+				return true // the loop holds it, or starts the new spec now
+			case spec.Gen != u.spec.Gen:
+				u.useSpec(spec)
+				u.update(func(st *Status) { st.Gen = spec.Gen })
+			}
+		}
+	}
+}
