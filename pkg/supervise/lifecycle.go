@@ -50,12 +50,14 @@ func (u *unit) takeOver(prev *Status, adopt bool) bool {
 	}
 	if prev != nil && prev.Cgroup != "" && prev.Cgroup != string(u.cg) {
 		cgroup(prev.Cgroup).kill(5 * time.Second)
+		cgroup(prev.Cgroup).remove()
 	}
 	if u.cg != "" {
 		if u.cg.populated() {
 			u.logf("%s: killing what is left in %s", u.name, u.cg)
 			u.cg.kill(5 * time.Second)
 		}
+		u.cg.removeRuns()
 	} else if pids := strays(spec.Tag()); len(pids) > 0 {
 		u.logf("%s: killing %d processes left of an earlier run", u.name, len(pids))
 		killStrays(spec.Tag(), 5*time.Second)
@@ -110,9 +112,12 @@ func (u *unit) start() error {
 	})
 	attr := procAttr(spec, []uintptr{devnull.Fd(), out.Fd(), out.Fd()})
 	attr.Env = append(attr.Env, secretEnv(secrets)...)
+	u.runCg = ""
 	if u.cg != "" {
-		fd, err := u.cg.open()
-		if err == nil {
+		fd, err := u.newRun()
+		if err != nil {
+			u.noCgroup("cannot make the cgroup of its run: " + err.Error())
+		} else {
 			defer unix.Close(fd)
 			attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, fd
 		}
@@ -120,12 +125,14 @@ func (u *unit) start() error {
 	id, exited, err := u.s.reaper.forkExec(path, spec.Command, attr)
 	if err != nil && attr.Sys.UseCgroupFD && !isExecError(err) {
 		// A kernel without CLONE_INTO_CGROUP: the process group it is.
-		u.cg, u.cgNote = "", "cannot start into the cgroup: "+err.Error()
-		u.fillContainment()
+		u.noCgroup("cannot start into the cgroup: " + err.Error())
 		attr.Sys.UseCgroupFD = false
 		id, exited, err = u.s.reaper.forkExec(path, spec.Command, attr)
 	}
 	if err != nil {
+		if u.runCg != "" {
+			unix.Rmdir(string(u.runCg))
+		}
 		return err
 	}
 	u.proc, u.exited = id, exited
@@ -139,6 +146,38 @@ func (u *unit) start() error {
 	return nil
 }
 
+// newRun makes the fresh cgroup of the run about to start (see
+// cgroup.newRun) and opens it for CLONE_INTO_CGROUP.
+func (u *unit) newRun() (int, error) {
+	run, err := u.cg.newRun()
+	if err != nil {
+		return -1, err
+	}
+	if testHookRun != nil {
+		testHookRun(u.spec, run)
+	}
+	fd, err := run.open()
+	if err != nil {
+		unix.Rmdir(string(run))
+		return -1, err
+	}
+	u.runCg = run
+	return fd, nil
+}
+
+// testHookRun, when set, sees each run's cgroup before the process is
+// started into it: a test makes the kernel refuse it.
+var testHookRun func(spec *Spec, run cgroup)
+
+// noCgroup falls back to the process group, saying why.
+func (u *unit) noCgroup(why string) {
+	if u.runCg != "" {
+		unix.Rmdir(string(u.runCg))
+	}
+	u.cg, u.runCg, u.cgNote = "", "", why
+	u.fillContainment()
+}
+
 // isExecError tells the program's own failures (not found, not
 // executable, no working directory) from the kernel refusing the clone.
 func isExecError(err error) bool {
@@ -150,12 +189,19 @@ func isExecError(err error) bool {
 // calls for it to stop: removed or held (stop; for a hold the spec is
 // current), or changed (next, the process stopped already); or until the
 // supervisor leaves it to a successor (left, the process still running).
+// A process it stopped for a spec ends with the stop's exit, its reason
+// naming why.
 func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 	var reason string
+	stopFor := func(why string) *Exit {
+		e := u.stopProcess()
+		e.Reason = why
+		return e
+	}
 	for {
 		select {
-		case ws := <-u.exited:
-			e := exitOf(ws)
+		case w := <-u.exited:
+			e := exitOf(w)
 			e.Reason = reason
 			u.endRun()
 			return e, nil, false, false
@@ -165,8 +211,8 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 		case why := <-u.sick:
 			reason = why
 			u.logf("%s: %s; stopping pid %d", u.name, why, u.proc.PID)
-			e := u.stopProcess()
-			e.Reason, e.Liveness = why, true
+			e := stopFor(why)
+			e.Liveness = true
 			return e, nil, false, false
 		case <-u.s.quit:
 			u.detach()
@@ -175,21 +221,19 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 			switch {
 			case spec == nil:
 				u.logf("%s: removed; stopping pid %d", u.name, u.proc.PID)
-				u.stopProcess()
-				return nil, nil, true, false
+				return stopFor("stopped: removed"), nil, true, false
 			case spec.Hold:
 				u.logf("%s: held; stopping pid %d", u.name, u.proc.PID)
-				u.stopProcess()
+				e := stopFor("stopped by cortex-sync stop")
 				u.useSpec(spec) // the loop writes the hold
-				return nil, spec, false, false
+				return e, spec, false, false
 			case spec.Hash != u.spec.Hash || spec.RestartGen != u.spec.RestartGen:
-				why := "spec changed"
+				why, stopped := "spec changed", "stopped for a new spec"
 				if spec.Hash == u.spec.Hash {
-					why = "restart asked (cortex-sync restart)"
+					why, stopped = "restart asked (cortex-sync restart)", "stopped by cortex-sync restart"
 				}
 				u.logf("%s: %s; stopping pid %d to restart it", u.name, why, u.proc.PID)
-				u.stopProcess()
-				return nil, spec, false, false
+				return stopFor(stopped), spec, false, false
 			case spec.Gen != u.spec.Gen:
 				u.useSpec(spec)
 				u.update(func(st *Status) { st.Gen = spec.Gen })
@@ -205,8 +249,8 @@ func (u *unit) stopProcess() *Exit {
 	var e *Exit
 	wait := func(d time.Duration) bool {
 		select {
-		case ws := <-u.exited:
-			e = exitOf(ws)
+		case w := <-u.exited:
+			e = exitOf(w)
 			return true
 		case <-u.gone:
 			e = &Exit{Code: -1, Unknown: true, Time: time.Now().UTC()}
@@ -253,6 +297,7 @@ func (u *unit) endRun() {
 				u.cg.kill(5 * time.Second)
 			}
 		}
+		u.cg.removeRuns() // never started into again
 	default:
 		if groupAlive(pgid) || len(strays(spec.Tag())) > 0 {
 			killGroup(pgid, spec.StopSignal)

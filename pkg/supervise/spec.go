@@ -201,6 +201,8 @@ type Exit struct {
 	Unknown bool `json:"unknown,omitempty"`
 	// Liveness: the supervisor stopped it because its liveness probe failed.
 	Liveness bool `json:"liveness,omitempty"`
+	// unborn: it died before it ran its program (see waited).
+	unborn bool
 }
 
 // Failed reports whether the exit was a failure; an unknown one counts.

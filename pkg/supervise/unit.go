@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A unit is the supervisor's machine for one process: its specs, its
@@ -26,11 +24,12 @@ type unit struct {
 	st   Status
 
 	log     *os.File
-	cg      cgroup
+	cg      cgroup // the unit's cgroup, which holds the limits
+	runCg   cgroup // the cgroup of the process that runs: a fresh one below cg
 	cgNote  string // why there is no cgroup, or what limits it lacks
 	proc    Identity
-	exited  <-chan unix.WaitStatus // the process is our child
-	gone    <-chan struct{}        // the process was adopted
+	exited  <-chan waited   // the process is our child
+	gone    <-chan struct{} // the process was adopted
 	unwatch func()
 	stop    chan struct{} // closed to end the probes of this run
 	sick    chan string   // a liveness probe gave up
@@ -137,6 +136,7 @@ func (u *unit) run(prev *Status) {
 		u.st.Restarts++ // started again for the same spec (a sync after a crash)
 		u.st.QuickExits = 0
 	}
+	retried := false
 	for {
 		select {
 		case <-u.s.quit:
@@ -165,18 +165,41 @@ func (u *unit) run(prev *Status) {
 		case left:
 			return
 		case stop:
-			u.update(func(st *Status) { *st = u.final(Stopped) })
+			u.update(func(st *Status) { *st = u.final(Stopped); st.LastExit = exit })
 			return
 		case next != nil:
 			if next.Hash != u.spec.Hash || next.RestartGen != u.spec.RestartGen {
 				u.adoptSpec(next)
 			}
+			u.update(func(st *Status) { st.LastExit = exit }) // this stop, not an older end
+			continue
+		}
+		if u.bornDead(exit, &retried) {
 			continue
 		}
 		if !u.ended(exit) {
 			return
 		}
 	}
+}
+
+// bornDead is the safety net under the fresh cgroup of every run: a
+// process SIGKILLed before it ran its program, in a cgroup, points at the
+// container, not at the program (a kernel that refuses the cgroup, as
+// Linux 6.18 does one that was killed). It is started once more, in a
+// fresh cgroup, before its end counts; retried says whether that was done
+// for this start already.
+func (u *unit) bornDead(e *Exit, retried *bool) bool {
+	if !e.unborn || e.Signal != "SIGKILL" || u.runCg == "" || *retried {
+		if e.unborn && e.Reason == "" {
+			e.Reason = "before it ran its program"
+		}
+		*retried = false
+		return false
+	}
+	*retried = true
+	u.logf("%s: killed by SIGKILL before it ran its program, in %s: the kernel refused the cgroup; starting it once more, in a fresh cgroup", u.name, u.runCg)
+	return true
 }
 
 // final is the status of a unit that ends with nothing running, for its
@@ -215,7 +238,6 @@ func (u *unit) adoptSpec(spec *Spec) {
 }
 
 func (u *unit) fillContainment() {
-	u.cgNote = ""
 	if u.cg != "" {
 		note, err := u.cg.setup(u.spec.Resources)
 		if err != nil {
