@@ -3,9 +3,13 @@
 package supervise
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -138,5 +142,54 @@ func TestKilledStartsAgain(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// TestLivenessKillServesAgain: a server that stops answering (SIGSTOP:
+// it cannot even take SIGTERM) is stopped by its liveness probe, killed
+// with its cgroup after stopTimeout, and serves again within 20s, and
+// keeps serving.
+func TestLivenessKillServesAgain(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not found")
+	}
+	supervisorModes(t, func(t *testing.T, hosted bool) {
+		port := freePort(t)
+		state, spec := newSpec(t, "web", "python3", "-m", "http.server", strconv.Itoa(port), "--bind", "127.0.0.1")
+		if hosted {
+			host(t, state)
+		}
+		spec.Dir = t.TempDir()
+		os.WriteFile(filepath.Join(spec.Dir, "hello.txt"), []byte("hello\n"), 0o644)
+		url := fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port)
+		spec.StopTimeout = 500 * time.Millisecond
+		spec.Backoff = Backoff{MinUptime: 100 * time.Millisecond}
+		spec.Liveness = &health.Probe{
+			HTTP:         &health.HTTPProbe{URL: url},
+			InitialDelay: resource.Duration(3 * time.Second), Period: resource.Duration(200 * time.Millisecond),
+			Timeout: resource.Duration(200 * time.Millisecond), FailureThreshold: 3,
+		}
+		if _, err := Run(state, spec); err != nil {
+			t.Fatal(err)
+		}
+		get := func() error { return httpOK(url) }
+		eventually(t, 20*time.Second, "the server never answered", func() bool { return get() == nil })
+		first := running(t, state, "web")
+		syscall.Kill(first.Process.PID, syscall.SIGSTOP)
+		st := replaced(t, state, "web", first.Process)
+		if st.LastExit == nil || !st.LastExit.Liveness || st.LastExit.Signal != "SIGKILL" {
+			t.Errorf("last exit %+v, want killed by SIGKILL for its liveness", st.LastExit)
+		}
+		eventually(t, 20*time.Second, "the server never answered again", func() bool { return get() == nil })
+		// It keeps serving, the same process, past its liveness probe's
+		// first checks.
+		served := time.Now()
+		eventually(t, 30*time.Second, "the server never served for 5s", func() bool {
+			if err := get(); err != nil {
+				t.Fatalf("the server stopped serving again: %v", err)
+			}
+			return time.Since(served) > 5*time.Second
+		})
+		stays(t, state, "web", st, 5*time.Second)
 	})
 }

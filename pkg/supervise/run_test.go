@@ -90,6 +90,19 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// httpOK GETs url: nil when it answers 200.
+func httpOK(url string) error {
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
 // withMarker lists the live processes whose command line holds marker.
 func withMarker(marker string) []int {
 	entries, _ := os.ReadDir("/proc")
@@ -183,17 +196,7 @@ func TestSupervisorDeath(t *testing.T) {
 	if _, err := Run(state, loop); err != nil {
 		t.Fatal(err)
 	}
-	get := func() error {
-		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port))
-		if err != nil {
-			return err
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 200 {
-			return fmt.Errorf("status %d", resp.StatusCode)
-		}
-		return nil
-	}
+	get := func() error { return httpOK(fmt.Sprintf("http://127.0.0.1:%d/hello.txt", port)) }
 	eventually(t, 10*time.Second, "the server never answered", func() bool { return get() == nil })
 	w, l := running(t, state, "web"), running(t, state, "loop")
 	if err := w.Shim.Signal(syscall.SIGKILL); err != nil {
