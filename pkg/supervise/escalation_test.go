@@ -17,9 +17,18 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
-// stubborn ignores SIGTERM: only the SIGKILL that follows stopTimeout
-// (cgroup.kill, with a cgroup) stops it.
-var stubborn = []string{"sh", "-c", `trap "" TERM; while :; do sleep 1; done`}
+// stubborn ignores SIGTERM, once it has said "trapped": only the SIGKILL
+// that follows stopTimeout (cgroup.kill, with a cgroup) stops it.
+var stubborn = []string{"sh", "-c", `trap "" TERM; echo trapped; while :; do sleep 1; done`}
+
+// trapped waits until the stubborn process has said it ignores SIGTERM.
+func trapped(t *testing.T, spec Spec) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the stubborn process never set its trap", func() bool {
+		b, _ := os.ReadFile(spec.LogFile)
+		return strings.Contains(string(b), "trapped\n")
+	})
+}
 
 // replaced waits until name runs as another process than old, alive.
 func replaced(t *testing.T, state, name string, old Identity) *Status {
@@ -127,6 +136,7 @@ func TestKilledStartsAgain(t *testing.T) {
 					t.Fatal(err)
 				}
 				first := running(t, state, spec.Name)
+				trapped(t, spec)
 				tr.stop(t, state, spec)
 				st := replaced(t, state, spec.Name, first.Process)
 				stays(t, state, spec.Name, st, 2*time.Second)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -92,6 +93,10 @@ func (u *unit) start() error {
 	if err != nil {
 		return err
 	}
+	u.mu.Lock()
+	u.dropOrphan() // what starts now writes to the log that is there
+	u.mu.Unlock()
+	os.MkdirAll(filepath.Dir(spec.LogFile), 0o700) // gone with the state dir, say
 	log, err := openLog(spec.LogFile)
 	if err != nil {
 		return fmt.Errorf("open the log: %w", err)

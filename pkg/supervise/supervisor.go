@@ -55,18 +55,31 @@ type supervisor struct {
 	self     Identity
 	hosted   bool
 	reaper   *reaper
-	log      *os.File // its own lines; also its stderr
+	lk       *dirLock
 	units    map[string]*unit
 	finished chan *unit
 	quit     chan struct{} // closed when the supervisor leaves its processes to a successor
+
+	logMu sync.Mutex
+	log   *os.File // its own lines (say); the re-executed one's stderr too
+
+	dir  dirID  // the procs directory it locked; another one there means the state dir was removed
+	said string // the last line sayOnce said
 
 	wmu  sync.RWMutex // held to write a status; left is set under it
 	left bool         // no status is written any more: a successor may hold the lock
 }
 
 func newSupervisor(procs string, hosted bool, log *os.File) *supervisor {
-	return &supervisor{procs: procs, self: Self(), hosted: hosted, reaper: newReaper(!hosted), log: log,
+	return &supervisor{procs: procs, self: Self(), hosted: hosted, reaper: newReaper(!hosted), log: log, lk: newDirLock(procs),
 		units: map[string]*unit{}, finished: make(chan *unit, 16), quit: make(chan struct{})}
+}
+
+// say writes one of the supervisor's own lines to its log.
+func (s *supervisor) say(format string, args ...any) {
+	s.logMu.Lock()
+	defer s.logMu.Unlock()
+	logLine(s.log, format, args...)
 }
 
 // RunShim is the supervisor's main: cortex-sync __shim PROCS_DIR.
@@ -90,15 +103,16 @@ func RunShim(args []string) int {
 	signal.Notify(usr1, leaveSignal)
 	signal.Ignore(syscall.SIGPIPE)
 
-	lock, err := s.lock()
+	ok, err := s.lock()
 	if err != nil {
-		logLine(s.log, "%v", err)
+		s.say("%v", err)
 		return 1
 	}
-	if lock == nil {
+	if !ok {
 		return 0 // another supervisor serves this state dir
 	}
-	defer lock.Close()
+	defer s.lk.Close()
+	s.dir, _ = idOf(s.procs)
 	// Orphans of the processes come to the supervisor, which reaps them.
 	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	go func() {
@@ -114,7 +128,7 @@ func RunShim(args []string) int {
 	s.scan()
 	debug.FreeOSMemory()
 	if _, err := exemem.Release(); err != nil {
-		logLine(s.log, "release the executable's pages: %v", err)
+		s.say("release the executable's pages: %v", err)
 	}
 	leave := make(chan struct{})
 	go func() {
@@ -122,7 +136,7 @@ func RunShim(args []string) int {
 		close(leave)
 	}()
 	if s.serve(hup, term, leave) {
-		logLine(s.log, "left the processes to the agent")
+		s.say("left the processes to the agent")
 	}
 	return 0
 }
@@ -143,6 +157,9 @@ func (s *supervisor) serve(wake, term <-chan os.Signal, leave <-chan struct{}) (
 		case <-wake:
 			s.scan()
 		case <-tick.C:
+			if !s.intact() {
+				continue
+			}
 			for _, u := range s.units {
 				u.capLog()
 			}
@@ -184,47 +201,24 @@ func (s *supervisor) leave() {
 	}
 }
 
-// tryLock takes f's lock if no one holds it: false when someone does.
-func tryLock(f *os.File) (bool, error) {
-	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return false, nil
-	}
-	return err == nil, err
-}
-
-// lockResult is f, locked, or the error that kept it from being locked
-// (then f is closed).
-func lockResult(f *os.File, err error) (*os.File, error) {
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
-	}
-	return f, nil
-}
-
-// lock takes procs/.lock, held for the supervisor's life. nil without an
-// error means another live supervisor holds it and serves.
-func (s *supervisor) lock() (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(s.procs, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
+// lock takes the state dir's lock (dirLock), held for the supervisor's
+// life. false without an error means another live supervisor holds it and
+// serves.
+func (s *supervisor) lock() (bool, error) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		if ok, err := tryLock(f); ok || err != nil {
-			return lockResult(f, err)
+		if ok, err := s.lk.try(); ok || err != nil {
+			return ok, err
 		}
-		// The holder is either serving (then it has our spec) or leaving.
+		// The holder is either serving (then it has our spec), leaving, or
+		// making the state dir again (then it serves in a moment).
 		var info shimInfo
 		if ok, _ := readJSON(filepath.Join(s.procs, shimFile), &info); ok && info.State == "running" && info.Shim.Alive() {
 			info.Shim.Signal(info.wake())
-			f.Close()
-			return nil, nil
+			return false, nil
 		}
 		if time.Now().After(deadline) {
-			f.Close()
-			return nil, errors.New("another supervisor holds " + f.Name())
+			return false, errors.New("another supervisor holds the lock of " + s.procs)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -255,9 +249,12 @@ func (s *supervisor) idle() bool {
 // scan reads every spec and hands it to its unit, starting a unit for a
 // spec not yet acted upon; a unit whose spec is gone stops its process.
 func (s *supervisor) scan() {
+	if !s.intact() {
+		return
+	}
 	entries, err := os.ReadDir(s.procs)
 	if err != nil {
-		logLine(s.log, "read %s: %v", s.procs, err)
+		s.say("read %s: %v", s.procs, err)
 		return
 	}
 	seen := map[string]bool{}
@@ -269,7 +266,7 @@ func (s *supervisor) scan() {
 		spec, err := readSpec(specFile(s.procs, name))
 		if err != nil || spec == nil {
 			if err != nil {
-				logLine(s.log, "%s: %v", name, err)
+				s.say("%s: %v", name, err)
 			}
 			continue
 		}

@@ -23,10 +23,11 @@ type unit struct {
 	spec *Spec
 	st   Status
 
-	log     *os.File
-	cg      cgroup // the unit's cgroup, which holds the limits
-	runCg   cgroup // the cgroup of the process that runs: a fresh one below cg
-	cgNote  string // why there is no cgroup, or what limits it lacks
+	log     *os.File // guarded by mu: restore opens it again
+	orphan  *os.File // the log file a restore found removed, which what runs still writes to (guarded by mu)
+	cg      cgroup   // the unit's cgroup, which holds the limits
+	runCg   cgroup   // the cgroup of the process that runs: a fresh one below cg
+	cgNote  string   // why there is no cgroup, or what limits it lacks
 	proc    Identity
 	exited  <-chan waited   // the process is our child
 	gone    <-chan struct{} // the process was adopted
@@ -67,7 +68,7 @@ func (u *unit) update(f func(st *Status)) {
 		return // a successor's status it would be
 	}
 	if err := writeJSON(statusFile(u.s.procs, u.name), &st); err != nil {
-		logLine(u.s.log, "%s: write status: %v", u.name, err)
+		u.s.say("%s: write status: %v", u.name, err)
 	}
 }
 
@@ -79,6 +80,8 @@ func (u *unit) status() Status {
 }
 
 func (u *unit) logf(format string, args ...any) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
 	if u.log != nil {
 		logLine(u.log, format, args...)
 	}
@@ -87,9 +90,10 @@ func (u *unit) logf(format string, args ...any) {
 func (u *unit) capLog() {
 	u.mu.Lock()
 	file, max := u.spec.LogFile, u.spec.LogMax
+	u.copyOrphan()
 	u.mu.Unlock()
 	if err := CapLog(file, max); err != nil {
-		logLine(u.s.log, "%s: cap the log: %v", u.name, err)
+		u.s.say("%s: cap the log: %v", u.name, err)
 	}
 }
 
@@ -100,9 +104,12 @@ func (u *unit) running() bool { return u.exited != nil || u.gone != nil }
 // state (exited, failed, held, stopped).
 func (u *unit) run(prev *Status) {
 	defer func() {
+		u.mu.Lock()
+		u.dropOrphan()
 		if u.log != nil {
 			u.log.Close()
 		}
+		u.mu.Unlock()
 		u.s.finished <- u
 	}()
 	spec := u.spec
@@ -215,7 +222,6 @@ func (u *unit) final(state State) Status {
 func (u *unit) useSpec(spec *Spec) {
 	u.mu.Lock()
 	u.spec = spec
-	u.mu.Unlock()
 	if u.log == nil || u.log.Name() != spec.LogFile {
 		if u.log != nil {
 			u.log.Close()
@@ -223,6 +229,7 @@ func (u *unit) useSpec(spec *Spec) {
 		os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
 		u.log, _ = openLog(spec.LogFile)
 	}
+	u.mu.Unlock()
 	u.cg = cgroup(spec.Cgroup)
 }
 
