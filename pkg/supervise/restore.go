@@ -123,7 +123,8 @@ func (u *unit) restore() {
 		u.log.Close()
 		u.log = f
 	}
-	logLine(u.log, "%s: the state dir was removed under the supervisor; this log starts again here (the output of pid %d is copied to it until it restarts)", u.name, u.st.Process.PID)
+	u.copyOrphan() // what the removed log held, first
+	logLine(u.log, "%s: the state dir was removed under the supervisor; this log was made again, with what the removed one held (the output of pid %d goes on being copied to it until it restarts)", u.name, u.st.Process.PID)
 }
 
 // copyOrphan copies what the process wrote to its removed log to the new
