@@ -203,3 +203,30 @@ func TestLivenessKillServesAgain(t *testing.T) {
 		stays(t, state, "web", st, 5*time.Second)
 	})
 }
+
+// TestStatusNamesNoDeadProcess: once the supervisor has seen a process
+// end, its status never says it runs: a status read between the exit and
+// the next start said "running as pid N" of the dead pid (and a verb
+// printed it).
+func TestStatusNamesNoDeadProcess(t *testing.T) {
+	state, spec := newSpec(t, "flap", "sh", "-c", "exit 3")
+	spec.Backoff = Backoff{MinUptime: time.Nanosecond} // every run long enough: restarted at once
+	if _, err := Run(state, spec); err != nil {
+		t.Fatal(err)
+	}
+	file := statusFile(procsDir(state), "flap")
+	deadline := time.Now().Add(60 * time.Second)
+	for seen := 0; seen < 200; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d restarts in 60s, want 200", seen)
+		}
+		st, err := ReadStatus(file)
+		if err != nil || st == nil {
+			continue // between the write and the rename of another
+		}
+		if st.State == Running && st.LastExit != nil && st.LastExit.Time.After(st.Started) {
+			t.Fatalf("the status says pid %d runs, started %s, after the exit it records at %s", st.Process.PID, st.Started, st.LastExit.Time)
+		}
+		seen = st.Restarts
+	}
+}

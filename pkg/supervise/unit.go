@@ -205,6 +205,7 @@ func (u *unit) bornDead(e *Exit, retried *bool) bool {
 		return false
 	}
 	*retried = true
+	u.update(func(st *Status) { st.State, st.Process, st.Ready = Starting, Identity{}, false })
 	u.logf("%s: killed by SIGKILL before it ran its program, in %s: the kernel refused the cgroup; starting it once more, in a fresh cgroup", u.name, u.runCg)
 	return true
 }
@@ -288,7 +289,11 @@ func (u *unit) ended(e *Exit) bool {
 		u.update(func(st *Status) { *st = u.final(Failed); st.LastExit, st.QuickExits = e, quick })
 		return false
 	}
-	u.update(func(st *Status) { st.LastExit, st.QuickExits = e, quick })
+	// No longer running: a status read now must not name the dead pid.
+	u.update(func(st *Status) {
+		st.LastExit, st.QuickExits = e, quick
+		st.State, st.Process, st.Ready = Starting, Identity{}, false
+	})
 	if wait == 0 {
 		u.logf("%s: %s after %s; restarting", u.name, e, ran.Round(time.Millisecond))
 		u.update(func(st *Status) { st.Restarts++ })
