@@ -44,7 +44,7 @@ func TestStateDirRemoved(t *testing.T) {
 			// One the sync started to find none may still be on its way
 			// out: it found the lock held, and leaves.
 			eventually(t, 10*time.Second, "two supervisors run", func() bool {
-				return len(topmost(withMarker(ShimArg+"\x00"+procsDir(state)))) == 1
+				return len(topmost(withMarker(ShimArg+"\x00"+procsDir(state), ""))) == 1
 			})
 		}
 		eventually(t, 10*time.Second, "the process's output never reached the new log", func() bool {
