@@ -179,11 +179,14 @@ func (u *unit) run(prev *Status) {
 				u.adoptSpec(next)
 			}
 			u.update(func(st *Status) { st.LastExit = exit }) // this stop, not an older end
+			retried = false
 			continue
 		}
-		if u.bornDead(exit, &retried) {
+		if u.bornDead(exit, retried) {
+			retried = true
 			continue
 		}
+		retried = false
 		if !u.ended(exit) {
 			return
 		}
@@ -193,18 +196,17 @@ func (u *unit) run(prev *Status) {
 // bornDead is the safety net under the fresh cgroup of every run: a
 // process SIGKILLed before it ran its program, in a cgroup, points at the
 // container, not at the program (a kernel that refuses the cgroup, as
-// Linux 6.18 does one that was killed). It is started once more, in a
-// fresh cgroup, before its end counts; retried says whether that was done
-// for this start already.
-func (u *unit) bornDead(e *Exit, retried *bool) bool {
-	if !e.unborn || e.Signal != "SIGKILL" || u.runCg == "" || *retried {
-		if e.unborn && e.Reason == "" {
-			e.Reason = "before it ran its program"
-		}
-		*retried = false
+// Linux 6.18 does one that was killed). It is started once more, at once,
+// in a fresh cgroup, before its end counts; retried says the run that
+// ended was that retry already.
+func (u *unit) bornDead(e *Exit, retried bool) bool {
+	if !e.unborn || e.Signal != "SIGKILL" || u.runCg == "" {
 		return false
 	}
-	*retried = true
+	if retried {
+		e.Reason = "before it ran its program"
+		return false
+	}
 	u.update(func(st *Status) { st.State, st.Process, st.Ready = Starting, Identity{}, false })
 	u.logf("%s: killed by SIGKILL before it ran its program, in %s: the kernel refused the cgroup; starting it once more, in a fresh cgroup", u.name, u.runCg)
 	return true
