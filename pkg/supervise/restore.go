@@ -46,6 +46,9 @@ func (s *supervisor) intact() bool {
 }
 
 func (s *supervisor) restore() bool {
+	if _, ok := idOf(s.procs); !ok && len(s.units) == 0 {
+		return false // nothing to keep: the state dir stays gone until a starter makes it
+	}
 	if err := os.MkdirAll(s.procs, 0o700); err != nil {
 		s.sayOnce("the state dir's procs directory %s was removed under the supervisor and cannot be made again: %v", s.procs, err)
 		return false
