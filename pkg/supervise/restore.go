@@ -50,11 +50,11 @@ func (s *supervisor) restore() bool {
 		return false // nothing to keep: the state dir stays gone until a starter makes it
 	}
 	if err := os.MkdirAll(s.procs, 0o700); err != nil {
-		s.sayOnce("the state dir's procs directory %s was removed under the supervisor and cannot be made again: %v", s.procs, err)
+		s.sayOnce("the state dir's procs directory %s was removed or moved away under the supervisor and cannot be made again: %v", s.procs, err)
 		return false
 	}
 	if ok, err := s.lk.tryFile(); !ok {
-		s.sayOnce("the state dir's procs directory %s was removed under the supervisor; another process holds the lock of the new one (%v)", s.procs, err)
+		s.sayOnce("the state dir's procs directory %s was removed or moved away under the supervisor; another process holds the lock of the new one (%v)", s.procs, err)
 		return false
 	}
 	s.dir, _ = idOf(s.procs)
@@ -68,7 +68,7 @@ func (s *supervisor) restore() bool {
 	if len(s.units) == 1 {
 		n = "the process it supervises, which ran on"
 	}
-	s.say("the state dir's procs directory %s was removed under the supervisor: made it again, with the spec and status of %s", s.procs, n)
+	s.say("the state dir's procs directory %s was removed or moved away under the supervisor: made it again, with the spec and status of %s", s.procs, n)
 	return true
 }
 
@@ -120,6 +120,7 @@ func (u *unit) restore() {
 	if u.st.State == Running && u.orphan == nil {
 		// What runs writes to the file u.log holds, removed now.
 		u.orphan, _ = os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(u.log.Fd())), os.O_RDWR, 0)
+		u.orphanAt = 0
 	}
 	os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
 	if f, err := openLog(spec.LogFile); err == nil {
@@ -127,18 +128,22 @@ func (u *unit) restore() {
 		u.log = f
 	}
 	u.copyOrphan() // what the removed log held, first
-	logLine(u.log, "%s: the state dir was removed under the supervisor; this log was made again, with what the removed one held (the output of pid %d goes on being copied to it until it restarts)", u.name, u.st.Process.PID)
+	logLine(u.log, "%s: the state dir was removed or moved away under the supervisor; this log was made again, with what the old one held (the output of pid %d goes on being copied to it until it restarts)", u.name, u.st.Process.PID)
 }
 
-// copyOrphan copies what the process wrote to its removed log to the new
-// one, and empties the removed one, as CapLog does a full log. u.mu is
-// held.
+// copyOrphan copies what the process wrote to its old log since the last
+// copy to the new one. An old log that was removed (no name left) is
+// emptied after, as CapLog does a full log; one moved away with the state
+// dir is left whole. u.mu is held.
 func (u *unit) copyOrphan() {
 	if u.orphan == nil || u.log == nil {
 		return
 	}
-	if _, err := io.Copy(u.log, io.NewSectionReader(u.orphan, 0, 1<<62)); err == nil {
-		u.orphan.Truncate(0)
+	n, err := io.Copy(u.log, io.NewSectionReader(u.orphan, u.orphanAt, 1<<62))
+	u.orphanAt += n
+	var st unix.Stat_t
+	if err == nil && unix.Fstat(int(u.orphan.Fd()), &st) == nil && st.Nlink == 0 && u.orphan.Truncate(0) == nil {
+		u.orphanAt = 0
 	}
 }
 
@@ -148,6 +153,6 @@ func (u *unit) dropOrphan() {
 	if u.orphan != nil {
 		u.copyOrphan()
 		u.orphan.Close()
-		u.orphan = nil
+		u.orphan, u.orphanAt = nil, 0
 	}
 }

@@ -23,18 +23,19 @@ type unit struct {
 	spec *Spec
 	st   Status
 
-	log     *os.File // guarded by mu: restore opens it again
-	orphan  *os.File // the log file a restore found removed, which what runs still writes to (guarded by mu)
-	cg      cgroup   // the unit's cgroup, which holds the limits
-	runCg   cgroup   // the cgroup of the process that runs: a fresh one below cg
-	cgNote  string   // why there is no cgroup, or what limits it lacks
-	proc    Identity
-	exited  <-chan waited   // the process is our child
-	gone    <-chan struct{} // the process was adopted
-	unwatch func()
-	stop    chan struct{} // closed to end the probes of this run
-	sick    chan string   // a liveness probe gave up
-	runID   int           // which run the probes report on (guarded by mu)
+	log      *os.File // guarded by mu: restore opens it again
+	orphan   *os.File // the log file a restore found removed, which what runs still writes to (guarded by mu)
+	orphanAt int64    // how much of it was copied (guarded by mu)
+	cg       cgroup   // the unit's cgroup, which holds the limits
+	runCg    cgroup   // the cgroup of the process that runs: a fresh one below cg
+	cgNote   string   // why there is no cgroup, or what limits it lacks
+	proc     Identity
+	exited   <-chan waited   // the process is our child
+	gone     <-chan struct{} // the process was adopted
+	unwatch  func()
+	stop     chan struct{} // closed to end the probes of this run
+	sick     chan string   // a liveness probe gave up
+	runID    int           // which run the probes report on (guarded by mu)
 }
 
 func newUnit(s *supervisor, name string, spec *Spec) *unit {
