@@ -127,10 +127,10 @@ func TestKilledStartsAgain(t *testing.T) {
 				}
 				spec.StopTimeout = 300 * time.Millisecond
 				spec.Backoff = Backoff{MinUptime: 100 * time.Millisecond}
-				// Sick while the file exists; a new run gets a second first.
+				// Sick while the file exists; a new run gets 3s first.
 				spec.Liveness = &health.Probe{
 					Exec:         &health.ExecProbe{Command: []string{"test", "!", "-e", filepath.Join(state, "sick")}},
-					InitialDelay: resource.Duration(time.Second), Period: resource.Duration(50 * time.Millisecond), FailureThreshold: 2,
+					InitialDelay: resource.Duration(3 * time.Second), Period: resource.Duration(50 * time.Millisecond), FailureThreshold: 2,
 				}
 				if _, err := Run(state, spec); err != nil {
 					t.Fatal(err)
