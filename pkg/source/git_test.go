@@ -358,8 +358,8 @@ func TestServerDown(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no answer within 500ms") {
 		t.Fatalf("hung server: %v", err)
 	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("the timeout was not respected: %s", d)
+	if d := time.Since(start); d > 30*time.Second {
+		t.Fatalf("the 500ms timeout was not respected: %s (the fetch hung)", d) // a bound far off any load, far short of a hang
 	}
 }
 
