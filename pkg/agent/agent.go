@@ -358,7 +358,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
-	keys := a.sess.Changed(old, d)
+	keys, scopes := a.sess.Changed(old, d)
 	a.sess.SetDesired(d)
 	a.mu.Lock()
 	if old != nil {
@@ -381,6 +381,13 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	}
 	a.begin(trigger, d.Revision(), start)
 	for _, id := range keys {
+		if paths := scopes[id]; len(paths) > 0 {
+			for _, p := range paths {
+				a.narrow(id, p) // what the commit changed in the tree, alone
+			}
+			a.queue.Add(id)
+			continue
+		}
 		a.enqueue(id)
 	}
 	w.sync(a.sess.Watches())
