@@ -216,6 +216,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 			return nil
 		},
 		Status:    func(ctx context.Context) (any, error) { return a.Status(ctx), nil },
+		Observe:   func(ctx context.Context) { a.Status(ctx) },
 		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },
 		Suspend:   func(context.Context) error { a.Suspend(); return nil },
 		Resume:    func(context.Context) error { a.Resume(); return nil },

@@ -140,7 +140,6 @@ type Agent struct {
 	unpublished bool
 	wpub        sync.Mutex // one write of the report at a time
 
-	gauging atomic.Bool // the resources gauges are being refreshed
 	// inflight counts keys a worker took off the queue and has not
 	// finished: the queue's length leaves them out.
 	inflight atomic.Int32
@@ -259,7 +258,10 @@ func (a *Agent) session() *reconcile.Session {
 	}
 }
 
-// Reconcile asks for a fetch and a full pass now.
+// Reconcile asks for a fetch now; asked by hand (TriggerManual), a full
+// drift scan as well. A webhook's push converges what the revision
+// changed, as a poll's would: the watches and the drift scan cover the
+// rest of the host.
 func (a *Agent) Reconcile(t Trigger) {
 	select {
 	case a.fetch <- t:
@@ -338,7 +340,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
 		a.refuse(err)
-		if t != TriggerInterval {
+		if t == TriggerManual {
 			a.scan(ctx, t) // still heal what is there
 		}
 		return
@@ -353,7 +355,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	old := a.sess.Desired()
 	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
 		d.Close()
-		if t != TriggerInterval {
+		if t == TriggerManual {
 			a.scan(ctx, t)
 		}
 		return
@@ -391,7 +393,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		a.enqueue(id)
 	}
 	w.sync(a.sess.Watches())
-	if t != TriggerInterval && old != nil {
+	if t == TriggerManual && old != nil {
 		a.scan(ctx, t)
 	}
 	a.settle()

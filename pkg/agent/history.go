@@ -138,12 +138,6 @@ func (a *Agent) settle() {
 	if len(a.history) > historyLen {
 		a.history = a.history[len(a.history)-historyLen:]
 	}
-	if a.gauging.CompareAndSwap(false, true) {
-		a.bg.Go(func() { // the resources gauges follow every reconcile
-			defer a.gauging.Store(false)
-			a.Status(context.Background())
-		})
-	}
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure

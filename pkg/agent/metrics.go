@@ -136,7 +136,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "action", "result"}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortexsync_resources",
-			Help: "Managed resources by kind, sync status and health, from the last status snapshot.",
+			Help: "Managed resources by kind, sync status and health, as observed when scraped.",
 		}, []string{"kind", "sync", "health"}),
 		fighting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortexsync_fighting_resources",

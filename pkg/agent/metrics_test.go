@@ -187,7 +187,7 @@ func TestSetResourcesDeletesSeriesThatWent(t *testing.T) {
 # TYPE cortexsync_fighting_resources gauge
 cortexsync_fighting_resources{kind="File"} 0
 cortexsync_fighting_resources{kind="Process"} 1
-# HELP cortexsync_resources Managed resources by kind, sync status and health, from the last status snapshot.
+# HELP cortexsync_resources Managed resources by kind, sync status and health, as observed when scraped.
 # TYPE cortexsync_resources gauge
 cortexsync_resources{health="Degraded",kind="Process",sync="OutOfSync"} 1
 cortexsync_resources{health="Healthy",kind="File",sync="Synced"} 3

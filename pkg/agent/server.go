@@ -28,6 +28,11 @@ type ServerOptions struct {
 	Addr string // host:port; default DefaultAddr
 	// Registry is served on /metrics; nil serves no /metrics.
 	Registry *prometheus.Registry
+	// Observe, when set, runs before each /metrics is gathered: the gauges
+	// that are an observation of the host (resources by sync and health)
+	// are taken when asked for, so their cost follows the scrapes rather
+	// than every heal.
+	Observe func(ctx context.Context)
 	// Ready says whether the agent is ready (nil error) or why not.
 	// /readyz answers 503 with the reason.
 	Ready func(ctx context.Context) error
@@ -181,12 +186,18 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	if s.opts.Registry != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
+		metrics := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
 			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 			Registry:      s.opts.Registry, // counts its own errors
 			Timeout:       30 * time.Second,
 			ErrorHandling: promhttp.ContinueOnError,
-		}))
+		})
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			if s.opts.Observe != nil {
+				s.opts.Observe(r.Context())
+			}
+			metrics.ServeHTTP(w, r)
+		})
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
