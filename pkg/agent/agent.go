@@ -132,7 +132,7 @@ type Agent struct {
 	// unobserved are the keys the last scan could not observe, with why.
 	unobserved map[resource.ID]error
 	watch      *watcher
-	rewatch    bool // an apply made paths: the watches follow
+	rewatch    []resource.ID // made paths (an apply, a parent came to be): their watches follow
 	history    []Reconcile
 	since      time.Time   // when Run started
 	publishing *time.Timer // a report to write soon
@@ -392,7 +392,19 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		a.enqueue(id)
 	}
-	w.sync(a.sess.Watches())
+	if old == nil {
+		w.sync(a.sess.Watches())
+	} else {
+		// What changed whole is watched anew; entries changed in a tree
+		// keep its watches (a directory made in it is seen by them).
+		var whole []resource.ID
+		for _, id := range keys {
+			if len(scopes[id]) == 0 {
+				whole = append(whole, id)
+			}
+		}
+		w.update(whole, a.sess.WatchesOf(whole))
+	}
 	if t == TriggerManual && old != nil {
 		a.scan(ctx, t)
 	}

@@ -117,11 +117,11 @@ func (a *Agent) settle() {
 	busy := !s.Writer().Idle()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !busy && a.rewatch && a.watch != nil {
-		a.rewatch = false
-		w := a.watch
+	if !busy && len(a.rewatch) > 0 && a.watch != nil {
+		ids, w := a.rewatch, a.watch
+		a.rewatch = nil
 		a.mu.Unlock()
-		w.sync(s.Watches())
+		w.update(ids, s.WatchesOf(ids))
 		a.mu.Lock()
 	}
 	e := a.episode

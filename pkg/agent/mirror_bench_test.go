@@ -44,7 +44,7 @@ func mirrorTree(n int) map[string]*string {
 	return files
 }
 
-// latencies reports the median and the 95th percentile, and the CPU time
+// latencies reports the median, the 95th and 99th percentiles, and the CPU time
 // (user and system) the process spent an operation since cpu0: a shared
 // machine's load stretches the first two, hardly the third.
 func latencies(b *testing.B, took []time.Duration, cpu0 time.Duration) {
@@ -52,6 +52,7 @@ func latencies(b *testing.B, took []time.Duration, cpu0 time.Duration) {
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "median-ms")
 	b.ReportMetric(float64(took[len(took)*95/100].Microseconds())/1000, "p95-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(took)), "cpu-ms/op")
 }
 
