@@ -209,9 +209,12 @@ func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
 	bad := func(failing string, cause Cause, format string, args ...any) Judgement {
 		return Judgement{Verdict: state.Bad, Failing: failing, Cause: cause, Reason: fmt.Sprintf(format, args...)}
 	}
-	if a := view.LastAttempt; a != nil && a.Revision == t.Revision && len(a.Failed) > 0 {
-		f := a.Failed[0]
-		return bad(f.ID, CauseApply, "did not apply: %s", f.Error)
+	if a := view.LastAttempt; a != nil && a.Revision == t.Revision && d != nil {
+		for _, f := range a.Failed {
+			if id := resource.ID(f.ID); d.Set.Get(id) != nil && s.judges(t, id) {
+				return bad(f.ID, CauseApply, "did not apply: %s", f.Error)
+			}
+		}
 	}
 	failing, reason, cause := "", "", CauseUnhealthy
 	switch {
@@ -222,9 +225,12 @@ func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
 	default:
 		host := s.host(d)
 		for _, r := range d.Set.Resources() {
+			if !s.judges(t, r.ID()) {
+				continue // left alone
+			}
 			rec := view.Find(string(r.ID()))
-			if rec == nil || !s.judges(t, r.ID()) {
-				continue // declared absent, or left alone
+			if rec == nil {
+				continue // declared absent
 			}
 			rep, ok := host.Ready(ctx, rec)
 			if !ok || rep.Health == health.Healthy || rep.Health == health.Suspended {

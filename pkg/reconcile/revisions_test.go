@@ -71,7 +71,7 @@ func (h *trialHost) sync(rev string, keys []resource.ID) (reconcile.Judgement, *
 		h.t.Fatal(err)
 	}
 	if keys == nil {
-		keys = append([]resource.ID{}, rep.Applied()...)
+		keys = rep.Tried() // as sync --wait judges
 	}
 	tr := s.Begin(d, keys, start)
 	if tr == nil {
