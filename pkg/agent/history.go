@@ -162,6 +162,7 @@ func (a *Agent) settle() {
 		// The revision counts as applied once all of it converged, as a
 		// sync records it; the snapshot is saved, and the retention runs.
 		if s.SettleFor(d, converged) && converged {
+			a.lookNow() // applied in full: the revision on trial may be judged
 			s.Writer().Retain(a.opts.Retention, retentionEvery)
 			a.rolledBackYet()
 		}

@@ -29,7 +29,7 @@ import (
 // lkgHost is an agent on a git daemon's branch, with its root, state dir,
 // registry and log.
 type lkgHost struct {
-	t                    *testing.T
+	t                    testing.TB
 	repo                 *gittest.Repo
 	url                  string
 	root, stateDir       string
@@ -40,11 +40,12 @@ type lkgHost struct {
 	onFailure            reconcile.OnFailure
 	checks               []reconcile.HostCheck
 	stop                 func()
+	handler              slog.Handler // the agent's log; nil: text into log
 	files                map[string]*string
 	conf, kb, pidOf, web string
 }
 
-func newLKGHost(t *testing.T) *lkgHost {
+func newLKGHost(t testing.TB) *lkgHost {
 	h := &lkgHost{t: t, repo: gittest.NewRepo(t), root: t.TempDir(), stateDir: t.TempDir(), log: &syncedBuffer{},
 		minReady: 500 * time.Millisecond, deadline: 3 * time.Second, files: map[string]*string{}}
 	h.url, _ = h.repo.Daemon(t)
@@ -73,7 +74,7 @@ func (h *lkgHost) start() {
 		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
 		Revisions: reconcile.RevisionPolicy{MinReady: h.minReady, ProgressDeadline: h.deadline, OnFailure: h.onFailure, Checks: h.checks},
 		Metrics:   agent.NewMetrics(h.reg),
-		Log:       slog.New(slog.NewTextHandler(h.log, nil)),
+		Log:       slog.New(cmpHandler(h.handler, slog.NewTextHandler(h.log, nil))),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -87,9 +88,27 @@ func (h *lkgHost) start() {
 	}
 }
 
+func cmpHandler(h, def slog.Handler) slog.Handler {
+	if h != nil {
+		return h
+	}
+	return def
+}
+
+// startGood starts the agent and waits until rev, its first revision, is
+// good.
+func (h *lkgHost) startGood(rev string) {
+	h.t.Helper()
+	h.start()
+	h.waitFor(2*time.Minute, "the first revision good", func() bool {
+		st := h.status()
+		return st.LastGood != nil && st.LastGood.Revision == rev
+	})
+}
+
 // stopGit stops what the repository's last revision supervises: an empty
 // desired set, pruned.
-func stopGit(t *testing.T, h *lkgHost) {
+func stopGit(t testing.TB, h *lkgHost) {
 	ctx := context.Background()
 	s, err := reconcile.Open(ctx, reconcile.Config{Root: h.root, StateDir: h.stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}, nil, true)
 	if err != nil {
@@ -245,11 +264,7 @@ func TestAgentRollsBackABadRevision(t *testing.T) {
 	version(h.files, "1", true)
 	kbFiles(h.files, "a.md", "b.md")
 	good := h.commit("first", h.files)
-	h.start()
-	h.waitFor(30*time.Second, "the first revision good", func() bool {
-		st := h.status()
-		return st.LastGood != nil && st.LastGood.Revision == good
-	})
+	h.startGood(good)
 	kbV1 := tree(t, filepath.Join(h.root, "srv/kb"))
 	if len(kbV1) != 2 || read(h.conf) != "version 1\n" {
 		t.Fatalf("version 1 on disk: %v, conf %q", kbV1, read(h.conf))
@@ -389,11 +404,7 @@ spec:
 	}
 	h.files["api.yaml"] = listener(open)
 	good := h.commit("api on its port", h.files)
-	h.start()
-	h.waitFor(30*time.Second, "the first revision good", func() bool {
-		st := h.status()
-		return st.LastGood != nil && st.LastGood.Revision == good
-	})
+	h.startGood(good)
 	h.files["api.yaml"] = listener(other)
 	bad := h.commit("move the api", h.files)
 	h.fetch()
@@ -449,11 +460,7 @@ func TestAgentHaltsOnABadRevision(t *testing.T) {
 	version(h.files, "1", true)
 	kbFiles(h.files, "a.md")
 	good := h.commit("first", h.files)
-	h.start()
-	h.waitFor(30*time.Second, "the first revision good", func() bool {
-		st := h.status()
-		return st.LastGood != nil && st.LastGood.Revision == good
-	})
+	h.startGood(good)
 	version(h.files, "2", false)
 	bad := h.commit("break web", h.files)
 	h.fetch()
