@@ -47,9 +47,9 @@ type Options struct {
 	// converged and then at most every retentionEvery; the zero value
 	// keeps them all.
 	Retention state.Retention
-	// Revisions is the health gate on a new revision: minReady, the
-	// progress deadline, host checks, and what becomes of a bad one
-	// (rollback.go).
+	// Revisions is the health gate on a new revision: minReady (zero:
+	// healthy once is enough; run's flag defaults to 10s), the progress
+	// deadline, host checks, and what becomes of a bad one (rollback.go).
 	Revisions reconcile.RevisionPolicy
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration

@@ -48,7 +48,9 @@ const (
 // RevisionPolicy is the health gate on a new revision.
 type RevisionPolicy struct {
 	// MinReady is how long every resource with health must stay Healthy,
-	// and every check pass, without a break; default DefaultMinReady.
+	// and every check pass, without a break; 0: healthy once is enough
+	// (sync --wait's default; the agent's flag defaults to
+	// DefaultMinReady).
 	MinReady time.Duration
 	// ProgressDeadline bounds the time from the apply to good; default
 	// DefaultProgressDeadline.
@@ -61,9 +63,6 @@ type RevisionPolicy struct {
 }
 
 func (p RevisionPolicy) withDefaults() RevisionPolicy {
-	if p.MinReady <= 0 {
-		p.MinReady = DefaultMinReady
-	}
 	if p.ProgressDeadline <= 0 {
 		p.ProgressDeadline = DefaultProgressDeadline
 	}
@@ -124,8 +123,8 @@ func (s *Session) Admit(ctx context.Context, rev string) Admission {
 		pinned = pin.Revision
 	}
 	switch {
-	case rev == "":
-		return Admission{}
+	case rev == "" || pin != nil && rev == pin.Revision:
+		return Admission{} // no name to judge; or the revision held on
 	case pin != nil && rev == pin.Head && view.Refused(rev):
 		return Admission{Stay: fmt.Errorf("%w (%s); the host stays on %s until a newer commit, or cortex-sync retry", ErrRevisionRefused, view.Latest(rev).Reason, pin.Revision), Pin: pinned}
 	case pin != nil && rev == pin.Head:
@@ -270,7 +269,8 @@ func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
 		}
 		return j
 	}
-	return Judgement{Verdict: state.Pending, Failing: failing, Reason: reason, Cause: cause, Next: earliest(deadline, now.Add(min(lookEvery, max(p.MinReady/5, 50*time.Millisecond))))}
+	again := min(lookEvery, max(p.MinReady/5, 100*time.Millisecond))
+	return Judgement{Verdict: state.Pending, Failing: failing, Reason: reason, Cause: cause, Next: earliest(deadline, now.Add(again))}
 }
 
 // judges reports whether t's verdict rests on id: the revision changed
