@@ -29,20 +29,20 @@ import (
 // lkgHost is an agent on a git daemon's branch, with its root, state dir,
 // registry and log.
 type lkgHost struct {
-	t                    testing.TB
-	repo                 *gittest.Repo
-	url                  string
-	root, stateDir       string
-	reg                  *prometheus.Registry
-	log                  *syncedBuffer
-	a                    *agent.Agent
-	minReady, deadline   time.Duration
-	onFailure            reconcile.OnFailure
-	checks               []reconcile.HostCheck
-	stop                 func()
-	handler              slog.Handler // the agent's log; nil: text into log
-	files                map[string]*string
-	conf, kb, pidOf, web string
+	t                  testing.TB
+	repo               *gittest.Repo
+	url                string
+	root, stateDir     string
+	reg                *prometheus.Registry
+	log                *syncedBuffer
+	a                  *agent.Agent
+	minReady, deadline time.Duration
+	onFailure          reconcile.OnFailure
+	checks             []reconcile.HostCheck
+	stop               func()
+	handler            slog.Handler // the agent's log; nil: text into log
+	files              map[string]*string
+	conf               string
 }
 
 func newLKGHost(t testing.TB) *lkgHost {
