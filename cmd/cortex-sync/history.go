@@ -84,7 +84,11 @@ func historyRun(ctx context.Context, g *globals, output string, io streams) erro
 	}
 	tw.Flush()
 	if p := doc.OnRollback; p != nil {
-		fmt.Fprintf(&b, "\nHeld on %s by a rollback while the source's head is %s: %s.\n", shortRevision(p.Revision), shortRevision(p.Head), heldUntil(p))
+		how := "rollback"
+		if p.Manual {
+			how = "rollback by hand"
+		}
+		fmt.Fprintf(&b, "\nHeld on %s by a %s while the source's head is %s: %s.\n", shortRevision(p.Revision), how, shortRevision(p.Head), heldUntil(p))
 	}
 	_, err = fmt.Fprint(io.Out, b.String())
 	return err
@@ -124,6 +128,14 @@ func why(a *state.Applied) string {
 		parts = append(parts, "rolled back to "+shortRevision(a.RolledBackTo))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// because is ": why", or nothing without a why.
+func because(why string) string {
+	if why == "" {
+		return ""
+	}
+	return ": " + oneLine(why)
 }
 
 // heldUntil says what ends a rollback's hold.

@@ -93,7 +93,7 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 	if err != nil {
 		return err
 	}
-	r := reconcile.Rollback{To: rev, From: snap.Revision, Manual: true, Reason: "cortex-sync rollback"}
+	r := reconcile.Rollback{To: rev, From: snap.Revision, Manual: true}
 	rep, err := rollbackNow(ctx, g, s, src, r, state.Retention{})
 	printReport(io, o.output, rep)
 	if err != nil {

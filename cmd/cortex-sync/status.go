@@ -202,11 +202,14 @@ func revisionText(b *strings.Builder, doc *reconcile.Status) {
 		fmt.Fprintf(b, "Last good:  %s (since %s)\n", shortRevision(g.Revision), g.Time.Format(time.RFC3339))
 	}
 	if p := doc.OnRollback; p != nil {
-		how := "rollback"
+		how, which := "rollback", ""
 		if p.Manual {
 			how = "rollback by hand"
 		}
-		fmt.Fprintf(b, "Held on:    %s by a %s while the source's head is %s, %s: %s\n", shortRevision(p.Revision), how, shortRevision(p.Head), heldUntil(p), oneLine(p.Reason))
+		if g := doc.LastGood; g != nil && g.Revision == p.Revision {
+			which = " (the last good revision)"
+		}
+		fmt.Fprintf(b, "Held on:    %s%s by a %s while the source's head is %s, %s%s\n", shortRevision(p.Revision), which, how, shortRevision(p.Head), heldUntil(p), because(p.Reason))
 	}
 }
 

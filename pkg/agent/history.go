@@ -234,7 +234,10 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	switch pin := st.OnRollback; {
 	case st.Conditions.Ready || st.Conditions.Message != "":
 	case pin != nil:
-		st.Conditions.Message = fmt.Sprintf("on a rollback: held on %s while the source's head is %s (%s)", pin.Revision, pin.Head, pin.Reason)
+		st.Conditions.Message = fmt.Sprintf("on a rollback: held on %s while the source's head is %s", pin.Revision, pin.Head)
+		if pin.Reason != "" {
+			st.Conditions.Message += " (" + pin.Reason + ")"
+		}
 	case st.Conditions.PruneHeld != "":
 		st.Conditions.Message = "prune held: " + st.Conditions.PruneHeld
 	default:

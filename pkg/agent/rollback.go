@@ -281,7 +281,7 @@ func (a *Agent) rollbackByHand(ctx context.Context, to string) (string, error) {
 		from = cur.Revision()
 	}
 	a.stopTrial()
-	if err := a.sess.RecordRollback(ctx, reconcile.Rollback{To: rev, From: from, Head: a.headRevision(), Manual: true, Reason: "cortex-sync rollback"}, time.Now()); err != nil {
+	if err := a.sess.RecordRollback(ctx, reconcile.Rollback{To: rev, From: from, Head: a.headRevision(), Manual: true}, time.Now()); err != nil {
 		d.Close()
 		return "", err
 	}

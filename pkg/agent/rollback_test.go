@@ -316,9 +316,9 @@ func TestAgentRollsBackABadRevision(t *testing.T) {
 	}
 
 	// Polls and webhooks: fetched, and not applied again.
-	for range 3 {
+	for _, trigger := range []agent.Trigger{agent.TriggerInterval, agent.TriggerWebhook, agent.TriggerInterval} {
 		n := fetches(h.reg)
-		h.fetch()
+		h.a.Reconcile(trigger)
 		h.waitFor(10*time.Second, "a fetch", func() bool { return fetches(h.reg) > n })
 	}
 	h.waitFor(5*time.Second, "the bad revision reported held back", func() bool {

@@ -132,7 +132,11 @@ func (s *Session) Admit(ctx context.Context, rev string) Admission {
 		if !pin.Manual {
 			how = "until a newer commit, or cortex-sync retry"
 		}
-		return Admission{Stay: fmt.Errorf("%w: on %s %s (%s)", ErrRevisionHeld, pin.Revision, how, pin.Reason), Pin: pinned}
+		why := ""
+		if pin.Reason != "" {
+			why = " (" + pin.Reason + ")"
+		}
+		return Admission{Stay: fmt.Errorf("%w: on %s %s%s", ErrRevisionHeld, pin.Revision, how, why), Pin: pinned}
 	case view.Refused(rev):
 		return Admission{Stay: fmt.Errorf("%w (%s); run cortex-sync retry to apply it anyway", ErrRevisionRefused, view.Latest(rev).Reason), Pin: pinned}
 	case rev == view.Revision:
