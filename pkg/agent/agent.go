@@ -51,6 +51,10 @@ type Options struct {
 	// healthy once is enough; run's flag defaults to 10s), the progress
 	// deadline, host checks, and what becomes of a bad one (rollback.go).
 	Revisions reconcile.RevisionPolicy
+	// RevisionGates are asked before a new revision is applied (a fleet's
+	// rollout slot), and hear its verdict; never about the revision the
+	// host is on, which the agent goes on healing meanwhile.
+	RevisionGates []reconcile.RevisionGate
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
@@ -198,6 +202,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	sess.Policy = a.opts.policy()
 	sess.Suspend(a.opts.Suspend)
 	sess.AddHold(a.fightHold)
+	for _, g := range a.opts.RevisionGates {
+		sess.AddRevisionGate(g)
+	}
 	w := sess.Writer()
 	w.Busy = func() bool { return a.queue.Len() > 0 }
 	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }

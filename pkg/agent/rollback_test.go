@@ -2,12 +2,15 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,6 +42,7 @@ type lkgHost struct {
 	minReady, deadline time.Duration
 	onFailure          reconcile.OnFailure
 	checks             []reconcile.HostCheck
+	gates              []reconcile.RevisionGate
 	stop               func()
 	handler            slog.Handler // the agent's log; nil: text into log
 	files              map[string]*string
@@ -72,9 +76,10 @@ func (h *lkgHost) start() {
 		Engine:   reconcile.Config{Root: h.root, StateDir: h.stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
 		Source:   gitSource(h.url, h.stateDir),
 		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
-		Revisions: reconcile.RevisionPolicy{MinReady: h.minReady, ProgressDeadline: h.deadline, OnFailure: h.onFailure, Checks: h.checks},
-		Metrics:   agent.NewMetrics(h.reg),
-		Log:       slog.New(cmpHandler(h.handler, slog.NewTextHandler(h.log, nil))),
+		Revisions:     reconcile.RevisionPolicy{MinReady: h.minReady, ProgressDeadline: h.deadline, OnFailure: h.onFailure, Checks: h.checks},
+		RevisionGates: h.gates,
+		Metrics:       agent.NewMetrics(h.reg),
+		Log:           slog.New(cmpHandler(h.handler, slog.NewTextHandler(h.log, nil))),
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -477,5 +482,86 @@ func TestAgentHaltsOnABadRevision(t *testing.T) {
 	}
 	if !strings.Contains(h.log.String(), "revision bad; halted on it (onFailure: halt)") {
 		t.Fatalf("no decision logged:\n%s", h.log.String())
+	}
+}
+
+// slot is a revision gate from outside (a fleet's rollout slot): it lets
+// in only what it was told to, and notes the verdicts it hears.
+type slot struct {
+	mu     sync.Mutex
+	open   map[string]bool
+	asked  []string
+	judged []string
+}
+
+func (s *slot) Admit(_ context.Context, rev string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.asked = append(s.asked, rev)
+	if !s.open[rev] {
+		return errors.New("no rollout slot")
+	}
+	return nil
+}
+
+func (s *slot) Judged(rev string, v state.Verdict, _ string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.judged = append(s.judged, rev+" "+string(v))
+}
+
+func (s *slot) let(rev string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open[rev] = true
+}
+
+func (s *slot) heard() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.judged)
+}
+
+// TestAgentRevisionGate: a gate from outside keeps a new revision out
+// until it lets it in, while the host goes on healing the revision it is
+// on; it hears each verdict.
+func TestAgentRevisionGate(t *testing.T) {
+	h := newLKGHost(t)
+	g := &slot{open: map[string]bool{}}
+	h.gates = []reconcile.RevisionGate{g}
+	version(h.files, "1", true)
+	kbFiles(h.files, "a.md")
+	first := h.commit("first", h.files)
+	h.start()
+	h.waitFor(20*time.Second, "the first revision held back", func() bool {
+		hb := h.status().Agent
+		return hb != nil && hb.HeldBack != nil && hb.HeldBack.Revision == first
+	})
+	if _, err := os.Stat(h.conf); err == nil {
+		t.Fatal("a revision the gate held was applied")
+	}
+	g.let(first)
+	h.fetch()
+	h.waitFor(30*time.Second, "the first revision good", func() bool {
+		st := h.status()
+		return st.LastGood != nil && st.LastGood.Revision == first
+	})
+	version(h.files, "2", true)
+	second := h.commit("second", h.files)
+	h.fetch()
+	h.waitFor(20*time.Second, "the second revision held back", func() bool {
+		hb := h.status().Agent
+		return hb != nil && hb.HeldBack != nil && hb.HeldBack.Revision == second
+	})
+	writeFile(t, h.conf, "hand edit\n")
+	h.waitFor(20*time.Second, "the hand edit healed, to the revision the host is on", func() bool { return read(h.conf) == "version 1\n" })
+	g.let(second)
+	h.fetch()
+	h.waitFor(30*time.Second, "the second revision good", func() bool {
+		st := h.status()
+		return st.LastGood != nil && st.LastGood.Revision == second && read(h.conf) == "version 2\n"
+	})
+	if got := g.heard(); !slices.Equal(got, []string{first + " good", second + " good"}) {
+		t.Fatalf("the gate heard %v", got)
 	}
 }
