@@ -110,7 +110,10 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	s.Policy = reconcile.Policy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
 		AcceptRollback: o.state.acceptRollback, Revisions: revisions}
 	head := s.Desired()
-	if adm := s.Admit(ctx, head.Revision()); adm.Stay != nil {
+	adm := s.Admit(ctx, head.Revision())
+	if adm.Stay == nil {
+		s.Unpin(head.Revision()) // a newer commit than the one a rollback held the host from
+	} else {
 		if adm.Pin == "" || s.Snapshot().Revision == adm.Pin {
 			return fmt.Errorf("revision %s is not applied: %w", head.Revision(), adm.Stay)
 		}
@@ -129,7 +132,7 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		s.SetDesired(pinned)
 		saved, o.wait, o.rollbackOnFailure = nil, false, false
 	}
-	start := time.Now()
+	start, wasOn := time.Now(), s.Snapshot().Revision == head.Revision()
 	var rep *apply.Report
 	if saved != nil {
 		rep, err = s.SyncSaved(ctx, saved, o.state.retention)
@@ -145,21 +148,23 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		if rep.Failed() {
 			return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 		}
+		if adm.Stay == nil {
+			s.Note(s.Desired(), start) // applied, not judged
+		}
 		return nil
 	}
-	return judgeSync(ctx, g, o, io, s, rep, start)
+	return judgeSync(ctx, g, o, io, s, rep, wasOn, start)
 }
 
 // judgeSync puts the revision a sync applied through the health gate:
 // every process it changed healthy (and every health check passing) for
 // --min-ready, within --wait-timeout; a bad one exits 1 naming what failed,
 // and with --rollback-on-failure goes back to the last good revision first.
-func judgeSync(ctx context.Context, g *globals, o *syncOptions, io streams, s *reconcile.Session, rep *apply.Report, start time.Time) error {
+func judgeSync(ctx context.Context, g *globals, o *syncOptions, io streams, s *reconcile.Session, rep *apply.Report, wasOn bool, start time.Time) error {
 	d := s.Desired()
-	keys := rep.Tried()
-	t := s.Begin(d, keys, start)
+	t := s.Begin(d, rep.Tried(), wasOn, start)
 	if t == nil {
-		t = &reconcile.Trial{Revision: d.Revision(), Start: start, Keys: keys} // judged before: judged again
+		t = &reconcile.Trial{Revision: d.Revision(), Start: start, Keys: rep.Tried()} // judged before, and on it: judged again
 	}
 	prev := s.Snapshot().LastGood
 	j := s.Await(ctx, t, nil)

@@ -80,7 +80,7 @@ func (a *Agent) ask(ctx context.Context, f func(context.Context) (string, error)
 // changes: its look runs beside the queue's work, and its verdict comes
 // back to the poll loop.
 func (a *Agent) try(ctx context.Context, d *reconcile.Desired, keys []resource.ID) {
-	t := a.sess.Begin(d, keys, time.Now())
+	t := a.sess.Begin(d, keys, a.sess.View().Revision == d.Revision(), time.Now())
 	a.gaugeRolledBack()
 	if t == nil {
 		return

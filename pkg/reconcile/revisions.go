@@ -328,10 +328,11 @@ func (s *Session) Await(ctx context.Context, t *Trial, poke <-chan struct{}) Jud
 // Begin notes that d, the source's newest revision, is now what the host
 // converges to, and returns its trial: a new line of history, pending, or
 // the pending one of an apply a killed run began (judged on all it holds).
-// keys are the resources it changes. The revision the host is on, judged
-// before, is not tried again (nil: an agent restarted); nor is one without
-// a name (a directory). A newer commit than a pin's head ends the pin.
-func (s *Session) Begin(d *Desired, keys []resource.ID, now time.Time) *Trial {
+// keys are the resources it changes; wasOn says the host was on d before
+// (an agent restarted, a sync of the revision it is on): judged before,
+// it is not tried again (nil); nor is a revision without a name (a
+// directory). A newer commit than a pin's head ends the pin.
+func (s *Session) Begin(d *Desired, keys []resource.ID, wasOn bool, now time.Time) *Trial {
 	rev := d.Revision()
 	var t *Trial
 	s.w.Update(func(snap *state.Snapshot) {
@@ -343,8 +344,8 @@ func (s *Session) Begin(d *Desired, keys []resource.ID, now time.Time) *Trial {
 		case a != nil && a.Verdict == state.Pending:
 			t = &Trial{Revision: rev, Start: a.AppliedAt} // all of it: what changed before is not known
 			return
-		case a != nil && a.Verdict != "" && snap.Revision == rev:
-			return // judged, and the host is on it: a restart
+		case a != nil && a.Verdict != "" && wasOn:
+			return // judged, and the host is on it
 		}
 		if keys == nil {
 			keys = []resource.ID{} // none: what the engine applies from now is judged
@@ -353,6 +354,19 @@ func (s *Session) Begin(d *Desired, keys []resource.ID, now time.Time) *Trial {
 		t = &Trial{Revision: rev, Start: now, Keys: keys}
 	})
 	return t
+}
+
+// Note records that d, the source's newest revision, was applied in full
+// without being judged (a sync without --wait): its line of history,
+// unless the newest line is it already.
+func (s *Session) Note(d *Desired, now time.Time) {
+	rev := d.Revision()
+	if h := s.w.View().History; rev == "" || len(h) > 0 && h[len(h)-1].Revision == rev {
+		return
+	}
+	s.w.Update(func(snap *state.Snapshot) {
+		snap.Record(state.Applied{Revision: rev, Subject: d.Checkout.Subject, AppliedAt: now.UTC().Truncate(time.Millisecond)})
+	})
 }
 
 // Unpin ends a pin once the source's head is no longer the one it holds
@@ -376,18 +390,21 @@ func unpin(snap *state.Snapshot, head string) bool {
 }
 
 // Judge records the verdict of t: a good revision becomes the last known
-// good; a bad one keeps its reason. The gates hear it. It is saved with the
-// next save.
+// good; a bad one keeps its reason. A revision judged before (sync --wait
+// of the revision the host is on) gets a new line only when the verdict
+// changed. The gates hear it. It is saved with the next save.
 func (s *Session) Judge(t *Trial, j Judgement, now time.Time) {
 	at := now.UTC().Truncate(time.Millisecond)
+	why := ""
+	if j.Verdict == state.Bad {
+		why = j.Why()
+	}
 	s.w.Update(func(snap *state.Snapshot) {
-		if a := snap.Latest(t.Revision); a != nil && a.Verdict == state.Pending {
-			snap.Amend(t.Revision, func(a *state.Applied) {
-				a.Verdict, a.JudgedAt, a.Reason = j.Verdict, at, ""
-				if j.Verdict == state.Bad {
-					a.Reason = j.Why()
-				}
-			})
+		switch a := snap.Latest(t.Revision); {
+		case a != nil && a.Verdict == state.Pending:
+			snap.Amend(t.Revision, func(a *state.Applied) { a.Verdict, a.JudgedAt, a.Reason = j.Verdict, at, why })
+		case a != nil && a.Verdict != j.Verdict && j.Verdict != state.Pending:
+			snap.Record(state.Applied{Revision: t.Revision, Subject: a.Subject, AppliedAt: t.Start.UTC().Truncate(time.Millisecond), Verdict: j.Verdict, JudgedAt: at, Reason: why})
 		}
 		if j.Verdict == state.Good && t.Revision != "" {
 			snap.LastGood = &state.Known{Revision: t.Revision, Time: at}

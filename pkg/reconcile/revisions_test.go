@@ -66,6 +66,7 @@ func (h *trialHost) sync(rev string, keys []resource.ID) (reconcile.Judgement, *
 	h.open = s
 	s.Policy = reconcile.Policy{Prune: true, WaitTimeout: time.Second, Revisions: h.policy}
 	start := time.Now()
+	wasOn := s.View().Revision == rev
 	rep, err := s.Sync(ctx, s.Plan(ctx), state.Retention{})
 	if err != nil {
 		h.t.Fatal(err)
@@ -73,7 +74,7 @@ func (h *trialHost) sync(rev string, keys []resource.ID) (reconcile.Judgement, *
 	if keys == nil {
 		keys = rep.Tried() // as sync --wait judges
 	}
-	tr := s.Begin(d, keys, start)
+	tr := s.Begin(d, keys, wasOn, start)
 	if tr == nil {
 		h.t.Fatalf("%s not put on trial", rev)
 	}
