@@ -124,13 +124,11 @@ func (a *Agent) lookNow() {
 func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Judgement) {
 	a.mu.Lock()
 	current := a.trial == t
-	if current {
-		a.trial, a.trialStop = nil, nil
-	}
 	a.mu.Unlock()
 	if !current {
 		return // another revision was adopted meanwhile
 	}
+	a.stopTrial()
 	prev := ""
 	if g := a.sess.View().LastGood; g != nil {
 		prev = g.Revision
