@@ -223,8 +223,8 @@ func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
 	switch {
 	case d == nil || d.Revision() != t.Revision:
 		failing, reason = "", "is not the revision the host converges to"
-	case view.Revision != t.Revision:
-		failing, reason = s.unconverged(d), "has not converged yet"
+	case view.Revision != t.Revision && !s.caughtUp(t, d):
+		failing, reason = s.unconverged(t, d), "has not converged yet"
 	default:
 		host := s.host(d)
 		for _, r := range d.Set.Resources() {
@@ -287,11 +287,17 @@ func (s *Session) judges(t *Trial, id resource.ID) bool {
 	return ok && !at.Before(t.Start)
 }
 
-// unconverged names a resource of d that has not converged yet, "" when
-// the engine cannot tell which.
-func (s *Session) unconverged(d *Desired) string {
+// caughtUp reports whether every resource t is judged on converged in
+// this engine for d: its verdict then waits for no other work (a drift
+// scan a webhook asked for). A pass that settled in full says so too
+// (snapshot.Revision), resources held by policy included.
+func (s *Session) caughtUp(t *Trial, d *Desired) bool { return s.unconverged(t, d) == "" }
+
+// unconverged names a resource of d that t is judged on and has not
+// converged yet in this engine; "" when there is none.
+func (s *Session) unconverged(t *Trial, d *Desired) string {
 	for _, r := range d.Set.Resources() {
-		if !s.done(r.ID(), d) {
+		if (t.Keys == nil || slices.Contains(t.Keys, r.ID())) && !s.done(r.ID(), d) {
 			return string(r.ID())
 		}
 	}
