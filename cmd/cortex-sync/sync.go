@@ -168,7 +168,7 @@ func judgeSync(ctx context.Context, g *globals, o *syncOptions, io streams, s *r
 	}
 	prev := s.Snapshot().LastGood
 	j := s.Await(ctx, t, nil)
-	s.Judge(t, j, time.Now())
+	s.Judge(t, j, j.At)
 	if err := s.Save(); err != nil {
 		return err
 	}

@@ -133,11 +133,11 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 	if g := a.sess.View().LastGood; g != nil {
 		prev = g.Revision
 	}
-	a.sess.Judge(t, j, time.Now())
+	a.sess.Judge(t, j, j.At)
 	log := a.log.With("revision", t.Revision)
 	switch j.Verdict {
 	case state.Good:
-		took := time.Since(t.Start)
+		took := j.At.Sub(t.Start)
 		a.opts.Metrics.ObserveGood(took)
 		log.Info("revision good: it is the last known good revision now", "previous_good", prev, "took", took.Round(time.Millisecond))
 	case state.Bad:

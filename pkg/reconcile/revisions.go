@@ -185,6 +185,8 @@ type Judgement struct {
 	Cause   Cause // of a bad verdict
 	// Next is when to look again while pending.
 	Next time.Time
+	// At is when the look was made: when a verdict was reached.
+	At time.Time
 }
 
 // Why is what the judgement says against the revision, in words.
@@ -205,6 +207,12 @@ const lookEvery = time.Second
 // snapshot and the health of what reports it (no scan of files), and runs
 // the host checks.
 func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
+	j := s.look(ctx, t, now)
+	j.At = now
+	return j
+}
+
+func (s *Session) look(ctx context.Context, t *Trial, now time.Time) Judgement {
 	p := s.Policy.Revisions.withDefaults()
 	deadline := t.Start.Add(p.ProgressDeadline)
 	view := s.w.View()
