@@ -121,15 +121,15 @@ type Agent struct {
 	fetch chan Trigger // a fetch and full pass now
 	// do runs work on the poll loop, which fetches and adopts revisions:
 	// verdicts, rollbacks, retries.
-	do    chan func(context.Context)
-	quit  chan struct{} // closed when the poll loop ends
-	poke  chan struct{} // look at the revision on trial now
+	do   chan func(context.Context)
+	quit chan struct{} // closed when the poll loop ends
+	poke chan struct{} // look at the revision on trial now
 	// stateCheck asks for a look at the state dir (its procs went);
 	// stateLost: the writer found state.json gone and saved it again.
 	stateCheck chan struct{}
 	stateLost  atomic.Bool
-	fight *FightDetector
-	ready chan struct{} // closed once the session is open
+	fight      *FightDetector
+	ready      chan struct{} // closed once the session is open
 
 	sess *reconcile.Session // set before ready is closed, then never again
 
