@@ -95,7 +95,7 @@ and the next sync applies the newest revision.`
 // addControlFlags adds the flags that reach a running agent.
 func addControlFlags(cmd *cobra.Command, o *controlOptions) {
 	f := cmd.Flags()
-	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: the config's listen, else "+agent.DefaultAddr+")")
+	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: where the agent running on --state-dir listens, else the config's listen, else "+agent.DefaultAddr+")")
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "the agent's listen address (from --config)")
 	f.MarkHidden("listen")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the agent's bearer token")

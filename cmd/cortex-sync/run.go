@@ -247,6 +247,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err != nil {
 		return err
 	}
+	a.Listening(srv.Addr().String())
 	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
 	// Either ending ends the other: an agent that cannot run must not
 	// leave its server answering.

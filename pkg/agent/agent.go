@@ -128,6 +128,7 @@ type Agent struct {
 	// stateLost: the writer found state.json gone and saved it again.
 	stateCheck chan struct{}
 	stateLost  atomic.Bool
+	address    atomic.Pointer[string] // where the API listens, for the report
 	fight      *FightDetector
 	ready      chan struct{} // closed once the session is open
 
@@ -309,6 +310,16 @@ func (a *Agent) Reconcile(t Trigger) {
 	select {
 	case a.fetch <- t:
 	default: // one is already pending
+	}
+}
+
+// Listening tells the agent where its API listens: the report names it,
+// so that a command run on the state dir reaches this agent, not the
+// default address.
+func (a *Agent) Listening(addr string) {
+	a.address.Store(&addr)
+	if a.session() != nil {
+		a.publishNow()
 	}
 }
 
