@@ -465,6 +465,9 @@ func (s *Session) RecordRollback(ctx context.Context, r Rollback, now time.Time)
 				}
 			})
 		}
+		if r.From == r.To {
+			return // on it already: held there, no rollback to tell
+		}
 		subject := ""
 		if a := snap.Latest(r.To); a != nil {
 			subject = a.Subject
