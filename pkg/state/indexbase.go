@@ -233,7 +233,10 @@ func (b *base) strBytes(off uint32, dst []byte) []byte {
 	return dst
 }
 
-func (b *base) str(off uint32) string { return string(b.strBytes(off, nil)) }
+func (b *base) str(off uint32) string {
+	var buf [128]byte // most strings: read on the stack, then copied once
+	return string(b.strBytes(off, buf[:0]))
+}
 
 // path reads row i's path into scratch k.
 func (b *base) path(i, k int) []byte {
@@ -243,14 +246,54 @@ func (b *base) path(i, k int) []byte {
 	return b.scratch[k]
 }
 
+// view is the n bytes at off as they lie in the block cache (or in
+// memory), without a copy; nil when they straddle two blocks or a read
+// failed. A view is good until the next read.
+func (b *base) view(off int64, n int) []byte {
+	if b.err != nil || off < 0 || off+int64(n) > b.size {
+		return nil
+	}
+	if b.f == nil {
+		return b.mem[off : off+int64(n)]
+	}
+	blk := off / blockSize
+	if (off+int64(n)-1)/blockSize != blk && n > 0 {
+		return nil
+	}
+	buf, err := b.cache.block(b.f, b.size, blk)
+	at := int(off - blk*blockSize)
+	if err != nil || at+n > len(buf) {
+		return nil
+	}
+	return buf[at : at+n]
+}
+
+// pathView is row i's path: a view into the cache where it lies in one
+// block, else a copy in scratch 0. It is good until the next read.
+func (b *base) pathView(i int) []byte {
+	ob := b.view(headerSize+int64(i)*rowSize+64, 4)
+	if ob == nil {
+		return b.path(i, 0)
+	}
+	at := b.strOff + int64(binary.LittleEndian.Uint32(ob))
+	if h := b.view(at, int(min(binary.MaxVarintLen32, b.size-at))); h != nil {
+		if l, k := binary.Uvarint(h); k > 0 && int64(l) <= b.size-at-int64(k) {
+			if v := b.view(at+int64(k), int(l)); v != nil {
+				return v
+			}
+		}
+	}
+	return b.path(i, 0)
+}
+
 // find is p's row, tried first just after the one found last.
 func (b *base) find(p string) (int, bool) {
-	if i := b.hint + 1; i < b.n && string(b.path(i, 0)) == p {
+	if i := b.hint + 1; i < b.n && string(b.pathView(i)) == p {
 		b.hint = i
 		return i, true
 	}
 	i := b.search(p)
-	if i < b.n && string(b.path(i, 0)) == p {
+	if i < b.n && string(b.pathView(i)) == p {
 		b.hint = i
 		return i, true
 	}
@@ -262,7 +305,7 @@ func (b *base) search(p string) int {
 	lo, hi := 0, b.n
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if string(b.path(m, 0)) < p {
+		if string(b.pathView(m)) < p {
 			lo = m + 1
 		} else {
 			hi = m
@@ -282,6 +325,49 @@ func (b *base) item(i int) item {
 		it.cid = b.str(r.cid)
 	}
 	return it
+}
+
+// entry is row r's entry, its strings read into place without the copies
+// an item makes.
+func (b *base) entry(r *row) *IndexEntry {
+	it := item{r: *r}
+	if r.flags&fStr != 0 {
+		it.str = b.str(r.str)
+	}
+	var cid [32]byte
+	switch {
+	case r.flags&fCidGit != 0:
+		if raw := b.strBytes(r.cid, cid[:0]); len(raw) == 20 {
+			return it.entryWith(raw)
+		}
+		it.cid = b.str(r.cid) // as it is, should it not be 20 bytes
+	case r.flags&fCidStr != 0:
+		it.cid = b.str(r.cid)
+	}
+	return it.entry()
+}
+
+// same reports whether row r holds e as encodeEntry would write it,
+// reading its strings in place: no allocation.
+func (b *base) same(r *row, e *IndexEntry) bool {
+	w, str, cid, raw := encodeRow(e)
+	if r.ino != w.ino || r.size != w.size || r.mtime != w.mtime || r.ctime != w.ctime ||
+		r.mode != w.mode || r.uid != w.uid || r.gid != w.gid || r.flags&fEntry != w.flags {
+		return false
+	}
+	if w.flags&(fSHA|fCidSum) != 0 && r.sum != w.sum {
+		return false
+	}
+	if w.flags&fStr != 0 && string(b.strBytes(r.str, b.scratch[1][:0])) != str {
+		return false
+	}
+	switch {
+	case w.flags&fCidGit != 0:
+		return string(b.strBytes(r.cid, b.scratch[1][:0])) == string(raw[:])
+	case w.flags&fCidStr != 0:
+		return string(b.strBytes(r.cid, b.scratch[1][:0])) == cid
+	}
+	return true
 }
 
 // parseBase checks a base whole (checksums, every offset a row names, the

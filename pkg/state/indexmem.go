@@ -63,9 +63,31 @@ var checkpointAt = 4096 // a variable for tests
 
 // Get returns p's entry, a copy; nil when there is none.
 func (x *Index) Get(p string) *IndexEntry {
-	if e := x.lookup(p); e != nil {
-		c := *e
-		return &c
+	if i, ok := x.added.find(p); ok {
+		return copyEntry(x.added[i].e)
+	}
+	if i, ok := x.logged.find(p); ok {
+		return copyEntry(x.logged[i].e)
+	}
+	return x.inBase(p) // made afresh: no copy needed
+}
+
+func copyEntry(e *IndexEntry) *IndexEntry {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	return &c
+}
+
+// inBase is p's entry in the base, made afresh; nil when there is none.
+func (x *Index) inBase(p string) *IndexEntry {
+	if b := x.base; b != nil {
+		if i, ok := b.find(p); ok {
+			if r := b.row(i); r.flags&fDead == 0 {
+				return b.entry(&r)
+			}
+		}
 	}
 	return nil
 }
@@ -83,14 +105,29 @@ func (x *Index) below(p string) *IndexEntry {
 	if i, ok := x.logged.find(p); ok {
 		return x.logged[i].e
 	}
+	return x.inBase(p)
+}
+
+// holds reports whether p has an entry, and whether it is e: what Set
+// asks of every entry a converged check finds as recorded, answered
+// without making the entry.
+func (x *Index) holds(p string, e *IndexEntry) (exists, same bool) {
+	if i, ok := x.added.find(p); ok {
+		cur := x.added[i].e
+		return cur != nil, cur != nil && *cur == *e
+	}
+	if i, ok := x.logged.find(p); ok {
+		cur := x.logged[i].e
+		return cur != nil, cur != nil && *cur == *e
+	}
 	if b := x.base; b != nil {
 		if i, ok := b.find(p); ok {
-			if it := b.item(i); it.r.flags&fDead == 0 {
-				return it.entry()
+			if r := b.row(i); r.flags&fDead == 0 {
+				return true, b.same(&r, e)
 			}
 		}
 	}
-	return nil
+	return false, false
 }
 
 // Len is the number of entries.
@@ -110,11 +147,11 @@ func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 
 // Set records p's entry; Save writes it unless it equals the one there.
 func (x *Index) Set(p string, e *IndexEntry) {
-	cur := x.lookup(p)
-	if cur != nil && *cur == *e {
+	exists, same := x.holds(p, e)
+	if same {
 		return
 	}
-	if cur == nil {
+	if !exists {
 		x.n++
 	}
 	c := *e
@@ -292,7 +329,7 @@ func (c *cursor) next() (item, bool) {
 		}
 		inB := false
 		if c.b != nil && c.bi < c.b.n {
-			switch bp := c.b.path(c.bi, 0); {
+			switch bp := c.b.pathView(c.bi); {
 			case !inL && !inA || string(bp) < p:
 				inB, inL, inA = true, false, false
 			case string(bp) == p:
@@ -412,6 +449,16 @@ func (x *Index) checkpoint() error {
 // encodeEntry is an entry as a row (its strings apart). A symlink keeps
 // its Target and a file its SHA256, as the log's encoding does.
 func encodeEntry(e *IndexEntry) (r row, str, cid string) {
+	r, str, cid, raw := encodeRow(e)
+	if r.flags&fCidGit != 0 {
+		cid = string(raw[:])
+	}
+	return r, str, cid
+}
+
+// encodeRow is encodeEntry without an allocation: a Git content ID's
+// bytes are in raw.
+func encodeRow(e *IndexEntry) (r row, str, cid string, raw [20]byte) {
 	r.ino, r.size, r.mtime, r.ctime, r.mode = int64(e.Ino), e.Size, e.Mtime, e.Ctime, e.Mode
 	r.uid, r.gid = e.UID, e.GID
 	sumFree := true
@@ -421,7 +468,7 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 			str, r.flags = e.Target, r.flags|fStr
 		}
 	case len(e.SHA256) == 64 && isHex(e.SHA256):
-		hex.Decode(r.sum[:], []byte(e.SHA256))
+		hexDecode(r.sum[:], e.SHA256)
 		r.flags |= fSHA
 		sumFree = false
 	case e.SHA256 != "":
@@ -433,21 +480,44 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 	case !sumFree && len(id) == 71 && id[:7] == "sha256:" && id[7:] == e.SHA256:
 		r.flags |= fCidSum
 	case sumFree && len(id) == 71 && id[:7] == "sha256:" && isHex(id[7:]):
-		hex.Decode(r.sum[:], []byte(id[7:]))
+		hexDecode(r.sum[:], id[7:])
 		r.flags |= fCidSum
 	case len(id) == 44 && id[:4] == "git:" && isHex(id[4:]):
-		var raw [20]byte
-		hex.Decode(raw[:], []byte(id[4:]))
-		cid, r.flags = string(raw[:]), r.flags|fCidGit
+		hexDecode(raw[:], id[4:])
+		r.flags |= fCidGit
 	default:
 		cid, r.flags = id, r.flags|fCidStr
 	}
-	return r, str, cid
+	return r, str, cid, raw
+}
+
+// hexDecode decodes s, lowercase hex (isHex), into dst without the copy
+// hex.Decode of a string would make.
+func hexDecode(dst []byte, s string) {
+	for i := range dst {
+		dst[i] = unhex(s[2*i])<<4 | unhex(s[2*i+1])
+	}
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
 }
 
 // entry rebuilds an item's entry. A SHA-256 that is also the content ID
 // shares its string.
 func (it *item) entry() *IndexEntry {
+	var raw []byte
+	if it.r.flags&fCidGit != 0 {
+		raw = []byte(it.cid)
+	}
+	return it.entryWith(raw)
+}
+
+// entryWith is entry with a Git content ID's bytes given.
+func (it *item) entryWith(raw []byte) *IndexEntry {
 	r := &it.r
 	e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}}
 	var buf [7 + 64]byte
@@ -455,7 +525,7 @@ func (it *item) entry() *IndexEntry {
 	case r.flags&fCidSum != 0:
 		e.ContentID = string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
 	case r.flags&fCidGit != 0:
-		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), []byte(it.cid)))
+		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), raw))
 	case r.flags&fCidStr != 0:
 		e.ContentID = it.cid
 	}
