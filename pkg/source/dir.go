@@ -143,35 +143,53 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 	return t.walk(d, dir, "", fn)
 }
 
+// walk lists each directory once (getdents64: names and types without a
+// stat), stats each entry, and yields them in Git's order, a directory's
+// contents right after it: the order of the paths in a tree index. A
+// walked file costs one allocation for its path and one for its entry's
+// callbacks.
 func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) error {
-	entries, err := d.ReadDir()
+	listed, err := d.List()
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name()
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if name == ".git" && rel == "" {
+	entries := make([]walked, 0, len(listed))
+	for _, e := range listed {
+		if e.Name == ".git" && rel == "" {
 			continue
 		}
-		st, err := d.Lstat(name)
+		st, err := d.Lstat(e.Name)
 		if err != nil {
 			return err
 		}
-		p := name
-		if rel != "" {
-			p = rel + "/" + name
+		entries = append(entries, walked{name: e.Name, st: st})
+	}
+	slices.SortFunc(entries, func(a, b walked) int {
+		return hostfs.ComparePathOrder(a.name, a.st.Mode.IsDir(), b.name, b.st.Mode.IsDir())
+	})
+	// top/rel/name in one string; the entry's path is the end of it.
+	prefix := rel + "/"
+	switch {
+	case top == "" || top == ".":
+		if rel == "" {
+			prefix = ""
 		}
+	case rel != "":
+		prefix = top + "/" + rel + "/"
+	default:
+		prefix = top + "/"
+	}
+	for _, w := range entries {
+		full := prefix + w.name
+		p := full[len(full)-len(w.name)-len(rel)-min(len(rel), 1):]
+		st := w.st
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			f := &dirFile{t: t, top: top, rel: p, st: st}
+			f := &dirFile{t: t, full: full, st: st}
 			e.ContentID, e.Digested, e.Open, e.Legacy = f.contentID, f.learn, f.open, f.legacyID
 		case st.Mode&fs.ModeSymlink != 0:
-			if e.Target, err = d.Readlink(name); err != nil {
+			if e.Target, err = d.Readlink(w.name); err != nil {
 				return err
 			}
 		}
@@ -179,7 +197,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 			return err
 		}
 		if st.Mode.IsDir() {
-			sub, err := d.OpenDir(name)
+			sub, err := d.OpenDir(w.name)
 			if err != nil {
 				return err
 			}
@@ -193,26 +211,31 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	return nil
 }
 
+// walked is a listed entry and its stat.
+type walked struct {
+	name string
+	st   hostfs.Stat
+}
+
 // dirFile is a walked file: one allocation holds what its entry's
 // ContentID, Open and Digested need, a tree of many files being mostly
 // these.
 type dirFile struct {
-	t        *dirTree
-	top, rel string
-	st       hostfs.Stat
+	t    *dirTree
+	full string // its path in the repository
+	st   hostfs.Stat
 
 	mu   sync.Mutex
 	read *namingReader // the last Open, hashing what it reads
 }
 
-func (f *dirFile) full() string               { return path.Join(f.top, f.rel) }
-func (f *dirFile) contentID() (string, error) { return f.t.contentID(f.full(), f.st) }
-func (f *dirFile) legacyID() (string, error)  { return f.t.legacyID(f.full(), f.st) }
+func (f *dirFile) contentID() (string, error) { return f.t.contentID(f.full, f.st) }
+func (f *dirFile) legacyID() (string, error)  { return f.t.legacyID(f.full, f.st) }
 
 // open reads the file, naming its content as it goes: a copy of it then
 // learns its ID without a second read (learn).
 func (f *dirFile) open() (io.ReadCloser, error) {
-	file, err := f.t.root.OpenFile(f.full())
+	file, err := f.t.root.OpenFile(f.full)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +260,7 @@ func (f *dirFile) learn(sum string) string {
 		return id
 	}
 	f.t.mu.Lock()
-	f.t.cache.Set(f.full(), &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
+	f.t.cache.Set(f.full, &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
 	f.t.mu.Unlock()
 	return id
 }
