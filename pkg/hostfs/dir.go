@@ -85,7 +85,7 @@ func (d *Dir) pathErr(op, name string, err error) error {
 // Lstat describes name without following it.
 func (d *Dir) Lstat(name string) (Stat, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := lstatAt(d.fd, name, &st); err != nil {
 		return Stat{}, d.pathErr("lstat", name, err)
 	}
 	return statOf(&st), nil

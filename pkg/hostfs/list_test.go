@@ -1,6 +1,7 @@
 package hostfs
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -126,5 +127,39 @@ func TestSortPathOrder(t *testing.T) {
 	walk("")
 	if !sort.StringsAreSorted(walked) {
 		t.Errorf("walked in path order: %q, not sorted", walked)
+	}
+}
+
+// Lstat, which a walk calls for every entry of a tree, allocates nothing,
+// and says what is missing as fs.ErrNotExist; a name too long for its
+// buffer is still described.
+func TestLstatAllocatesNothing(t *testing.T) {
+	dir := t.TempDir()
+	long := strings.Repeat("l", 255)
+	for _, name := range []string{"f", long} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("abc"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d, err := r.OpenDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"f", long} {
+		if st, err := d.Lstat(name); err != nil || st.Size != 3 || !st.Mode.IsRegular() {
+			t.Errorf("Lstat(%.10s…) = %+v, %v", name, st, err)
+		}
+	}
+	if allocs := testing.AllocsPerRun(100, func() { d.Lstat("f") }); allocs != 0 {
+		t.Errorf("Lstat: %.0f allocations, want none", allocs)
+	}
+	if _, err := d.Lstat("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Lstat of a missing name: %v, want fs.ErrNotExist", err)
 	}
 }
