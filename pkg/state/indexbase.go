@@ -347,25 +347,60 @@ func (b *base) entry(r *row) *IndexEntry {
 	return it.entry()
 }
 
-// same reports whether row r holds e as encodeEntry would write it,
+// same reports whether row r's entry (as entry would make it) is e,
 // reading its strings in place: no allocation.
 func (b *base) same(r *row, e *IndexEntry) bool {
-	w, str, cid, raw := encodeRow(e)
-	if r.ino != w.ino || r.size != w.size || r.mtime != w.mtime || r.ctime != w.ctime ||
-		r.mode != w.mode || r.uid != w.uid || r.gid != w.gid || r.flags&fEntry != w.flags {
+	if uint64(r.ino) != e.Ino || r.size != e.Size || r.mtime != e.Mtime || r.ctime != e.Ctime ||
+		r.mode != e.Mode || r.uid != e.UID || r.gid != e.GID {
 		return false
 	}
-	if w.flags&(fSHA|fCidSum) != 0 && r.sum != w.sum {
-		return false
-	}
-	if w.flags&fStr != 0 && string(b.strBytes(r.str, b.scratch[1][:0])) != str {
-		return false
+	link := r.mode&fs.ModeSymlink != 0
+	var str []byte // the row's string, read once
+	if r.flags&fStr != 0 {
+		str = b.strBytes(r.str, b.scratch[1][:0])
+		b.scratch[1] = str
 	}
 	switch {
-	case w.flags&fCidGit != 0:
-		return string(b.strBytes(r.cid, b.scratch[1][:0])) == string(raw[:])
-	case w.flags&fCidStr != 0:
-		return string(b.strBytes(r.cid, b.scratch[1][:0])) == cid
+	case link && r.flags&fStr != 0:
+		if e.Target != string(str) || e.SHA256 != "" {
+			return false
+		}
+	case r.flags&fSHA != 0:
+		if e.Target != "" || !hexIs(e.SHA256, "", r.sum[:]) {
+			return false
+		}
+	case r.flags&fStr != 0:
+		if e.Target != "" || e.SHA256 != string(str) {
+			return false
+		}
+	default:
+		if e.Target != "" || e.SHA256 != "" {
+			return false
+		}
+	}
+	switch {
+	case r.flags&fCidSum != 0:
+		return hexIs(e.ContentID, "sha256:", r.sum[:])
+	case r.flags&fCidGit != 0:
+		var raw [32]byte
+		return hexIs(e.ContentID, "git:", b.strBytes(r.cid, raw[:0]))
+	case r.flags&fCidStr != 0:
+		return e.ContentID == string(b.strBytes(r.cid, b.scratch[1][:0]))
+	}
+	return e.ContentID == ""
+}
+
+// hexIs reports whether s is prefix followed by raw in lowercase hex.
+func hexIs(s, prefix string, raw []byte) bool {
+	if len(s) != len(prefix)+2*len(raw) || s[:len(prefix)] != prefix {
+		return false
+	}
+	s = s[len(prefix):]
+	const digits = "0123456789abcdef"
+	for i, c := range raw {
+		if s[2*i] != digits[c>>4] || s[2*i+1] != digits[c&15] {
+			return false
+		}
 	}
 	return true
 }
