@@ -37,16 +37,7 @@ func TestListTypesAndInodes(t *testing.T) {
 		}
 		want[name] = 0
 	}
-	r, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	d, err := r.OpenDir("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openDir(t, dir)
 	dup, err := d.Dup()
 	if err != nil {
 		t.Fatal(err)
@@ -141,16 +132,7 @@ func TestLstatAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := Open(dir, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	d, err := r.OpenDir("/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := openDir(t, dir)
 	for _, name := range []string{"f", long} {
 		if st, err := d.Lstat(name); err != nil || st.Size != 3 || !st.Mode.IsRegular() {
 			t.Errorf("Lstat(%.10s…) = %+v, %v", name, st, err)
@@ -163,3 +145,4 @@ func TestLstatAllocatesNothing(t *testing.T) {
 		t.Errorf("Lstat of a missing name: %v, want fs.ErrNotExist", err)
 	}
 }
+
