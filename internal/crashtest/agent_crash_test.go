@@ -225,3 +225,17 @@ func TestCrashAgentFiles(t *testing.T) {
 	work := t.TempDir()
 	crashAgent(t, newSandbox(t), filesVersion(t, work, 1, *fileCount), filesVersion(t, work, 2, *fileCount))
 }
+
+func TestCrashAgentDirectoryGenerations(t *testing.T) {
+	s := newSandbox(t)
+	crashGenerations(t, s, func(d time.Duration) (bool, time.Duration) {
+		a := s.startAgent()
+		if d < convergeLimit {
+			return a.killAt(d)
+		}
+		a.waitReady(convergeLimit)
+		took := time.Since(a.start)
+		a.stop()
+		return false, took
+	})
+}

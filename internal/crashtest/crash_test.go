@@ -5,10 +5,13 @@ package crashtest
 import (
 	"flag"
 	"fmt"
+	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,16 +72,19 @@ func ids(ver, n int) []int {
 	return out
 }
 
-// dirVersion is a Directory mirroring n files into /srv/kb.
-func dirVersion(t testing.TB, work string, ver, n int) *version {
-	v := &version{name: fmt.Sprintf("dir-v%d", ver), repo: filepath.Join(work, fmt.Sprintf("dir-v%d", ver)), host: map[string]string{}}
-	files := map[string]string{"kb.yaml": `apiVersion: cortex-sync/v1alpha1
+// kbManifest is a Directory mirroring the repository's kb into /srv/kb.
+const kbManifest = `apiVersion: cortex-sync/v1alpha1
 kind: Directory
 metadata: {name: kb}
 spec:
   path: /srv/kb
   source: kb
-`}
+`
+
+// dirVersion is a Directory mirroring n files into /srv/kb.
+func dirVersion(t testing.TB, work string, ver, n int) *version {
+	v := &version{name: fmt.Sprintf("dir-v%d", ver), repo: filepath.Join(work, fmt.Sprintf("dir-v%d", ver)), host: map[string]string{}}
+	files := map[string]string{"kb.yaml": kbManifest}
 	for _, id := range ids(ver, n) {
 		rel := fmt.Sprintf("d%02d/f%05d.txt", id%100, id)
 		c := body(id, ver)
@@ -86,7 +92,14 @@ spec:
 		v.host["/srv/kb/"+rel] = sum([]byte(c))
 	}
 	writeTree(t, v.repo, files)
-	v.owned = func(s *sandbox, snap *state.Snapshot, users map[string]string) error {
+	v.owned = mirrorOwned(v)
+	return v
+}
+
+// mirrorOwned checks that Directory/kb is in the inventory as created, and
+// every file of v in its tree index.
+func mirrorOwned(v *version) func(s *sandbox, snap *state.Snapshot, users map[string]string) error {
+	return func(s *sandbox, snap *state.Snapshot, users map[string]string) error {
 		e := snap.Find("Directory/kb")
 		if e == nil || !e.Created {
 			return fmt.Errorf("Directory/kb is not in the inventory as created: %+v", e)
@@ -106,7 +119,6 @@ spec:
 		}
 		return nil
 	}
-	return v
 }
 
 // filesVersion is n File manifests, /etc/app/fNNNNN.conf.
@@ -181,16 +193,38 @@ func afterKill(t *testing.T, s *sandbox, from, to *version, users map[string]str
 	return files
 }
 
-// afterSync checks the host after the sync that follows a kill: converged,
-// no temp file anywhere, exactly the desired files, every file cortex-sync
-// made recorded as its own, every user file overwritten kept in a backup.
+// afterSync checks the host after the sync that follows a kill: converged
+// (see convergedTo), exactly the desired files, every user file overwritten
+// kept in a backup.
 func afterSync(t *testing.T, s *sandbox, to *version, users map[string]string, tl *tally) {
+	t.Helper()
+	files := convergedTo(t, s, to, users)
+	for p := range files {
+		if _, ok := to.host[p]; !ok {
+			t.Errorf("after a full sync %s is on the host but not desired", p)
+		}
+	}
+	for p, c := range users {
+		if s.backedUp(p, c) {
+			tl.userBytes += len(c)
+		} else {
+			tl.bytesLost += len(c)
+			t.Errorf("the user's own %s was overwritten and is in no backup", p)
+		}
+	}
+}
+
+// convergedTo checks the host after a sync (or an agent) that ran to its
+// end: diff finds nothing to do, no temp file anywhere, every desired file
+// holds its content, every file cortex-sync made is recorded as its own
+// (users: the users' files it took over). It returns the host's files.
+func convergedTo(t *testing.T, s *sandbox, to *version, users map[string]string) map[string]string {
 	t.Helper()
 	if err := s.converged(); err != nil {
 		t.Error(err)
 	}
 	if left := append(temps(s.Root), temps(s.State)...); len(left) > 0 {
-		t.Errorf("temp files left after a full sync: %v", left[:min(len(left), 5)])
+		t.Errorf("%d temp files left after a full sync: %v", len(left), left[:min(len(left), 5)])
 	}
 	files, err := regularFiles(s.Root)
 	if err != nil {
@@ -201,11 +235,6 @@ func afterSync(t *testing.T, s *sandbox, to *version, users map[string]string, t
 			t.Errorf("after a full sync %s is not the desired content", p)
 		}
 	}
-	for p := range files {
-		if _, ok := to.host[p]; !ok {
-			t.Errorf("after a full sync %s is on the host but not desired", p)
-		}
-	}
 	snap, err := s.loads()
 	if err != nil {
 		t.Fatalf("after a full sync the state does not load: %v", err)
@@ -213,14 +242,7 @@ func afterSync(t *testing.T, s *sandbox, to *version, users map[string]string, t
 	if err := to.owned(s, snap, users); err != nil {
 		t.Error(err)
 	}
-	for p, c := range users {
-		if s.backedUp(p, c) {
-			tl.userBytes += len(c)
-		} else {
-			tl.bytesLost += len(c)
-			t.Errorf("the user's own %s was overwritten and is in no backup", p)
-		}
-	}
+	return files
 }
 
 // killDelay is a seeded moment in a full sync's run time.
@@ -523,4 +545,245 @@ func pruneEverything(t *testing.T, s *sandbox) {
 	if files, _ := regularFiles(s.Root); len(files) > 0 {
 		t.Errorf("after pruning everything %d files are left: cortex-sync lost track of them", len(files))
 	}
+}
+
+var rounds = flag.Int("crash.rounds", 12, "generations of the mirrored tree pushed, each applied by a killed sync or agent (at most -crash.kills)")
+
+// churn is a mirrored tree of n files as it changes, generation after
+// generation: each removes 5% of the files (a whole directory, the rest
+// anywhere, files just added included), changes half of the others, and
+// adds 5% (one new directory, the rest anywhere). A directory holds 1% of
+// the files at first.
+type churn struct {
+	rng   *rand.Rand
+	per   int         // files a directory at first
+	next  int         // the next new file's id
+	dirs  int         // directories made so far
+	ver   map[int]int // a file's id → the generation its content is of
+	dirOf map[int]int // a file's id → its directory
+}
+
+func newChurn(n int) *churn {
+	c := &churn{rng: rand.New(rand.NewPCG(*seed, 6)), per: max(1, n/100), next: n, ver: map[int]int{}, dirOf: map[int]int{}}
+	for id := range n {
+		c.ver[id], c.dirOf[id] = 0, id/c.per
+	}
+	c.dirs = (n-1)/c.per + 1
+	return c
+}
+
+func (c *churn) rel(id int) string { return fmt.Sprintf("d%03d/f%05d.txt", c.dirOf[id], id) }
+
+// advance makes generation r.
+func (c *churn) advance(r int) {
+	ids := slices.Sorted(maps.Keys(c.ver))
+	n := len(ids)
+	remove := func(id int) {
+		delete(c.ver, id)
+		delete(c.dirOf, id)
+	}
+	gone := c.dirOf[ids[c.rng.IntN(n)]] // a whole directory goes
+	removed := 0
+	for _, id := range ids {
+		if c.dirOf[id] == gone {
+			remove(id)
+			removed++
+		}
+	}
+	for removed < n/20 {
+		id := ids[c.rng.IntN(n)]
+		if _, ok := c.ver[id]; ok {
+			remove(id)
+			removed++
+		}
+	}
+	left := slices.Sorted(maps.Keys(c.ver))
+	for _, id := range left {
+		if c.rng.IntN(2) == 0 {
+			c.ver[id] = r
+		}
+	}
+	for i := range n / 20 {
+		dir := c.dirs // a new directory first, then anywhere
+		if i >= c.per {
+			dir = c.dirOf[left[c.rng.IntN(len(left))]]
+		}
+		c.ver[c.next], c.dirOf[c.next] = r, dir
+		c.next++
+	}
+	c.dirs++
+}
+
+// generation is the tree of a generation: its source files, written only
+// while needed, and what the host holds once it is applied.
+type generation struct {
+	*version
+	files map[string]string
+}
+
+func (c *churn) generation(work string, r int) *generation {
+	g := &generation{version: &version{name: fmt.Sprintf("gen%02d", r), repo: filepath.Join(work, fmt.Sprintf("gen%02d", r)), host: map[string]string{}},
+		files: map[string]string{"kb.yaml": kbManifest}}
+	for id, ver := range c.ver {
+		b := body(id, 10+ver)
+		g.files["kb/"+c.rel(id)] = b
+		g.host["/srv/kb/"+c.rel(id)] = sum([]byte(b))
+	}
+	g.owned = mirrorOwned(g.version)
+	return g
+}
+
+// leftovers lists what is in the mirror /srv/kb below root and neither
+// desired nor the users': files (and symlinks), and directories that hold
+// nothing desired.
+func leftovers(root string, desired, users map[string]string) (files, dirs []string) {
+	keep := map[string]bool{}
+	for _, m := range []map[string]string{desired, users} {
+		for p := range m {
+			for d := path.Dir(p); d != "/"; d = path.Dir(d) {
+				keep[d] = true
+			}
+		}
+	}
+	top := filepath.Join(root, "srv", "kb")
+	filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = "/" + filepath.ToSlash(rel)
+		_, want := desired[rel]
+		_, theirs := users[rel]
+		switch {
+		case d.IsDir() && !keep[rel]:
+			dirs = append(dirs, rel)
+		case !d.IsDir() && !want && !theirs:
+			files = append(files, rel)
+		}
+		return nil
+	})
+	return files, dirs
+}
+
+// crashGenerations pushes generation after generation of a mirrored tree
+// and kills whatever applies each (apply: a sync, or an agent) at a seeded
+// moment, never letting one finish in between: files written before a
+// kill and removed by a later generation must still be known as
+// cortex-sync's. After the rounds, an apply that is not killed must
+// converge with nothing left over; then the Directory leaves Git, and the
+// prune must leave only the users' own files.
+func crashGenerations(t *testing.T, s *sandbox, apply func(d time.Duration) (killed bool, full time.Duration)) {
+	rng := rand.New(rand.NewPCG(*seed, 5))
+	users := map[string]string{
+		"/srv/kb/users-own.txt": "put in the mirror by hand\n",
+		"/srv/kb/mine/notes.md": "in a directory of the user's own\n",
+	}
+	s.reset()
+	c := newChurn(*dirFiles)
+	seen := map[string]map[string]bool{} // every content a path had
+	push := func(r int, prev *generation) *generation {
+		if r > 0 {
+			c.advance(r)
+		}
+		g := c.generation(s.work, r)
+		writeTree(t, g.repo, g.files)
+		g.files = nil
+		s.point(g.repo)
+		if prev != nil {
+			os.RemoveAll(prev.repo)
+		}
+		for p, h := range g.host {
+			if seen[p] == nil {
+				seen[p] = map[string]bool{}
+			}
+			seen[p][h] = true
+		}
+		return g
+	}
+	g := push(0, nil)
+	s.mustRun("sync", "--prune")
+	for p, content := range users {
+		os.MkdirAll(filepath.Dir(filepath.Join(s.Root, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(s.Root, p), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g = push(1, g)
+	_, full := apply(time.Hour) // not killed: how long one generation takes
+	t.Logf("applying a generation takes %s", full.Round(time.Millisecond))
+	var tl tally
+	torn := 0
+	n := min(*rounds, *kills)
+	for r := 2; r < 2+n; r++ {
+		g = push(r, g)
+		d := killDelay(rng, full)
+		killed, took := apply(d)
+		tl.kills++
+		if killed {
+			tl.midRun++
+		} else {
+			full = took // it ended before its kill: the new measure
+		}
+		if _, err := s.loads(); err != nil {
+			t.Fatalf("round %d, kill at %s: the state does not load: %v", r, d, err)
+		}
+		files, err := regularFiles(s.Root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p, h := range files {
+			switch content, theirs := users[p]; {
+			case hostfs.IsTemp(path.Base(p)):
+				tl.tempsLeft++
+			case theirs && h == sum([]byte(content)), seen[p][h]:
+			default:
+				torn++
+				t.Errorf("round %d, kill at %s: %s is torn or foreign (sha256 %s)", r, d, p, h[:12])
+			}
+		}
+	}
+	apply(time.Hour)
+	convergedTo(t, s, g.version, nil)
+	// Nothing here is anyone else's: a backup is of something cortex-sync
+	// wrote and did not know for its own.
+	backups, _ := regularFiles(filepath.Join(s.State, "backups"))
+	for p := range backups {
+		t.Errorf("backed up, though cortex-sync wrote it: %s", p)
+		break
+	}
+	// What is left over besides the desired files, and the users' own
+	// files as they were.
+	left := func(when string, desired map[string]string) (files, dirs []string) {
+		files, dirs = leftovers(s.Root, desired, users)
+		for _, p := range append(files, dirs...)[:min(len(files)+len(dirs), 10)] {
+			t.Errorf("left over %s: %s", when, p)
+		}
+		for p, content := range users {
+			if b, err := os.ReadFile(filepath.Join(s.Root, p)); err != nil || string(b) != content {
+				t.Errorf("%s the user's own %s is gone or changed (%v)", when, p, err)
+			}
+		}
+		return files, dirs
+	}
+	files, dirs := left("after converging", g.host)
+	// The Directory leaves Git: what is left is the users'.
+	empty := filepath.Join(s.work, "empty")
+	os.MkdirAll(empty, 0o755)
+	s.point(empty)
+	s.mustRun("sync", "--prune", "--allow-empty")
+	prunedFiles, prunedDirs := left("after the prune", nil)
+	t.Logf("generations: %d rounds of %d files, %d kills mid-apply, %d torn, %d temp files left by kills; %d files of its own backed up; left over after converging: %d files, %d directories; after the prune: %d files, %d directories",
+		n, *dirFiles, tl.midRun, torn, tl.tempsLeft, len(backups), len(files), len(dirs), len(prunedFiles), len(prunedDirs))
+}
+
+func TestCrashDirectoryGenerations(t *testing.T) {
+	s := newSandbox(t)
+	crashGenerations(t, s, func(d time.Duration) (bool, time.Duration) {
+		start := time.Now()
+		killed, out := s.killAfter(d, "sync", "--prune")
+		if !killed && !strings.Contains(out, "Sync:") {
+			t.Fatalf("the sync ended by itself without finishing:\n%s", tail(out, 10))
+		}
+		return killed, time.Since(start)
+	})
 }

@@ -125,6 +125,7 @@ type Agent struct {
 	firstPass map[resource.ID]struct{}
 	episode   *Reconcile
 	hints     map[resource.ID]hintOf
+	scopes    map[resource.ID]*scopeOf // see scope.go
 	// held are the keys the engine holds back (waiting, blocked or
 	// refused), with why: status shows them.
 	held map[resource.ID]diff.Outcome
@@ -152,14 +153,15 @@ func New(opts Options) *Agent {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
 	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
-		opts:  opts,
-		log:   opts.Log,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
-		fetch: make(chan Trigger, 1),
-		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
-		ready: make(chan struct{}),
-		hints: map[resource.ID]hintOf{},
-		held:  map[resource.ID]diff.Outcome{},
+		opts:   opts,
+		log:    opts.Log,
+		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
+		fetch:  make(chan Trigger, 1),
+		fight:  NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
+		ready:  make(chan struct{}),
+		hints:  map[resource.ID]hintOf{},
+		scopes: map[resource.ID]*scopeOf{},
+		held:   map[resource.ID]diff.Outcome{},
 	}
 }
 
@@ -374,7 +376,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	}
 	a.begin(trigger, d.Revision(), start)
 	for _, id := range keys {
-		a.queue.Add(id)
+		a.enqueue(id)
 	}
 	w.sync(a.sess.Watches())
 	if t != TriggerInterval && old != nil {
@@ -425,7 +427,7 @@ func (a *Agent) scan(ctx context.Context, t Trigger) {
 	}
 	a.publish()
 	for _, id := range due {
-		a.queue.Add(id)
+		a.enqueue(id)
 	}
 	if len(due) > 0 {
 		a.begin(t, d.Revision(), time.Now())
@@ -439,10 +441,10 @@ func (a *Agent) scan(ctx context.Context, t Trigger) {
 func (a *Agent) requeueAll() {
 	if d := a.sess.Desired(); d != nil {
 		for _, r := range d.Set.Resources() {
-			a.queue.Add(r.ID())
+			a.enqueue(r.ID())
 		}
 	}
 	for _, e := range a.sess.View().Inventory {
-		a.queue.Add(resource.ID(e.ID))
+		a.enqueue(resource.ID(e.ID))
 	}
 }

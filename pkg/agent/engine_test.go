@@ -226,8 +226,12 @@ func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 	var aside []string
 	waitFor(t, 30*time.Second, "state.json kept aside and written anew", func() bool {
 		aside, _ = filepath.Glob(p + ".damaged-*")
-		_, err := state.Dir{Path: stateDir}.Load()
-		return len(aside) == 1 && err == nil
+		_, err := os.Stat(p) // a missing one loads as a new, empty snapshot
+		if len(aside) != 1 || err != nil {
+			return false
+		}
+		_, err = state.Dir{Path: stateDir}.Load()
+		return err == nil
 	})
 	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, garbage) {
 		t.Errorf("%s holds %q, not the damaged snapshot", aside[0], b)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -39,6 +40,7 @@ type watcher struct {
 	paths map[string]resource.ID   // managed host path → its key
 	trees map[string]resource.ID   // host directory inside a mirror → its Directory
 	files map[string]resource.ID   // state file → its key
+	tops  map[resource.ID]string   // a mirror's key → its top on the host
 	shims map[resource.ID]int      // key → supervisor pid watched
 	runs  map[resource.ID]int      // key → restarts its supervisor reported
 	full  bool                     // ran out of watches (said once)
@@ -83,7 +85,7 @@ func (w *watcher) sync(ws reconcile.Watches) {
 			w.watch(dir)
 		}
 	}
-	w.dirs, w.paths, w.trees, w.files = ws.Dirs, ws.Paths, ws.Trees, ws.Files
+	w.dirs, w.paths, w.trees, w.files, w.tops = ws.Dirs, ws.Paths, ws.Trees, ws.Files, ws.Tops
 	w.watchShims()
 }
 
@@ -136,13 +138,20 @@ func (w *watcher) event(ev fsnotify.Event) {
 		return // cortex-sync's own write in progress
 	}
 	w.mu.Lock()
-	// A managed path itself, or an entry of a mirrored tree: only its key.
+	// A managed path itself, or an entry of a mirrored tree: only its key,
+	// and for a tree, only the entry.
 	var ids []resource.ID
 	if id, ok := w.paths[ev.Name]; ok {
 		ids = append(ids, id)
+		w.a.widen(id)
 	}
 	if id, ok := w.trees[dir]; ok {
 		ids = append(ids, id)
+		if rel, err := filepath.Rel(w.tops[id], ev.Name); err == nil && !strings.HasPrefix(rel, "..") {
+			w.a.narrow(id, filepath.ToSlash(rel))
+		} else {
+			w.a.widen(id)
+		}
 	}
 	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() && ev.Has(fsnotify.Create) {
 		if id, ok := w.trees[dir]; ok {

@@ -45,7 +45,7 @@ func (a *Agent) work(ctx context.Context) bool {
 //	failed, blocked  again, later and later
 //	refused          dropped until the policy or the desired state changes
 func (a *Agent) reconcile(ctx context.Context, id resource.ID) {
-	o := a.sess.Converge(ctx, id)
+	o := a.sess.ConvergeIn(ctx, id, a.takeScope(id))
 	defer a.account(id, o)
 	switch o.Verdict {
 	case diff.InSync, diff.Applied:
@@ -55,8 +55,10 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) {
 		if !o.Until.IsZero() {
 			delay = max(time.Until(o.Until), time.Millisecond)
 		}
+		a.widen(id)
 		a.queue.AddAfter(id, delay)
 	case diff.Failed, diff.Blocked:
+		a.widen(id)
 		a.queue.AddRateLimited(id)
 	case diff.Refused:
 		a.queue.Forget(id)
@@ -153,7 +155,7 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		m.ProcessRestarted(restartReason(c))
 	}
 	for _, dep := range a.sess.Dependents(id) {
-		a.queue.Add(dep) // it may have waited, or been blocked, on this one
+		a.enqueue(dep) // it may have waited, or been blocked, on this one
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"path/filepath"
 	"strings"
-	"sync"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -65,7 +64,6 @@ type dirWork struct {
 	attrs attrs
 	ops   []treeOp
 	index *state.Index // the tree's index, updated in place as entries are checked and written
-	mu    sync.Mutex   // guards index while files are written in parallel
 	// replan: the tree's changes were too many to hold as ops; sync plans
 	// it again, from its index as saved, as it writes it (writeTree).
 	replan bool
@@ -94,11 +92,14 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	}
 	var old *state.Index
 	if rec != nil {
-		if old, err = state.LoadIndex(treeIndexFile(env, rec.ID)); err != nil {
-			return nil, err
-		}
+		old, err = state.LoadIndex(treeIndexFile(env, rec.ID))
 	} else {
-		old = state.NewIndexAt(treeIndexFile(env, string(r.ID())))
+		// Not recorded: a new index, or what a write of the tree that ran
+		// since left.
+		old, err = state.LoadUnrecorded(treeIndexFile(env, string(r.ID())))
+	}
+	if err != nil {
+		return nil, err
 	}
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
@@ -140,7 +141,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		o.Attrs = w.attrs.diffs(live)
 	}
 	if spec.tracksContent() {
-		t, err := planTree(ctx, env, r, spec, top, old, nil)
+		t, err := planTree(ctx, env, r, spec, top, &treeIndex{x: old}, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -161,7 +162,10 @@ type dirExtra struct {
 func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	w, o := c.Work.(*dirWork), &c.Observed
 	if c.Action == diff.Delete {
-		return nil, deleteTree(env, c, w)
+		if err := deleteTree(env, c, w); err != nil {
+			return nil, err
+		}
+		return nil, w.index.Remove() // what it recorded is gone
 	}
 	spec := c.Desired.Spec.(*DirectorySpec)
 	if spec.Ensure.Absent() {
@@ -203,11 +207,12 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	defer top.Close()
 	switch {
 	case w.replan:
-		w.index = state.NewIndexAt(treeIndexFile(env, string(c.ID)))
+		load := state.LoadUnrecorded
 		if c.Record != nil {
-			if w.index, err = state.LoadIndex(treeIndexFile(env, string(c.ID))); err != nil {
-				return nil, err
-			}
+			load = state.LoadIndex
+		}
+		if w.index, err = load(treeIndexFile(env, string(c.ID))); err != nil {
+			return nil, err
 		}
 		if err := writeTree(ctx, env, c.Desired, spec, top, w); err != nil {
 			return nil, err
@@ -219,6 +224,11 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	}
 	if spec.tracksContent() && (w.index.Dirty() || c.Record == nil) {
 		if err := w.index.Save(treeIndexFile(env, string(c.ID))); err != nil {
+			return nil, err
+		}
+		// The intents are judged now; until the snapshot records the
+		// tree, an empty intent log says its index is this one.
+		if err := w.index.ClearIntents(c.Record != nil); err != nil {
 			return nil, err
 		}
 	}

@@ -89,6 +89,10 @@ type Env struct {
 	// processes and commands are recorded as applied and observed as
 	// running, and nothing is started or run.
 	Simulate bool
+	// Scope, when not nil, narrows an observation to these entries of a
+	// tree (slash paths below its top, each with all below it): what a
+	// watch event named. Kinds without a tree ignore it.
+	Scope []string
 	// Exists holds, for a simulation, whether paths the host's resources
 	// watch exist on that host (a command's creates), as its state export
 	// recorded them; a path not in it is not known.

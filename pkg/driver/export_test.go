@@ -1,6 +1,13 @@
 package driver
 
-import "github.com/cortex-sync/cortex-sync/pkg/resource"
+import (
+	"fmt"
+	"os"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
 
 // HoldOps sets how many changes of a tree a plan holds as ops before a
 // sync plans the tree again as it writes it; it returns the undo.
@@ -25,4 +32,22 @@ func LegacyHashes(env *Env, r *resource.Resource) string {
 	}
 	h, _, _ := effectiveHash(&old, r, x, on)
 	return h
+}
+
+// StopMirrorAfter stops the mirror writer once it created n entries on the
+// host: with kill, by a SIGKILL of this process, else by an error. It
+// returns the undo.
+func StopMirrorAfter(n int, kill bool) func() {
+	var count atomic.Int64
+	createdHook = func(rel string) error {
+		if count.Add(1) < int64(n) {
+			return nil
+		}
+		if kill {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {}
+		}
+		return fmt.Errorf("stopped after %d entries created, at %s", n, rel)
+	}
+	return func() { createdHook = nil }
 }

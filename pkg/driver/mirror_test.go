@@ -2,9 +2,17 @@ package driver_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
 	"os"
+	"os/exec"
+	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
@@ -134,4 +142,312 @@ func TestMirrorNameNotUTF8(t *testing.T) {
 	if c := find(h.plan(false), "Directory/kb"); c.Action != diff.NoOp {
 		t.Fatalf("converged host planned %s: %+v", c.Action, c.Files)
 	}
+}
+
+// TestMirrorOwnsWhatAStoppedWriteCreated: a mirror's write stopped (by a
+// SIGKILL, or a failure) after it created some entries and before its
+// index recorded them, then a revision that no longer has them: they go,
+// as everything cortex-sync wrote does, and a prune of the Directory
+// leaves only what a user put in the mirror by hand. Both ways a tree is
+// written (its ops held, or planned again as it is written), an update
+// and a first write, stopped at several points.
+func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
+	if arg := os.Getenv(killedWriteEnv); arg != "" {
+		killedWrite(t, arg) // the child: it does not come back
+		return
+	}
+	rev1 := map[string]string{"top.md": "top\n"}
+	for i := range 10 {
+		rev1[fmt.Sprintf("d1/a%02d.md", i)] = fmt.Sprintf("a%d\n", i)
+		rev1[fmt.Sprintf("d2/b%02d.md", i)] = fmt.Sprintf("b%d\n", i)
+	}
+	rev2 := maps.Clone(rev1)
+	for i := range 5 {
+		rev2[fmt.Sprintf("d1/a%02d.md", i)] = fmt.Sprintf("a%d, edited\n", i)
+		rev2[fmt.Sprintf("new/sub/s%d.md", i)] = fmt.Sprintf("s%d\n", i)
+	}
+	for i := range 20 {
+		rev2[fmt.Sprintf("new/n%02d.md", i)] = fmt.Sprintf("n%d\n", i)
+		rev2[fmt.Sprintf("d1/c%02d.md", i)] = fmt.Sprintf("c%d\n", i)
+	}
+	delete(rev2, "d2/b00.md")
+	rev2["link"] = "->d1/a00.md" // a symlink
+	// What the host gets from rev2's write: 2 directories, a symlink, 45
+	// files new and 5 rewritten.
+	const created = 53
+	users := map[string]string{"mine.txt": "mine\n", "d1/mine.txt": "mine too\n"}
+	// A user's file where rev2 adds one: replaced (and backed up) if the
+	// write got that far, else still the user's.
+	const inWay, theirs = "d1/c05.md", "the user's c05\n"
+
+	for _, writer := range []struct {
+		name string
+		hold int
+	}{{"held", 1 << 20}, {"streamed", 0}} {
+		// Stopped early, midway and at the end; a failure (which cleans up
+		// after itself) midway only.
+		stops := map[bool][]int{false: {20}, true: {2, 20, created - 1}}
+		for _, kill := range []bool{false, true} {
+			for _, after := range stops[kill] {
+				// Then the next revision has none of what rev2 added; or the
+				// Directory leaves Git at once.
+				for _, next := range []string{"reverted", "pruned"} {
+					name := fmt.Sprintf("%s/%s/%d/%s", writer.name, map[bool]string{false: "failed", true: "killed"}[kill], after, next)
+					t.Run(name, func(t *testing.T) {
+						defer driver.HoldOps(writer.hold)()
+						h := newHost(t)
+						h.repoTree(rev1)
+						if rep := h.sync(); rep.Failed() {
+							t.Fatalf("first sync: %+v", rep.Results[0])
+						}
+						for p, c := range users {
+							h.write(h.hostPath("srv/kb/"+p), c)
+						}
+						h.write(h.hostPath("srv/kb/"+inWay), theirs)
+						h.repoTree(rev2)
+						h.stoppedSync(t, after, kill, writer.hold)
+						// The user's file in the way is still theirs, or in a
+						// backup.
+						mine := maps.Clone(users)
+						if b, err := os.ReadFile(h.hostPath("srv/kb/" + inWay)); err == nil && string(b) == theirs {
+							mine[inWay] = theirs
+						} else if !h.backedUp("srv/kb/"+inWay, theirs) {
+							t.Fatalf("the user's %s was replaced and is in no backup", inWay)
+						}
+						if next == "reverted" {
+							h.repoTree(rev1)
+							if rep := h.sync(); rep.Failed() {
+								t.Fatalf("sync after the stop: %+v", rep.Results[0])
+							}
+							h.holds(t, rev1, mine)
+							if c := find(h.plan(false), "Directory/kb"); c.Action != diff.NoOp {
+								t.Errorf("converged host planned %s: %+v", c.Action, c.Files)
+							}
+						}
+						h.pruned(t, mine)
+					})
+				}
+			}
+		}
+		// Two writes stopped one after the other, the second rewriting what
+		// the first did: each file is as one of them left it, cortex-sync's
+		// all the same. A revision without d1 removes it whole, and since
+		// nothing in it is anyone else's, backs nothing up.
+		t.Run(writer.name+"/twice", func(t *testing.T) {
+			defer driver.HoldOps(writer.hold)()
+			h := newHost(t)
+			h.repoTree(rev1)
+			if rep := h.sync(); rep.Failed() {
+				t.Fatalf("first sync: %+v", rep.Results[0])
+			}
+			h.repoTree(rev2)
+			h.stoppedSync(t, created-1, true, writer.hold)
+			again := maps.Clone(rev2)
+			for i := range 5 {
+				again[fmt.Sprintf("d1/a%02d.md", i)] = fmt.Sprintf("a%d, edited twice\n", i)
+			}
+			h.repoTree(again)
+			h.stoppedSync(t, 2, true, writer.hold)
+			h.holds(t, h.syncWithout(t, rev1, "d1/"), nil)
+			filepath.WalkDir(filepath.Join(h.stdir, "backups"), func(p string, d os.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					t.Errorf("backed up, though cortex-sync wrote it: %s", p)
+				}
+				return nil
+			})
+			h.pruned(t, nil)
+		})
+		// The Directory's first write stopped, then a revision without d2.
+		for _, kill := range []bool{false, true} {
+			name := fmt.Sprintf("%s/first/%s", writer.name, map[bool]string{false: "failed", true: "killed"}[kill])
+			t.Run(name, func(t *testing.T) {
+				defer driver.HoldOps(writer.hold)()
+				h := newHost(t)
+				h.repoTree(rev1)
+				h.stoppedSync(t, 15, kill, writer.hold)
+				h.holds(t, h.syncWithout(t, rev1, "d2/"), nil)
+				h.pruned(t, nil)
+			})
+		}
+	}
+}
+
+// killedWriteEnv carries a killed write's arguments to the child test
+// process that makes it.
+const killedWriteEnv = "CORTEX_SYNC_TEST_KILLED_WRITE"
+
+// repoTree makes the repository hold a Directory kb, mirrored to /srv/kb,
+// whose source holds files (content "->target" makes a symlink), and a
+// File beside it (so the desired set is never empty).
+func (h *host) repoTree(files map[string]string) {
+	h.t.Helper()
+	if err := os.RemoveAll(h.repo); err != nil {
+		h.t.Fatal(err)
+	}
+	h.write(filepath.Join(h.repo, "other.yaml"), manifest+"kind: File\nmetadata: {name: other}\nspec: {path: /srv/other, content: other}\n")
+	h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n")
+	for p, c := range files {
+		full := filepath.Join(h.repo, "kb", p)
+		if target, ok := strings.CutPrefix(c, "->"); ok {
+			os.MkdirAll(filepath.Dir(full), 0o755)
+			if err := os.Symlink(target, full); err != nil {
+				h.t.Fatal(err)
+			}
+			continue
+		}
+		h.write(full, c)
+	}
+}
+
+// syncWithout syncs files but those below dir, and returns them.
+func (h *host) syncWithout(t *testing.T, files map[string]string, dir string) map[string]string {
+	t.Helper()
+	rev := maps.Clone(files)
+	maps.DeleteFunc(rev, func(p, _ string) bool { return strings.HasPrefix(p, dir) })
+	h.repoTree(rev)
+	if rep := h.sync(); rep.Failed() {
+		t.Fatalf("sync after the stop: %+v", rep.Results[0])
+	}
+	return rev
+}
+
+// stoppedSync syncs the repository with the mirror's writer stopped after
+// it created n entries: by an error in this process, or by a SIGKILL of a
+// child test process that makes the same sync.
+func (h *host) stoppedSync(t *testing.T, n int, kill bool, hold int) {
+	t.Helper()
+	if !kill {
+		undo := driver.StopMirrorAfter(n, false)
+		defer undo()
+		if rep := h.sync(); !rep.Failed() {
+			t.Fatalf("the sync stopped after %d entries did not fail", n)
+		}
+		return
+	}
+	arg, _ := json.Marshal(killedWriteArgs{Repo: h.repo, Root: h.root, State: h.stdir, After: n, Hold: hold})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestMirrorOwnsWhatAStoppedWriteCreated$", "-test.count=1")
+	cmd.Env = append(os.Environ(), killedWriteEnv+"="+string(arg))
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child sync was not killed (%v):\n%s", err, out)
+	}
+}
+
+type killedWriteArgs struct {
+	Repo, Root, State string
+	After, Hold       int
+}
+
+// killedWrite is the child's part: a sync killed after its mirror created
+// After entries.
+func killedWrite(t *testing.T, arg string) {
+	var a killedWriteArgs
+	if err := json.Unmarshal([]byte(arg), &a); err != nil {
+		t.Fatal(err)
+	}
+	driver.HoldOps(a.Hold)
+	driver.StopMirrorAfter(a.After, true)
+	h := &host{t: t, repo: a.Repo, root: a.Root, stdir: a.State}
+	h.sync()
+	t.Fatal("the sync ended: its mirror created fewer entries than it was to be killed after")
+}
+
+// holds checks that the mirror holds exactly the files of the source (and
+// the symlinks, content "->target"), with the users' own files beside
+// them, and no other entry.
+func (h *host) holds(t *testing.T, files, users map[string]string) {
+	t.Helper()
+	want := map[string]string{}
+	for _, m := range []map[string]string{files, users} {
+		for p, c := range m {
+			want[p] = c
+			for d := path.Dir(p); d != "."; d = path.Dir(d) {
+				want[d+"/"] = ""
+			}
+		}
+	}
+	got := map[string]string{}
+	top := h.hostPath("srv/kb")
+	filepath.WalkDir(top, func(p string, d os.DirEntry, err error) error {
+		if err != nil || p == top {
+			return err
+		}
+		rel, _ := filepath.Rel(top, p)
+		rel = filepath.ToSlash(rel)
+		switch {
+		case d.IsDir():
+			got[rel+"/"] = ""
+		case d.Type()&os.ModeSymlink != 0:
+			target, _ := os.Readlink(p)
+			got[rel] = "->" + target
+		default:
+			b, _ := os.ReadFile(p)
+			got[rel] = string(b)
+		}
+		return nil
+	})
+	for p, c := range got {
+		if w, ok := want[p]; !ok {
+			t.Errorf("left on the host, in no revision: %s", p)
+		} else if w != c {
+			t.Errorf("%s holds %q, want %q", p, c, w)
+		}
+	}
+	for p := range want {
+		if _, ok := got[p]; !ok {
+			t.Errorf("missing on the host: %s", p)
+		}
+	}
+}
+
+// backedUp reports whether a backup run holds content at the host path p.
+func (h *host) backedUp(p, content string) bool {
+	runs, _ := filepath.Glob(filepath.Join(h.stdir, "backups", "*"))
+	for _, run := range runs {
+		if b, err := os.ReadFile(filepath.Join(run, p)); err == nil && string(b) == content {
+			return true
+		}
+	}
+	return false
+}
+
+// pruned removes the Directory from Git and checks that the prune leaves
+// only the users' own files (and the directories that hold them).
+func (h *host) pruned(t *testing.T, users map[string]string) {
+	t.Helper()
+	os.Remove(filepath.Join(h.repo, "kb.yaml"))
+	if rep := h.sync(); rep.Failed() {
+		t.Fatalf("prune: %+v", rep.Results)
+	}
+	if len(users) == 0 {
+		if _, err := os.Lstat(h.hostPath("srv/kb")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("after the prune /srv/kb is still there (%v)", err)
+		}
+		return
+	}
+	h.holds(t, nil, users)
+}
+
+// TestMirrorFirstWriteUnrecorded: a Directory's first write that ends
+// with its index saved, and a kill before the snapshot records the
+// Directory: the next sync knows what it wrote, and a revision without d2
+// removes d2.
+func TestMirrorFirstWriteUnrecorded(t *testing.T) {
+	h := newHost(t)
+	files := map[string]string{"a.md": "a\n", "d2/b.md": "b\n", "d2/c/d.md": "d\n"}
+	h.repoTree(files)
+	hst, set, _, done := h.engine(false)
+	r := set.Get("Directory/kb")
+	c, err := hst.Observe(context.Background(), r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ID, c.Kind, c.Desired, c.Action = r.ID(), r.Kind, r, diff.Create
+	if _, err := hst.Apply(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	done() // and the snapshot is never saved
+	h.holds(t, files, nil)
+	h.holds(t, h.syncWithout(t, files, "d2/"), nil)
 }

@@ -16,6 +16,14 @@ import (
 // is about to create, applies, and records the outcome and the attempt.
 // The observation the verdict is reached on is the one the apply acts on.
 func (s *Session) Converge(ctx context.Context, id resource.ID) diff.Outcome {
+	return s.ConvergeIn(ctx, id, nil)
+}
+
+// ConvergeIn converges one resource looking only at scope: the entries of
+// its tree (slash paths below its top, each with all below it) that an
+// event named; nil looks at all of it. A kind without a tree looks at all
+// of it whatever the scope.
+func (s *Session) ConvergeIn(ctx context.Context, id resource.ID, scope []string) diff.Outcome {
 	d := s.current()
 	if d == nil {
 		return diff.Outcome{Verdict: diff.InSync}
@@ -30,7 +38,9 @@ func (s *Session) Converge(ctx context.Context, id resource.ID) diff.Outcome {
 	if r == nil && rec == nil {
 		return diff.Outcome{Verdict: diff.InSync} // gone from both: nothing to do
 	}
-	c := diff.One(ctx, s.host(d), r, rec)
+	host := s.host(d)
+	host.Env.Scope = scope
+	c := diff.One(ctx, host, r, rec)
 	return s.act(ctx, d, c)
 }
 

@@ -27,11 +27,14 @@ type Watches struct {
 	// Files are files in the state dir whose change concerns a resource (a
 	// supervisor's status).
 	Files map[string]resource.ID
+	// Tops are the host paths of the mirrored trees' tops: an event in a
+	// tree names the entry relative to it.
+	Tops map[resource.ID]string
 }
 
 // Watches lists what to watch for the current desired state.
 func (s *Session) Watches() Watches {
-	w := Watches{Dirs: map[string][]resource.ID{}, Paths: map[string]resource.ID{}, Trees: map[string]resource.ID{}, Files: map[string]resource.ID{}}
+	w := Watches{Dirs: map[string][]resource.ID{}, Paths: map[string]resource.ID{}, Trees: map[string]resource.ID{}, Files: map[string]resource.ID{}, Tops: map[resource.ID]string{}}
 	d := s.current()
 	if d == nil {
 		return w
@@ -98,6 +101,7 @@ func (s *Session) watchTree(w *Watches, p string, id resource.ID) {
 	if err != nil {
 		return // not there yet: its parent is watched
 	}
+	w.Tops[id] = s.hostPath(top.Path())
 	var walk func(d *hostfs.Dir)
 	walk = func(d *hostfs.Dir) {
 		defer d.Close()

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
@@ -48,6 +49,15 @@ type Index struct {
 	disk     baseID
 	logValid int64 // bytes of the log that decoded; a torn tail is cut off
 	logOK    bool  // the log exists, extends the base, and can be appended to
+	// file is where the index is saved; "": it is kept in memory.
+	file string
+	// intents are what writes that were stopped before they saved the
+	// index were about to create, as loaded (indexintent.go); intentLog:
+	// an intent log was there; ilog is the one this index appends to,
+	// once it did.
+	intents   layer
+	intentLog bool
+	ilog      *intentLog
 }
 
 // IndexEntry is one file's fingerprint.
@@ -63,7 +73,7 @@ func NewIndex() *Index { return &Index{} }
 
 // NewIndexAt is an empty index to be saved at path: a large one spills
 // beside it.
-func NewIndexAt(path string) *Index { return &Index{spill: filepath.Dir(path)} }
+func NewIndexAt(path string) *Index { return &Index{spill: filepath.Dir(path), file: path} }
 
 // Racy reports whether a file whose stat matches e may still have changed
 // unseen: its timestamps are as new as the index itself.
@@ -78,13 +88,17 @@ const indexMagic = "CSIX\x01"
 // ErrCorruptIndex reports an index file that is truncated or damaged.
 var ErrCorruptIndex = errors.New("index is corrupt")
 
-// LoadIndex opens an index and replays its log; a missing file is an
-// empty index. A damaged base is an error wrapping ErrCorruptIndex and
-// naming the file; a damaged log ends where the damage starts (it only
-// ever loses the last writes, as a torn append would). The base stays
-// open, read as it is used.
+// LoadIndex opens an index, replays its log and reads its intents; a
+// missing file is an empty index. A damaged base is an error wrapping
+// ErrCorruptIndex and naming the file; a damaged log ends where the
+// damage starts (it only ever loses the last writes, as a torn append
+// would), and so does the intent log. The base stays open, read as it is
+// used.
 func LoadIndex(path string) (*Index, error) {
 	x := NewIndexAt(path)
+	if err := x.loadIntents(path); err != nil {
+		return nil, err
+	}
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return x, nil
@@ -340,11 +354,12 @@ func (d *indexDecoder) str(what string) string {
 // Save writes what changed since the load: appended to the log when the
 // log extends the base on disk and stays small beside it, else as a new
 // base (atomically) that makes the log stale. The index then reads what
-// was saved.
+// was saved, and the intents still beside it.
 func (x *Index) Save(path string) error {
 	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
+	x.closeIntents()
 	y, err := LoadIndex(path)
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
@@ -357,12 +372,15 @@ func (x *Index) save(path string) error {
 	if err := x.readErr(); err != nil {
 		return err // what was read of the base cannot be trusted
 	}
+	if !x.changed() && x.disk != (baseID{}) {
+		return nil // as loaded
+	}
 	logPath := path + logSuffix
 	if x.disk != (baseID{}) && !x.rewrite {
 		fi, err := os.Stat(path)
 		if err == nil && baseOf(fi) == x.disk {
 			limit := max(minLogCap, x.disk.size/4)
-			if frame := x.encodeFrame(limit - x.logValid); frame != nil {
+			if frame := encodeFrame(x.changes(), limit-x.logValid); frame != nil {
 				return x.appendLog(logPath, frame)
 			}
 		}
@@ -443,19 +461,20 @@ func (b baseID) header() []byte {
 	return binary.AppendVarint(out, b.mtime)
 }
 
-// encodeFrame is one save's changes: a uvarint length, the CRC-32C of the
-// payload, and the payload: the record count, then per record a path, a
-// flag (0: set, 1: deleted) and, when set, the entry as in an index of
-// format 1. It is nil when the frame would exceed limit bytes.
-func (x *Index) encodeFrame(limit int64) []byte {
+// encodeFrame is records as a frame of a log (one save's changes, or one
+// batch of intents): a uvarint length, the CRC-32C of the payload, and the
+// payload: the record count, then per record a path, a flag (0: set, 1:
+// deleted) and, when set, the entry as in an index of format 1. It is nil
+// when the frame would exceed limit bytes.
+func encodeFrame(recs iter.Seq2[string, *IndexEntry], limit int64) []byte {
 	count := 0
-	for range x.changes() {
+	for range recs {
 		count++
 	}
 	var b bytes.Buffer
 	w := entryWriter{b: &b}
 	w.uv(uint64(count))
-	for p, e := range x.changes() {
+	for p, e := range recs {
 		if int64(b.Len()) > limit {
 			return nil
 		}
@@ -507,22 +526,7 @@ func (x *Index) replayLog(data []byte) bool {
 		return false
 	}
 	x.replaying = true
-	off := len(head)
-	for off < len(data) {
-		n, k := binary.Uvarint(data[off:])
-		if k <= 0 || len(data)-off-k < 4 || n > uint64(len(data)-off-k-4) {
-			break
-		}
-		start := off + k + 4
-		payload := data[start : start+int(n)]
-		if crc32.Checksum(payload, crcTable) != binary.BigEndian.Uint32(data[off+k:]) {
-			break
-		}
-		if x.applyFrame(payload) != nil {
-			break
-		}
-		off = start + int(n)
-	}
+	off := readFrames(data, len(head), x.applyFrame)
 	// What the log holds is on disk: below what the next save writes.
 	for _, l := range x.added {
 		x.logged.put(l.p, l.e)
@@ -534,28 +538,62 @@ func (x *Index) replayLog(data []byte) bool {
 	return true
 }
 
+// readFrames passes the payload of each frame of data from off to fn, up
+// to the first that is cut short, fails its checksum or fn refuses, and
+// returns where the good frames end.
+func readFrames(data []byte, off int, fn func(payload []byte) error) int {
+	for off < len(data) {
+		n, k := binary.Uvarint(data[off:])
+		if k <= 0 || len(data)-off-k < 4 || n > uint64(len(data)-off-k-4) {
+			break
+		}
+		start := off + k + 4
+		payload := data[start : start+int(n)]
+		if crc32.Checksum(payload, crcTable) != binary.BigEndian.Uint32(data[off+k:]) {
+			break
+		}
+		if fn(payload) != nil {
+			break
+		}
+		off = start + int(n)
+	}
+	return off
+}
+
 // applyFrame decodes a whole frame first, then applies it: a frame counts
 // whole or not at all.
 func (x *Index) applyFrame(payload []byte) error {
+	recs, err := decodeFrame(payload)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if r.e == nil {
+			x.Delete(r.p)
+		} else {
+			x.Set(r.p, r.e)
+		}
+	}
+	return nil
+}
+
+// decodeFrame decodes a frame's records; a nil entry is a deletion.
+func decodeFrame(payload []byte) ([]lent, error) {
 	d := &indexDecoder{b: payload}
 	n := d.uvarint("record count")
 	if d.err == nil && n > uint64(len(payload))/2 {
 		d.fail("%d records claimed in %d bytes", n, len(payload))
 	}
-	type rec struct {
-		p string
-		e *IndexEntry
-	}
-	var recs []rec
+	var recs []lent
 	for i := range n {
 		d.entry = i + 1
 		p := d.str("path")
 		if d.err != nil {
-			return d.err
+			return nil, d.err
 		}
 		if d.off >= len(payload) {
 			d.fail("truncated in flag")
-			return d.err
+			return nil, d.err
 		}
 		flag := payload[d.off]
 		d.off++
@@ -568,22 +606,15 @@ func (x *Index) applyFrame(payload []byte) error {
 			d.fail("bad flag %d", flag)
 		}
 		if d.err != nil {
-			return d.err
+			return nil, d.err
 		}
-		recs = append(recs, rec{p, e})
+		recs = append(recs, lent{p, e})
 	}
 	if d.off != len(payload) {
 		d.fail("%d bytes of trailing data", len(payload)-d.off)
-		return d.err
+		return nil, d.err
 	}
-	for _, r := range recs {
-		if r.e == nil {
-			x.Delete(r.p)
-		} else {
-			x.Set(r.p, r.e)
-		}
-	}
-	return nil
+	return recs, nil
 }
 
 // encode is the index as a base file's bytes, in memory.

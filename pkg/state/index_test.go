@@ -244,7 +244,7 @@ func FuzzIndexLog(f *testing.F) {
 	x := sampleIndex()
 	x.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	x.Delete("c")
-	frame := x.encodeFrame(math.MaxInt64)
+	frame := encodeFrame(x.changes(), math.MaxInt64)
 	f.Add(frame)
 	f.Add(frame[:len(frame)-1])
 	f.Add(append(append([]byte{}, frame...), frame...))
@@ -519,7 +519,7 @@ func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
 	}
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	y.Delete("c")
-	if err := y.appendLog(p+logSuffix, y.encodeFrame(math.MaxInt64)); err != nil {
+	if err := y.appendLog(p+logSuffix, encodeFrame(y.changes(), math.MaxInt64)); err != nil {
 		t.Fatal(err)
 	}
 	return entries(y)

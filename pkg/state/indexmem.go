@@ -208,8 +208,14 @@ func (x *Index) DeleteBelow(dir string) {
 	}
 }
 
-// Dirty reports whether Save has anything to write.
+// Dirty reports whether Save has anything to write, or intents are to be
+// cleared.
 func (x *Index) Dirty() bool {
+	return x.changed() || x.intentLog || x.ilog != nil
+}
+
+// changed reports whether entries changed since the load.
+func (x *Index) changed() bool {
 	return len(x.added) > 0 || x.rewrite || x.base != nil && x.base.changed > 0
 }
 
@@ -247,10 +253,12 @@ func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 }
 
 // Child is a name directly in an index directory: its entry, nil when only
-// entries below it are recorded, and whether there are any.
+// entries below it are recorded; the entries stopped writes intended
+// there; and whether there are entries or intents below.
 type Child struct {
-	Entry *IndexEntry
-	Below bool
+	Entry   *IndexEntry
+	Intents []*IndexEntry
+	Below   bool
 }
 
 // Children lists the names directly in dir ("" is the top): a contiguous
@@ -261,6 +269,7 @@ func (x *Index) Children(dir string) map[string]Child {
 		prefix = dir + "/"
 	}
 	out := map[string]Child{}
+	x.intendedChildren(prefix, out)
 	c := x.cursor(prefix)
 	for {
 		it, ok := c.next()

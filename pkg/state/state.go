@@ -261,11 +261,13 @@ func (d Dir) Load() (*Snapshot, error) {
 	return s, nil
 }
 
-// SetAside moves a damaged state.json out of the way, beside it as
-// state.json.damaged-<time>, and returns that name: the evidence is kept.
+// SetAside keeps a damaged state.json beside it as
+// state.json.damaged-<time> and returns that name: the evidence is kept,
+// and state.json stays in place (no reader finds none) until a save
+// replaces it.
 func (d Dir) SetAside() (string, error) {
 	aside := d.file() + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-	if err := os.Rename(d.file(), aside); err != nil {
+	if err := os.Link(d.file(), aside); err != nil {
 		return "", err
 	}
 	return aside, syncDir(d.Path)

@@ -1,0 +1,689 @@
+package driver
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+)
+
+// maxHeldOps is the most changes of one tree a plan holds as work to do.
+// Beyond it the plan keeps only what it shows, and sync plans the tree
+// again as it writes it, directory by directory (writeTree): an initial
+// sync of a large tree never holds an op per file.
+var maxHeldOps = 1024
+
+// treePlan is what planning a tree found.
+type treePlan struct {
+	files []diff.FileChange // every change, in the order sync makes them
+	ops   []treeOp          // the work; nil when there were too many to hold
+	// writes counts the files to write, for the progress of a tree planned
+	// again as it is written.
+	writes int
+}
+
+// planTree compares the desired tree, the index of what was written and the
+// live tree directory by directory: the source's walk is cut into its
+// directories as it goes, and each directory is compared with the host's
+// entries in it and the index's, in parallel, hashing only what the quick
+// check cannot clear. A desired directory is decided as the walk meets it,
+// before what is inside. Only changes are kept; no side is held whole.
+//
+// With out set, each directory's changes are carried out as soon as they
+// are decided, and nothing is kept.
+func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
+	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
+	var g errgroup.Group
+	g.SetLimit(max(1, env.Concurrency))
+	var failed atomic.Bool
+	dispatch := func(f *dirFrame) {
+		g.Go(func() error {
+			defer f.close(top)
+			if failed.Load() {
+				return nil
+			}
+			err := p.compare(ctx, f.host, f.rel, f.entries, f.implied)
+			if err != nil {
+				failed.Store(true)
+			}
+			return err
+		})
+	}
+	// The open directories of the walk, top first: a directory is complete
+	// when the walk leaves it.
+	stack := []*dirFrame{{host: top}}
+	seq := 0
+	var walkErr error // the walk's own, deciding a directory
+	add := func(e source.Entry) error {
+		if failed.Load() {
+			return errStopped
+		}
+		parent := path.Dir(e.Path)
+		if parent == "." {
+			parent = ""
+		}
+		for len(stack) > 1 && !within(parent, stack[len(stack)-1].rel) {
+			dispatch(stack[len(stack)-1])
+			stack = stack[:len(stack)-1]
+		}
+		for f := stack[len(stack)-1]; f.rel != parent; f = stack[len(stack)-1] {
+			// A directory the walk did not name (an index without its
+			// directory's entry): its entries are compared all the same.
+			next := parent
+			if i := strings.IndexByte(parent[len(f.rel):][min(1, len(f.rel)):], '/'); i >= 0 {
+				next = parent[:len(f.rel)+min(1, len(f.rel))+i]
+			}
+			if f.implied == nil {
+				f.implied = map[string]bool{}
+			}
+			f.implied[path.Base(next)] = true
+			host, err := openSub(f.host, path.Base(next))
+			if err != nil {
+				walkErr = err
+				return errStopped
+			}
+			stack = append(stack, &dirFrame{rel: next, host: host})
+		}
+		f := stack[len(stack)-1]
+		de := desiredEntry{Entry: e, seq: seq}
+		f.entries = append(f.entries, de)
+		seq++
+		if e.Mode.IsDir() {
+			host, err := p.dirEntry(f.host, de)
+			if err != nil {
+				walkErr = fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
+				return errStopped
+			}
+			stack = append(stack, &dirFrame{rel: e.Path, host: host})
+		}
+		return nil
+	}
+	var srcErr error
+	switch {
+	case spec.sourcePath != "" && env.recalled():
+		srcErr = recalledWalk(ix.x, add)
+	case spec.sourcePath != "":
+		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
+			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
+				return add(e)
+			}
+			return nil
+		})
+	}
+	for i := len(stack) - 1; i >= 0; i-- {
+		if srcErr == nil {
+			dispatch(stack[i])
+		} else {
+			stack[i].close(top)
+		}
+	}
+	err := g.Wait()
+	switch {
+	case err != nil:
+	case walkErr != nil:
+		err = walkErr
+	case srcErr != nil:
+		err = fmt.Errorf("read source %s: %w", spec.Source, srcErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		return nil, nil
+	}
+	return p.plan(), nil
+}
+
+// plan orders what the planner kept as sync carries it out: desired
+// entries in the walk's order, then live entries that are not desired, in
+// path order.
+func (p *treePlanner) plan() *treePlan {
+	order := func(a, b shownOp) int {
+		switch {
+		case a.gone != b.gone:
+			if a.gone {
+				return 1
+			}
+			return -1
+		case a.gone || p.env.recalled():
+			// Recalled entries came in path order before they came by
+			// directory: their changes are listed in it.
+			return strings.Compare(a.Path, b.Path)
+		}
+		return a.seq - b.seq
+	}
+	slices.SortFunc(p.shown, order)
+	t := &treePlan{files: make([]diff.FileChange, len(p.shown)), writes: p.writes}
+	for i, s := range p.shown {
+		t.files[i] = s.FileChange
+	}
+	keys := slices.SortedFunc(maps.Keys(p.counted), func(a, b shownKey) int {
+		return cmp.Or(order(shownOp{gone: a.gone}, shownOp{gone: b.gone}), strings.Compare(string(a.action), string(b.action)), strings.Compare(string(a.reason), string(b.reason)))
+	})
+	for _, k := range keys {
+		t.files = append(t.files, diff.FileChange{Action: k.action, Reason: k.reason, Count: p.counted[k]})
+	}
+	if !p.overflow {
+		slices.SortFunc(p.ops, func(a, b treeOp) int { return order(a.shown(false), b.shown(false)) })
+		slices.SortFunc(p.gone, func(a, b treeOp) int { return strings.Compare(a.rel, b.rel) })
+		t.ops = append(p.ops, p.gone...)
+	}
+	return t
+}
+
+// errStopped ends the source's walk once a directory's comparison failed.
+var errStopped = errors.New("stopped")
+
+// within reports whether dir is top or below it.
+func within(dir, top string) bool {
+	return top == "" || dir == top || strings.HasPrefix(dir, top+"/")
+}
+
+// treePlanner holds what the directories of one tree's plan share.
+type treePlanner struct {
+	env  *Env
+	r    *resource.Resource
+	spec *DirectorySpec
+	top  *hostfs.Dir // nil when the tree is not on the host
+	out  *treeWriter // carries out changes as they are decided; nil: kept
+
+	ix       *treeIndex // what was written, checked and written since
+	mu       sync.Mutex // guards what is kept
+	ops      []treeOp   // for desired entries, while there are few
+	gone     []treeOp   // for live entries that are not desired, likewise
+	shown    []shownOp  // every change, for the plan's display
+	overflow bool       // too many changes to hold ops for
+	writes   int        // files to write
+	// counted replaces shown beyond maxHeldOps when the plan is only to
+	// be applied (Env.CountFiles).
+	counted map[shownKey]int
+}
+
+// shownKey is a kind of change, as counted.
+type shownKey struct {
+	action diff.Action
+	reason diff.Reason
+	gone   bool
+}
+
+// shownOp is a change as the plan shows it, and its place in the order.
+type shownOp struct {
+	diff.FileChange
+	seq  int
+	gone bool // a live entry that is not desired
+}
+
+func (op *treeOp) shown(gone bool) shownOp {
+	return shownOp{FileChange: diff.FileChange{Path: op.rel, Action: op.action, Reason: op.reason}, seq: op.seq, gone: gone}
+}
+
+// dirFrame is a directory of the desired tree and its entries.
+type dirFrame struct {
+	rel     string
+	host    *hostfs.Dir // the directory on the host; nil when there is none
+	entries []desiredEntry
+	implied map[string]bool // subdirectories with frames of their own though not entries
+}
+
+// close releases the frame's directory unless it is the tree's top.
+func (f *dirFrame) close(top *hostfs.Dir) {
+	if f.host != nil && f.host != top {
+		f.host.Close()
+		f.host = nil
+	}
+}
+
+// desiredEntry is an entry of the desired walk and its place in it: ops
+// run in that order.
+type desiredEntry struct {
+	source.Entry
+	seq int
+}
+
+// openSub opens the directory name in d; nil when d is nil or name is not
+// a directory there (missing, another type, a symlink).
+func openSub(d *hostfs.Dir, name string) (*hostfs.Dir, error) {
+	if d == nil {
+		return nil, nil
+	}
+	sub, err := d.OpenDir(name)
+	if missing(err) || errors.Is(err, unix.ELOOP) {
+		return nil, nil
+	}
+	return sub, err
+}
+
+// dirEntry decides a desired directory as the walk meets it, in its
+// parent on the host (nil: not there): a sync that writes as it plans
+// makes the directory at once, so that what is inside has somewhere to go.
+// It returns the directory on the host, nil when there is none.
+func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir, error) {
+	name := path.Base(e.Path)
+	var live *hostfs.Stat
+	if parent != nil {
+		st, err := parent.Lstat(name)
+		switch {
+		case missing(err):
+		case err != nil:
+			return nil, err
+		default:
+			live = &st
+		}
+	}
+	prev := p.ix.get(e.Path)
+	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
+	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
+	switch {
+	case live == nil:
+	case !live.Mode.IsDir():
+		o.WrongType = typeName(live.Mode)
+	default:
+		o.Matches, o.Ours = true, true
+		if live.Mode.Perm() != op.mode {
+			o.Attrs = []diff.Attr{{Field: "mode"}}
+		} else {
+			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+		}
+	}
+	if op.decide(&o) {
+		if p.out == nil {
+			p.keep([]treeOp{op}, nil)
+		} else if err := p.out.makeDir(parent, name, &op); err != nil {
+			return nil, err
+		}
+	}
+	if live == nil && p.out == nil {
+		return nil, nil
+	}
+	return openSub(parent, name)
+}
+
+// compare decides a directory's entries other than directories (decided
+// as the walk met them): the desired ones against what the host and the
+// index hold, then the host's that are not desired, and forgets recorded
+// entries that are on neither side.
+func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
+	live, err := listHost(host)
+	if err != nil {
+		return err
+	}
+	recorded := p.ix.children(rel)
+	want := make(map[string]fs.FileMode, len(desired))
+	var ops []treeOp
+	for _, e := range desired {
+		name := path.Base(e.Path)
+		want[name] = e.Mode
+		if e.Mode.IsDir() {
+			continue
+		}
+		le, ok := live[name]
+		prev, intents := recorded[name].Entry, recorded[name].Intents
+		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
+		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
+		if ok && le.Mode.Type() != e.Mode.Type() {
+			o.WrongType = typeName(le.Mode)
+			if le.Mode.IsDir() {
+				// What is inside goes with it: its entries are weighed as
+				// entries that are not desired.
+				if err := p.hostOnly(ctx, host, e.Path); err != nil {
+					return err
+				}
+			}
+		}
+		switch {
+		case !ok || o.WrongType != "":
+		case e.Mode&fs.ModeSymlink != 0:
+			prev, o.Ours, _ = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) { return r.Target == le.target, nil })
+			o.Recorded = prev != nil
+			o.Matches = le.target == e.Target
+			o.GitChanged = prev == nil || prev.Target != e.Target
+			if o.Matches {
+				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
+			}
+		default:
+			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
+			}
+			if fop != nil {
+				fop.seq = e.seq
+				ops = append(ops, *fop)
+			}
+			if entry != nil {
+				p.ix.set(e.Path, entry, racy)
+			}
+			continue
+		}
+		if op.decide(&o) {
+			ops = append(ops, op)
+		}
+	}
+	// Live entries that are not desired: what cortex-sync wrote goes, what
+	// it did not goes only with purge, and never what another resource
+	// manages.
+	var gone []treeOp
+	for name, le := range live {
+		if _, ok := want[name]; ok {
+			continue
+		}
+		sub := path.Join(rel, name)
+		prev, intents := recorded[name].Entry, recorded[name].Intents
+		op := treeOp{rel: sub, action: diff.Delete, typ: le.Mode.Type()}
+		temp := hostfs.IsTemp(name) && le.Mode.IsRegular()
+		owned := false
+		if !temp && (prev != nil || len(intents) > 0) {
+			if owned, err = p.ownedBelow(host, name, sub, le); err != nil {
+				return err
+			}
+		}
+		// A directory a stopped write made is cortex-sync's as a recorded
+		// one is; another entry it intended, while it holds what was to be
+		// written (else the write never got that far).
+		intended := len(intents) > 0 && (owned || le.Mode.IsDir() && slices.ContainsFunc(intents, isDir))
+		switch {
+		case temp:
+			op.reason = diff.Drifted // left by an interrupted write
+		case prev != nil || intended:
+			op.reason, op.backup = diff.RemovedFromGit, !owned
+		case p.spec.Purge && !p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
+			op.reason, op.backup = diff.Unmanaged, true
+		default:
+			// Not cortex-sync's, and no purge: left alone, and what is
+			// inside is weighed entry by entry.
+			if le.Mode.IsDir() && !implied[name] {
+				if err := p.hostOnly(ctx, host, sub); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if le.Mode.IsDir() && !implied[name] {
+			p.ix.mu.Lock()
+			p.ix.x.DeleteBelow(sub) // goes with the directory
+			p.ix.mu.Unlock()
+		}
+		gone = append(gone, op)
+	}
+	// Recorded entries that are neither desired nor on the host are
+	// forgotten.
+	p.ix.mu.Lock()
+	for name, c := range recorded {
+		sub := path.Join(rel, name)
+		le, isLive := live[name]
+		mode, isWanted := want[name]
+		if c.Entry != nil && !isLive && !isWanted {
+			p.ix.x.Delete(sub)
+		}
+		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
+			p.ix.x.DeleteBelow(sub)
+		}
+	}
+	p.ix.mu.Unlock()
+	if p.out != nil {
+		return p.out.writeDir(ctx, host, rel, ops, gone)
+	}
+	p.keep(ops, gone)
+	return nil
+}
+
+// keep holds a directory's changes for the plan: every one as shown, and
+// as work while the tree's are few.
+func (p *treePlanner) keep(ops, gone []treeOp) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := range ops {
+		p.shown = append(p.shown, ops[i].shown(false))
+		if ops[i].action != diff.Delete && ops[i].typ == 0 && !ops[i].chmod {
+			p.writes++
+		}
+	}
+	for i := range gone {
+		p.shown = append(p.shown, gone[i].shown(true))
+	}
+	if !p.overflow && len(p.ops)+len(p.gone)+len(ops)+len(gone) > maxHeldOps {
+		p.overflow, p.ops, p.gone = true, nil, nil
+	}
+	if !p.overflow {
+		p.ops = append(p.ops, ops...)
+		p.gone = append(p.gone, gone...)
+		return
+	}
+	if p.env.CountFiles {
+		// Counted, not listed: a tree's changes as many as its files.
+		if p.counted == nil {
+			p.counted = map[shownKey]int{}
+		}
+		for _, s := range p.shown {
+			p.counted[shownKey{s.Action, s.Reason, s.gone}]++
+		}
+		p.shown = nil
+	}
+}
+
+// hostOnly weighs the entries of a live directory that is not desired.
+func (p *treePlanner) hostOnly(ctx context.Context, parent *hostfs.Dir, rel string) error {
+	sub, err := parent.OpenDir(path.Base(rel))
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	return p.compare(ctx, sub, rel, nil, nil)
+}
+
+// ownedBelow reports whether rel and everything below it is as
+// cortex-sync wrote it (recorded in the index, or intended by a write that
+// stopped before it recorded it), so deleting it loses nothing of anyone
+// else's.
+func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEntry) (bool, error) {
+	prev, intents := p.ix.records(rel)
+	switch {
+	case le.Mode.IsDir():
+		if prev == nil && !slices.ContainsFunc(intents, isDir) {
+			return false, nil
+		}
+	case prev != nil && le.Stat.Same(prev.Stat):
+		return true, nil
+	default:
+		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name) })
+		_, owned, err := claimant(nil, intents, func(r *state.IndexEntry) (bool, error) {
+			if le.Mode&fs.ModeSymlink != 0 {
+				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
+			}
+			return unchanged(le.Stat, r, true, false, hash)
+		})
+		return owned, err
+	}
+	sub, err := parent.OpenDir(name)
+	if missing(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	defer sub.Close()
+	live, err := listHost(sub)
+	if err != nil {
+		return false, err
+	}
+	for n, le := range live {
+		if hostfs.IsTemp(n) && le.Mode.IsRegular() {
+			continue // left by an interrupted write: it goes too
+		}
+		if ok, err := p.ownedBelow(sub, n, rel+"/"+n, le); !ok || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// listHost lists a live directory's entries, never following symlinks;
+// nothing when d is nil.
+func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
+	if d == nil {
+		return nil, nil
+	}
+	entries, err := d.ReadDir()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]liveEntry, len(entries))
+	for _, e := range entries {
+		name := e.Name()
+		st, err := d.Lstat(name)
+		if missing(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		le := liveEntry{Stat: st}
+		if st.Mode&fs.ModeSymlink != 0 {
+			if le.target, err = d.Readlink(name); err != nil {
+				return nil, err
+			}
+		}
+		out[name] = le
+	}
+	return out, nil
+}
+
+// recalledWalk walks the desired tree as last written, from its index:
+// what status without a source compares the host with. It goes directory
+// by directory, as a source's walk does.
+func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
+	var out []source.Entry
+	for rel, prev := range old.All() {
+		e := source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
+			ContentID: func() (string, error) { return prev.ContentID, nil }}
+		if prev.Mode&fs.ModeSymlink != 0 {
+			e.Target = prev.Target
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b source.Entry) int { return byComponent(a.Path, b.Path) })
+	for _, e := range out {
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// byComponent orders paths as a walk meets them: a directory's entries
+// right after it.
+func byComponent(a, b string) int {
+	for {
+		ha, ta, _ := strings.Cut(a, "/")
+		hb, tb, _ := strings.Cut(b, "/")
+		if c := strings.Compare(ha, hb); c != 0 || ta == "" && tb == "" {
+			return c
+		}
+		if ta == "" {
+			return -1
+		}
+		if tb == "" {
+			return 1
+		}
+		a, b = ta, tb
+	}
+}
+
+// planFile observes one regular file that exists on both sides, judged by
+// its index entry prev or, where writes stopped before their index was
+// saved, by what they intended there. It returns the op to perform, or the
+// index entry that stands when none is needed (racy: it was verified by
+// its hash and is to be recorded anew). The file's directory is opened
+// only when a file must be read, and the file is hashed at most once.
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(*state.IndexEntry) bool) (*treeOp, *state.IndexEntry, bool, error) {
+	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
+	name := path.Base(e.Path)
+	hash := sync.OnceValues(func() (string, error) {
+		d, err := opened()
+		if err != nil {
+			return "", err
+		}
+		return hashFile(d, name)
+	})
+	racy := prev != nil && isRacy(prev)
+	var o diff.Observation
+	var err error
+	// An intent holds no stat of the file created: it is judged by content.
+	recorded := prev
+	prev, o.Ours, err = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash)
+	})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	o.Desired, o.Recorded, o.Exists = true, prev != nil, true
+	id, err := e.ContentID()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	same := false
+	if prev != nil {
+		if same, err = source.SameContent(prev.ContentID, id, e.Legacy); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	o.GitChanged = !same
+	switch {
+	case o.Ours:
+		o.Matches = !o.GitChanged // what cortex-sync wrote is still the desired content
+	case env.recalled():
+		// Known only by its ID: it is not what cortex-sync wrote.
+	default:
+		d, err := opened()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		if o.Matches, err = sameContent(d, name, func() (io.ReadCloser, error) { return env.Tree.Open(path.Join(srcDir, e.Path)) }); err != nil {
+			return nil, nil, false, err
+		}
+	}
+	if le.Mode.Perm() != op.mode {
+		o.Attrs = []diff.Attr{{Field: "mode"}}
+	}
+	if op.decide(&o) {
+		return op, nil, false, nil
+	}
+	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
+	if o.Ours {
+		entry.SHA256 = prev.SHA256
+	} else if entry.SHA256, err = hash(); err != nil {
+		return nil, nil, false, err
+	}
+	return nil, entry, racy, nil
+}
+
+// decide turns an entry's observation into its op; false when nothing is
+// to be done.
+func (op *treeOp) decide(o *diff.Observation) bool {
+	op.action, op.reason = diff.Decide(o, diff.DefaultVerbs)
+	if op.action == diff.NoOp {
+		return false
+	}
+	op.replace = o.WrongType != ""
+	op.backup = o.Exists && !o.Ours
+	op.chmod = o.Exists && o.WrongType == "" && o.Matches
+	return true
+}

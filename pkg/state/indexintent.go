@@ -1,0 +1,296 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"iter"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// A tree's writer names what it is about to create on the host (a file
+// renamed into place, a directory, a symlink) in the index's intent log,
+// the index's name and ".intent", before it creates it: the index that
+// records what was created is saved only once the write is done, and a
+// write killed or failed before that would otherwise leave entries that
+// nothing names as cortex-sync's. The next load holds the intents
+// (Intents, AllIntents, Children), and the next run judges each intended
+// path on the host: what holds what was intended (a file with its content,
+// a directory, a symlink with its target; any of them, where writes
+// stopped one after another intended several) is cortex-sync's, adopted
+// when still desired and deleted when not; anything else there (the
+// creation never happened, or the entry changed since) is not made
+// cortex-sync's by an intent. Once an index that records the outcome is
+// saved, ClearIntents empties the log; once the snapshot records the tree
+// too, it removes it. An intent log, even empty, says that a write of the
+// tree ran since the snapshot last recorded it: LoadUnrecorded then loads
+// the index the write saved, if it got that far.
+//
+// The log is a header and frames as the index's log has them (see
+// encodeFrame), one a call of Intend, every record a set. A frame cut
+// short ends it (a torn last append), and the next Intend writes over it.
+
+const (
+	intentSuffix = ".intent"
+	intentMagic  = "CSIT\x01"
+)
+
+// Intended is an entry about to be created at Path. A file's records the
+// content (SHA256, ContentID, Size) and mode; its inode and timestamps
+// are not yet those of the created file, so it is only ever matched by
+// content.
+type Intended struct {
+	Path  string
+	Entry *IndexEntry
+}
+
+// intentLog is an intent log open for appending.
+type intentLog struct {
+	f      *os.File
+	end    int64 // where the next frame goes
+	synced bool  // what was written is durable
+	made   bool  // the file is new: its directory entry is not yet durable
+}
+
+// Intend appends entries about to be created to the intent log: written,
+// not yet durable (see SyncIntents).
+func (x *Index) Intend(es ...Intended) error {
+	if len(es) == 0 {
+		return nil
+	}
+	if x.file == "" {
+		return errors.New("record intents: the index is kept in memory")
+	}
+	if x.ilog == nil {
+		l, err := openIntentLog(x.file + intentSuffix)
+		if err != nil {
+			return fmt.Errorf("record intents: %w", err)
+		}
+		x.ilog = l
+	}
+	frame := encodeFrame(func(yield func(string, *IndexEntry) bool) {
+		for _, e := range es {
+			if !yield(e.Path, e.Entry) {
+				return
+			}
+		}
+	}, math.MaxInt64)
+	if _, err := x.ilog.f.WriteAt(frame, x.ilog.end); err != nil {
+		return fmt.Errorf("record intents: %w", err)
+	}
+	x.ilog.end += int64(len(frame))
+	x.ilog.synced = false
+	return nil
+}
+
+// SyncIntents makes the intents recorded so far durable.
+func (x *Index) SyncIntents() error {
+	l := x.ilog
+	if l == nil || l.synced {
+		return nil
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("record intents: %w", err)
+	}
+	if l.made {
+		if err := syncDir(filepath.Dir(l.f.Name())); err != nil {
+			return fmt.Errorf("record intents: %w", err)
+		}
+		l.made = false
+	}
+	l.synced = true
+	return nil
+}
+
+// openIntentLog opens the intent log at path to append to, after its last
+// whole frame; one that is missing, or not an intent log, starts anew.
+func openIntentLog(path string) (*intentLog, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	l := &intentLog{made: true}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		l.made = false
+		f, err = os.OpenFile(path, os.O_RDWR, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	l.f = f
+	data, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if l.end = int64(intentEnd(data)); l.end == 0 {
+		if _, err := f.WriteAt([]byte(intentMagic), 0); err != nil {
+			f.Close()
+			return nil, err
+		}
+		l.end = int64(len(intentMagic))
+	}
+	if err := f.Truncate(l.end); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// intentEnd is where an intent log's whole frames end; 0 when data is not
+// an intent log.
+func intentEnd(data []byte) int {
+	if !strings.HasPrefix(string(data), intentMagic) {
+		return 0
+	}
+	return readFrames(data, len(intentMagic), func(payload []byte) error {
+		_, err := decodeFrame(payload)
+		return err
+	})
+}
+
+// loadIntents reads the intent log beside the index at path; a missing or
+// damaged one holds what it holds up to the damage, and never fails the
+// load.
+func (x *Index) loadIntents(path string) error {
+	data, _, err := readBounded(path + intentSuffix)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read intents: %w", err)
+	}
+	x.intentLog = true
+	if !strings.HasPrefix(string(data), intentMagic) {
+		return nil
+	}
+	readFrames(data, len(intentMagic), func(payload []byte) error {
+		recs, err := decodeFrame(payload)
+		for _, r := range recs {
+			if r.e != nil {
+				x.intents = append(x.intents, r)
+			}
+		}
+		return err
+	})
+	// Path order, each intent for a path once: writes stopped one after
+	// another may each have got as far as theirs.
+	slices.SortStableFunc(x.intents, func(a, b lent) int { return strings.Compare(a.p, b.p) })
+	kept, from := x.intents[:0], 0 // from: where kept's run of this path starts
+	for _, l := range x.intents {
+		if len(kept) == from || kept[from].p != l.p {
+			from = len(kept)
+		}
+		if !slices.ContainsFunc(kept[from:], func(k lent) bool { return *k.e == *l.e }) {
+			kept = append(kept, l)
+		}
+	}
+	x.intents = kept
+	return nil
+}
+
+// LoadUnrecorded loads the index at path of a tree the snapshot does not
+// record: a new index, unless an intent log beside it says that a write
+// of the tree ran since (one killed before the snapshot recorded the
+// tree): then the index as that write left it, with its intents. An
+// index left by a tree of the same name that was pruned, or forgotten
+// (prune disabled), is not loaded.
+func LoadUnrecorded(path string) (*Index, error) {
+	if _, err := os.Lstat(path + intentSuffix); errors.Is(err, fs.ErrNotExist) {
+		return NewIndexAt(path), nil
+	}
+	return LoadIndex(path)
+}
+
+// ClearIntents forgets the intents, judged: every path they named is
+// recorded in the index as saved, or was found not to be cortex-sync's.
+// With recorded (the snapshot records the tree) the log goes; else it
+// stays, empty, to say that the index as saved is the tree's.
+func (x *Index) ClearIntents(recorded bool) error {
+	x.closeIntents()
+	x.intents, x.intentLog = nil, false
+	if x.file == "" {
+		return nil
+	}
+	p := x.file + intentSuffix
+	var err error
+	if recorded {
+		if err = os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+			err = nil
+		}
+	} else {
+		err = WriteFile(p, []byte(intentMagic))
+	}
+	if err != nil {
+		return fmt.Errorf("clear intents: %w", err)
+	}
+	return nil
+}
+
+// Remove deletes the index, its log and its intent log: its tree is gone.
+func (x *Index) Remove() error {
+	x.closeIntents()
+	for _, p := range []string{x.file, x.file + logSuffix, x.file + intentSuffix} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("remove index: %w", err)
+		}
+	}
+	return nil
+}
+
+// closeIntents closes the intent log this index appended to.
+func (x *Index) closeIntents() {
+	if x.ilog != nil {
+		x.ilog.f.Close()
+		x.ilog = nil
+	}
+}
+
+// Intents are the entries stopped writes intended at p, copies.
+func (x *Index) Intents(p string) []*IndexEntry {
+	var out []*IndexEntry
+	for i, _ := x.intents.find(p); i < len(x.intents) && x.intents[i].p == p; i++ {
+		c := *x.intents[i].e
+		out = append(out, &c)
+	}
+	return out
+}
+
+// AllIntents yields the entries stopped writes intended, in path order (a
+// path as often as it has intents).
+func (x *Index) AllIntents() iter.Seq2[string, *IndexEntry] {
+	return func(yield func(string, *IndexEntry) bool) {
+		for _, l := range x.intents {
+			c := *l.e
+			if !yield(l.p, &c) {
+				return
+			}
+		}
+	}
+}
+
+// intendedChildren adds the intents directly in dir (below prefix) to
+// out, and marks the names with intents below them.
+func (x *Index) intendedChildren(prefix string, out map[string]Child) {
+	i, _ := x.intents.find(prefix)
+	for ; i < len(x.intents) && strings.HasPrefix(x.intents[i].p, prefix); i++ {
+		rest := x.intents[i].p[len(prefix):]
+		name, below := rest, false
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			name, below = rest[:j], true
+		}
+		ch := out[name]
+		if below {
+			ch.Below = true
+		} else {
+			c := *x.intents[i].e
+			ch.Intents = append(ch.Intents, &c)
+		}
+		out[name] = ch
+	}
+}
