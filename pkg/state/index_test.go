@@ -483,6 +483,26 @@ func TestIndexConvergedLookups(t *testing.T) {
 	if y.Dirty() {
 		t.Error("entries set as they were: the index is dirty")
 	}
+	// The 40 entries of a directory, or 5,000 of one: the allocations of
+	// Children do not grow with the entries (the map's buckets aside).
+	few := testing.AllocsPerRun(5, func() { y.Children("src/pkg0") })
+	big := NewIndex()
+	for i := range n {
+		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
+	}
+	q := filepath.Join(t.TempDir(), "big.idx")
+	if err := big.Save(q); err != nil {
+		t.Fatal(err)
+	}
+	if big, err = LoadIndex(q); err != nil {
+		t.Fatal(err)
+	}
+	if kids := big.Children("dir"); len(kids) != n || *kids["file2"].Entry != *kinds[2] {
+		t.Fatalf("Children: %d names, file2 %+v", len(kids), kids["file2"].Entry)
+	}
+	if many := testing.AllocsPerRun(5, func() { big.Children("dir") }); many > few+n/100 {
+		t.Errorf("Children: %.0f allocations for %d entries, %.0f for 40", many, n, few)
+	}
 	changed := *y.Get("src/pkg0/file0")
 	changed.Size++
 	y.Set("src/pkg0/file0", &changed)

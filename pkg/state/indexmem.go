@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"encoding/hex"
 	"io/fs"
 	"iter"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unsafe"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -262,36 +264,141 @@ type Child struct {
 }
 
 // Children lists the names directly in dir ("" is the top): a contiguous
-// run of entries, whose subdirectories are stepped over by search.
+// run of entries, whose subdirectories are stepped over by search. The
+// entries of one call share two allocations (their structs, and one
+// string their strings are cut from), however many there are: a
+// converged check lists every directory of a tree.
 func (x *Index) Children(dir string) map[string]Child {
 	prefix := ""
 	if dir != "" {
 		prefix = dir + "/"
 	}
-	out := map[string]Child{}
-	x.intendedChildren(prefix, out)
+	var kids childList
+	var below []string
 	c := x.cursor(prefix)
 	for {
-		it, ok := c.next()
-		if !ok || !strings.HasPrefix(it.path, prefix) {
-			return out
+		a, ok := c.step()
+		if !ok {
+			break
 		}
-		if it.r.flags&fDead != 0 {
-			continue
+		var p []byte
+		if a.bi >= 0 {
+			p = c.b.pathView(a.bi)
+		} else {
+			p = unsafe.Slice(unsafe.StringData(a.l.p), len(a.l.p))
 		}
-		rest := it.path[len(prefix):]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			name := rest[:j]
-			ch := out[name]
-			ch.Below = true
-			out[name] = ch
+		if !bytes.HasPrefix(p, []byte(prefix)) {
+			break
+		}
+		rest := p[len(prefix):]
+		if j := bytes.IndexByte(rest, '/'); j >= 0 {
+			if a.dead(c.b) {
+				continue
+			}
+			name := string(rest[:j])
+			below = append(below, name)
 			c = x.cursor(prefix + name + "0") // '0' follows '/': past name's entries
 			continue
 		}
-		name := rest
+		if a.dead(c.b) {
+			continue
+		}
+		kids.add(c.b, a, rest)
+	}
+	out := make(map[string]Child, len(kids.kids)+len(below))
+	x.intendedChildren(prefix, out)
+	for _, name := range below {
 		ch := out[name]
-		ch.Entry = it.entry()
+		ch.Below = true
 		out[name] = ch
+	}
+	for name, e := range kids.entries() {
+		ch := out[name]
+		ch.Entry = e
+		out[name] = ch
+	}
+	return out
+}
+
+// childList gathers the entries Children finds: their names and strings
+// one after another in one buffer, made a string once at the end.
+type childList struct {
+	buf  []byte
+	kids []child
+}
+
+type child struct {
+	name, cid, sha, target span
+	e                      IndexEntry // its strings set at the end
+}
+
+// span is where a string lies in the buffer.
+type span struct{ from, to int }
+
+func (l *childList) put(b []byte) span {
+	from := len(l.buf)
+	l.buf = append(l.buf, b...)
+	return span{from, len(l.buf)}
+}
+
+func (l *childList) putHex(prefix string, raw []byte) span {
+	from := len(l.buf)
+	l.buf = hex.AppendEncode(append(l.buf, prefix...), raw)
+	return span{from, len(l.buf)}
+}
+
+// add records the entry at a, named name, as entryWith would make it.
+func (l *childList) add(b *base, a at, name []byte) {
+	k := child{name: l.put(name)}
+	if a.bi < 0 {
+		k.e = *a.l.e // a layer's: its strings are there already
+		l.kids = append(l.kids, k)
+		return
+	}
+	r := b.row(a.bi)
+	k.e.Stat = hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}
+	var scratch [64]byte
+	switch {
+	case r.flags&fCidSum != 0:
+		k.cid = l.putHex("sha256:", r.sum[:])
+	case r.flags&fCidGit != 0:
+		k.cid = l.putHex("git:", b.strBytes(r.cid, scratch[:0]))
+	case r.flags&fCidStr != 0:
+		k.cid = l.put(b.strBytes(r.cid, scratch[:0]))
+	}
+	switch {
+	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
+		k.sha = span{k.cid.from + 7, k.cid.to}
+	case r.flags&fSHA != 0:
+		k.sha = l.putHex("", r.sum[:])
+	case r.flags&fStr != 0 && r.mode&fs.ModeSymlink != 0:
+		k.target = l.put(b.strBytes(r.str, scratch[:0]))
+	case r.flags&fStr != 0:
+		k.sha = l.put(b.strBytes(r.str, scratch[:0]))
+	}
+	l.kids = append(l.kids, k)
+}
+
+// entries yields each name and its entry, their strings cut from one.
+func (l *childList) entries() iter.Seq2[string, *IndexEntry] {
+	return func(yield func(string, *IndexEntry) bool) {
+		all := string(l.buf)
+		cut := func(s span) string { return all[s.from:s.to] }
+		for i := range l.kids {
+			k := &l.kids[i]
+			if k.cid != (span{}) {
+				k.e.ContentID = cut(k.cid)
+			}
+			if k.sha != (span{}) {
+				k.e.SHA256 = cut(k.sha)
+			}
+			if k.target != (span{}) {
+				k.e.Target = cut(k.target)
+			}
+			if !yield(cut(k.name), &k.e) {
+				return
+			}
+		}
 	}
 }
 
@@ -322,7 +429,25 @@ func (x *Index) cursor(from string) *cursor {
 	return c
 }
 
-func (c *cursor) next() (item, bool) {
+// at is where the cursor stands: a base row (bi), or a layer's entry
+// (l, bi -1) with the marks it carries.
+type at struct {
+	bi    int
+	l     *lent
+	marks uint16
+}
+
+// dead reports whether the entry at a is deleted.
+func (a at) dead(b *base) bool {
+	if a.bi >= 0 {
+		return b.row(a.bi).flags&fDead != 0
+	}
+	return a.l.e == nil
+}
+
+// step moves to the next entry of the merge, without reading its
+// strings; a deletion logged since the base was written hides the row.
+func (c *cursor) step() (at, bool) {
 	for {
 		hasL, hasA := c.li < len(c.logged), c.ai < len(c.added)
 		var p string // the first path of the layers'
@@ -346,17 +471,17 @@ func (c *cursor) next() (item, bool) {
 			}
 		}
 		if !inB && !inL && !inA {
-			return item{}, false
+			return at{}, false
 		}
-		var it item
+		a := at{bi: -1}
 		ok := true
 		switch {
 		case inA:
-			it = layerItem(c.added[c.ai], fChanged)
+			a.l, a.marks = &c.added[c.ai], fChanged
 		case inL:
-			it, ok = layerItem(c.logged[c.li], 0), c.logged[c.li].e != nil
+			a.l, ok = &c.logged[c.li], c.logged[c.li].e != nil
 		default:
-			it = c.b.item(c.bi)
+			a.bi = c.bi
 		}
 		if inB {
 			c.bi++
@@ -368,9 +493,20 @@ func (c *cursor) next() (item, bool) {
 			c.ai++
 		}
 		if ok {
-			return it, true
+			return a, true
 		}
 	}
+}
+
+func (c *cursor) next() (item, bool) {
+	a, ok := c.step()
+	switch {
+	case !ok:
+		return item{}, false
+	case a.bi >= 0:
+		return c.b.item(a.bi), true
+	}
+	return layerItem(*a.l, a.marks), true
 }
 
 // items yields the merge from the first path not below from, the deleted
