@@ -179,6 +179,10 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	default:
 		prefix = top + "/"
 	}
+	// What the stat cache holds for the directory, read in one go.
+	t.mu.Lock()
+	cached := t.cache.Children(strings.TrimSuffix(prefix, "/"))
+	t.mu.Unlock()
 	for _, w := range entries {
 		full := prefix + w.name
 		p := full[len(full)-len(w.name)-len(rel)-min(len(rel), 1):]
@@ -186,7 +190,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			f := &dirFile{t: t, full: full, st: st}
+			f := &dirFile{t: t, full: full, st: st, prev: cached[w.name].Entry}
 			e.ContentID, e.Digested, e.Open, e.Legacy = f.contentID, f.learn, f.open, f.legacyID
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
@@ -224,13 +228,20 @@ type dirFile struct {
 	t    *dirTree
 	full string // its path in the repository
 	st   hostfs.Stat
+	prev *state.IndexEntry // the stat cache's entry when the walk listed it
 
 	mu   sync.Mutex
 	read *namingReader // the last Open, hashing what it reads
 }
 
-func (f *dirFile) contentID() (string, error) { return f.t.contentID(f.full, f.st) }
-func (f *dirFile) legacyID() (string, error)  { return f.t.legacyID(f.full, f.st) }
+func (f *dirFile) contentID() (string, error) {
+	if e := f.t.stands(f.prev, f.st); e != nil {
+		return e.ContentID, nil
+	}
+	return f.t.contentID(f.full, f.st)
+}
+
+func (f *dirFile) legacyID() (string, error) { return f.t.legacyID(f.full, f.st) }
 
 // open reads the file, naming its content as it goes: a copy of it then
 // learns its ID without a second read (learn).
@@ -337,14 +348,28 @@ func (t *dirTree) legacyID(full string, st hostfs.Stat) (string, error) {
 	return "sha256:" + e.SHA256, nil
 }
 
+// stands is e when it names the content of a file with stat st: its stat
+// has not moved, it is not racily clean, and it holds both IDs.
+func (t *dirTree) stands(e *state.IndexEntry, st hostfs.Stat) *state.IndexEntry {
+	if e == nil || !e.Stat.Same(st) || e.SHA256 == "" {
+		return nil
+	}
+	t.mu.Lock()
+	racy := t.cache.Racy(e)
+	t.mu.Unlock()
+	if racy {
+		return nil
+	}
+	return e
+}
+
 // cached is the cache's entry for a file with stat st: its Git blob ID
 // and SHA-256, hashed afresh when the stat moved.
 func (t *dirTree) cached(full string, st hostfs.Stat) (*state.IndexEntry, error) {
 	t.mu.Lock()
 	e := t.cache.Get(full)
-	racy := e != nil && t.cache.Racy(e)
 	t.mu.Unlock()
-	if e != nil && e.Stat.Same(st) && !racy && e.SHA256 != "" {
+	if e := t.stands(e, st); e != nil {
 		return e, nil
 	}
 	f, err := t.root.OpenFile(full)

@@ -3,7 +3,11 @@ package source
 import (
 	"context"
 	"fmt"
+	"os"
+	"path"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,5 +69,64 @@ func TestDirWalksAsGitDoes(t *testing.T) {
 	}
 	if !slices.IsSorted(keys) {
 		t.Errorf("not in path order: %q", keys)
+	}
+}
+
+// A directory's stat cache is read a directory at a time as the walk
+// lists it: asking a walked file's content ID while its stat holds costs
+// nothing more, and a file whose stat moved is hashed afresh.
+func TestDirCachedContentIDs(t *testing.T) {
+	repo, cache := t.TempDir(), t.TempDir()
+	for i := range 20 {
+		writeFile(t, filepath.Join(repo, "tree", fmt.Sprintf("d%d", i%3), fmt.Sprintf("f%d", i)), fmt.Sprintf("content %d", i))
+	}
+	walk := func(check func(e Entry, id string)) map[string]string {
+		co, err := (&Dir{Dir: repo, CacheDir: cache}).Fetch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer co.Close()
+		ids := map[string]string{}
+		err = co.Tree.Walk("tree", func(e Entry) error {
+			if !e.Mode.IsRegular() {
+				return nil
+			}
+			id, err := e.ContentID()
+			ids[e.Path] = id
+			if check != nil {
+				check(e, id)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	first := walk(nil) // hashes every file, and saves the cache
+	for p, id := range first {
+		if want := ContentDigest(fmt.Appendf(nil, "content %s", strings.TrimPrefix(path.Base(p), "f"))); id != want {
+			t.Fatalf("%s: %s, want %s", p, id, want)
+		}
+	}
+	walk(func(e Entry, id string) {
+		if allocs := testing.AllocsPerRun(10, func() { e.ContentID() }); allocs != 0 {
+			t.Errorf("%s: the cached content ID took %.0f allocations, want none", e.Path, allocs)
+		}
+	})
+	writeFile(t, filepath.Join(repo, "tree", "d1", "f4"), "changed")
+	again := walk(nil)
+	if want := ContentDigest([]byte("changed")); again["d1/f4"] != want {
+		t.Errorf("a changed file: %s, want %s", again["d1/f4"], want)
+	}
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
