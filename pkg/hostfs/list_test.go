@@ -145,4 +145,3 @@ func TestLstatAllocatesNothing(t *testing.T) {
 		t.Errorf("Lstat of a missing name: %v, want fs.ErrNotExist", err)
 	}
 }
-
