@@ -183,15 +183,34 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	t.mu.Lock()
 	cached := t.cache.Children(strings.TrimSuffix(prefix, "/"))
 	t.mu.Unlock()
+	// The directory's paths in one string, its files in one slice: a
+	// walked file costs no allocation of its own.
+	var paths strings.Builder
+	nfiles := 0
 	for _, w := range entries {
-		full := prefix + w.name
+		paths.Grow(len(prefix) + len(w.name))
+		if w.st.Mode.IsRegular() {
+			nfiles++
+		}
+	}
+	for _, w := range entries {
+		paths.WriteString(prefix)
+		paths.WriteString(w.name)
+	}
+	all := paths.String()
+	files := make([]dirFile, nfiles)
+	for _, w := range entries {
+		full := all[:len(prefix)+len(w.name)]
+		all = all[len(full):]
 		p := full[len(full)-len(w.name)-len(rel)-min(len(rel), 1):]
 		st := w.st
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			f := &dirFile{t: t, full: full, st: st, prev: cached[w.name].Entry}
-			e.ContentID, e.Digested, e.Open, e.Legacy = f.contentID, f.learn, f.open, f.legacyID
+			f := &files[0]
+			files = files[1:]
+			f.t, f.full, f.st, f.prev = t, full, st, cached[w.name].Entry
+			e.File = f
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
 				return err
@@ -221,9 +240,8 @@ type walked struct {
 	st   hostfs.Stat
 }
 
-// dirFile is a walked file: one allocation holds what its entry's
-// ContentID, Open and Digested need, a tree of many files being mostly
-// these.
+// dirFile is a walked file, its entry's File: the files of a directory
+// are one allocation, a tree of many files being mostly these.
 type dirFile struct {
 	t    *dirTree
 	full string // its path in the repository
@@ -234,18 +252,21 @@ type dirFile struct {
 	read *namingReader // the last Open, hashing what it reads
 }
 
-func (f *dirFile) contentID() (string, error) {
+// ContentID is the file's Git blob ID, from the stat cache while the
+// file's stat holds.
+func (f *dirFile) ContentID() (string, error) {
 	if e := f.t.stands(f.prev, f.st); e != nil {
 		return e.ContentID, nil
 	}
 	return f.t.contentID(f.full, f.st)
 }
 
-func (f *dirFile) legacyID() (string, error) { return f.t.legacyID(f.full, f.st) }
+// LegacyID names the content as before content IDs were Git blob IDs.
+func (f *dirFile) LegacyID() (string, error) { return f.t.legacyID(f.full, f.st) }
 
-// open reads the file, naming its content as it goes: a copy of it then
-// learns its ID without a second read (learn).
-func (f *dirFile) open() (io.ReadCloser, error) {
+// Open reads the file, naming its content as it goes: a copy of it then
+// learns its ID without a second read (Digested).
+func (f *dirFile) Open() (io.ReadCloser, error) {
 	file, err := f.t.root.OpenFile(f.full)
 	if err != nil {
 		return nil, err
@@ -257,17 +278,17 @@ func (f *dirFile) open() (io.ReadCloser, error) {
 	return r, nil
 }
 
-// learn records the content ID of a file its caller copied whole through
-// open, with the SHA-256 it took of what it read. Should the file have
+// Digested records the content ID of a file its caller copied whole
+// through Open, with the SHA-256 it took of what it read. Should the file have
 // changed meanwhile, its stat moved too, and the next look-up hashes it
 // afresh; one not read whole through open is hashed now.
-func (f *dirFile) learn(sum string) string {
+func (f *dirFile) Digested(sum string) string {
 	f.mu.Lock()
 	r := f.read
 	f.mu.Unlock()
 	id, ok := r.id()
 	if !ok {
-		id, _ = f.contentID()
+		id, _ = f.ContentID()
 		return id
 	}
 	f.t.mu.Lock()

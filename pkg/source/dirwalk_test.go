@@ -46,7 +46,7 @@ func TestDirWalksAsGitDoes(t *testing.T) {
 			s, key := fmt.Sprintf("%s %v", e.Path, e.Mode.Type()), e.Path
 			switch {
 			case e.Mode.IsRegular():
-				id, err := e.ContentID()
+				id, err := e.ID()
 				if err != nil {
 					return err
 				}
@@ -91,7 +91,7 @@ func TestDirCachedContentIDs(t *testing.T) {
 			if !e.Mode.IsRegular() {
 				return nil
 			}
-			id, err := e.ContentID()
+			id, err := e.ID()
 			ids[e.Path] = id
 			if check != nil {
 				check(e, id)
@@ -110,7 +110,7 @@ func TestDirCachedContentIDs(t *testing.T) {
 		}
 	}
 	walk(func(e Entry, id string) {
-		if allocs := testing.AllocsPerRun(10, func() { e.ContentID() }); allocs != 0 {
+		if allocs := testing.AllocsPerRun(10, func() { e.ID() }); allocs != 0 {
 			t.Errorf("%s: the cached content ID took %.0f allocations, want none", e.Path, allocs)
 		}
 	})
