@@ -357,6 +357,12 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
+			if converged, err := asRecorded(p.env, e.Entry, le, prev, intents, p.ix); converged || err != nil {
+				if err != nil {
+					return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
+				}
+				continue
+			}
 			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
@@ -424,14 +430,13 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	// forgotten.
 	p.ix.mu.Lock()
 	for name, c := range recorded {
-		sub := path.Join(rel, name)
 		le, isLive := live[name]
 		mode, isWanted := want[name]
 		if c.Entry != nil && !isLive && !isWanted {
-			p.ix.x.Delete(sub)
+			p.ix.x.Delete(path.Join(rel, name))
 		}
 		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
-			p.ix.x.DeleteBelow(sub)
+			p.ix.x.DeleteBelow(path.Join(rel, name))
 		}
 	}
 	p.ix.mu.Unlock()
@@ -541,13 +546,13 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	if d == nil {
 		return nil, nil
 	}
-	entries, err := d.ReadDir()
+	entries, err := d.List()
 	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]liveEntry, len(entries))
 	for _, e := range entries {
-		name := e.Name()
+		name := e.Name
 		st, err := d.Lstat(name)
 		if missing(err) {
 			continue
@@ -635,13 +640,13 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		return nil, nil, false, err
 	}
 	o.Desired, o.Recorded, o.Exists = true, prev != nil, true
-	id, err := e.ContentID()
+	id, err := e.ID()
 	if err != nil {
 		return nil, nil, false, err
 	}
 	same := false
 	if prev != nil {
-		if same, err = source.SameContent(prev.ContentID, id, e.Legacy); err != nil {
+		if same, err = source.SameContent(prev.ContentID, id, e.LegacyFunc()); err != nil {
 			return nil, nil, false, err
 		}
 	}
@@ -673,6 +678,18 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		return nil, nil, false, err
 	}
 	return nil, entry, racy, nil
+}
+
+// asRecorded reports a file that is exactly as its index entry records
+// it, the desired content and mode included: what planFile would find
+// with nothing to do and the entry standing as it is, decided without
+// the observation's allocations (most files of a converged tree).
+func asRecorded(env *Env, e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, ix *treeIndex) (bool, error) {
+	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev) {
+		return false, nil
+	}
+	id, err := e.ID()
+	return err == nil && id == prev.ContentID, err
 }
 
 // decide turns an entry's observation into its op; false when nothing is

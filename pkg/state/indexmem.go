@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"unsafe"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -273,7 +274,8 @@ func (x *Index) Children(dir string) map[string]Child {
 	if dir != "" {
 		prefix = dir + "/"
 	}
-	var kids childList
+	kids := childList{buf: childBufs.Get().(*[]byte)}
+	defer childBufs.Put(kids.buf)
 	var below []string
 	c := x.cursor(prefix)
 	for {
@@ -323,9 +325,12 @@ func (x *Index) Children(dir string) map[string]Child {
 // childList gathers the entries Children finds: their names and strings
 // one after another in one buffer, made a string once at the end.
 type childList struct {
-	buf  []byte
+	buf  *[]byte
 	kids []child
 }
+
+// childBufs are Children's buffers, used again by the next call.
+var childBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
 
 type child struct {
 	name, cid, sha, target span
@@ -336,19 +341,22 @@ type child struct {
 type span struct{ from, to int }
 
 func (l *childList) put(b []byte) span {
-	from := len(l.buf)
-	l.buf = append(l.buf, b...)
-	return span{from, len(l.buf)}
+	from := len(*l.buf)
+	*l.buf = append(*l.buf, b...)
+	return span{from, len(*l.buf)}
 }
 
 func (l *childList) putHex(prefix string, raw []byte) span {
-	from := len(l.buf)
-	l.buf = hex.AppendEncode(append(l.buf, prefix...), raw)
-	return span{from, len(l.buf)}
+	from := len(*l.buf)
+	*l.buf = hex.AppendEncode(append(*l.buf, prefix...), raw)
+	return span{from, len(*l.buf)}
 }
 
 // add records the entry at a, named name, as entryWith would make it.
 func (l *childList) add(b *base, a at, name []byte) {
+	if l.kids == nil {
+		l.kids = make([]child, 0, 64)
+	}
 	k := child{name: l.put(name)}
 	if a.bi < 0 {
 		k.e = *a.l.e // a layer's: its strings are there already
@@ -382,7 +390,8 @@ func (l *childList) add(b *base, a at, name []byte) {
 // entries yields each name and its entry, their strings cut from one.
 func (l *childList) entries() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		all := string(l.buf)
+		all := string(*l.buf)
+		*l.buf = (*l.buf)[:0]
 		cut := func(s span) string { return all[s.from:s.to] }
 		for i := range l.kids {
 			k := &l.kids[i]
