@@ -116,24 +116,24 @@ func (s *sourceFlags) add(cmd *cobra.Command) {
 
 func (s *sourceFlags) given() bool { return s.dir != "" || s.repo != "" }
 
-// source builds the configured source. cacheDir may be empty for a
+// source builds the configured source. cache may be the zero Dir for a
 // directory (no stat cache).
-func (s *sourceFlags) source(cacheDir string, log *slog.Logger) (source.Source, error) {
+func (s *sourceFlags) source(cache state.Dir, log *slog.Logger) (source.Source, error) {
 	switch {
 	case s.dir != "" && s.repo != "":
 		return nil, errors.New("give --dir or --repo, not both")
 	case s.repo != "":
-		if cacheDir == "" {
+		if cache == (state.Dir{}) {
 			return nil, errors.New("a Git source needs a state dir for its cache")
 		}
 		g := &source.Git{
 			URL: s.repo, Branch: s.branch, Tag: s.tag, Semver: s.semver, Commit: s.commit, Path: s.path,
-			CacheDir: cacheDir, Timeout: s.fetchTimeout, Auth: s.auth,
+			Cache: cache, Timeout: s.fetchTimeout, Auth: s.auth,
 			VerifyKeyring: s.verifyKeyring, VerifyTags: s.verifyTags, Log: log,
 		}
 		return g, g.Check()
 	case s.dir != "":
-		return &source.Dir{Dir: s.dir, Path: s.path, CacheDir: cacheDir}, nil
+		return &source.Dir{Dir: s.dir, Path: s.path, Cache: cache}, nil
 	}
 	return nil, errors.New("no source given: pass --dir DIR, or --repo URL with --branch, --tag, --semver or --commit")
 }
@@ -310,7 +310,7 @@ func (g *globals) engine() reconcile.Config {
 
 // load fetches and validates the source's current revision.
 func (g *globals) load(ctx context.Context, src *sourceFlags) (*reconcile.Desired, error) {
-	s, err := src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
+	s, err := src.source(state.At(g.stateDir).Sub("cache"), g.log)
 	if err != nil {
 		return nil, err
 	}

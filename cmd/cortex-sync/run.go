@@ -110,7 +110,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 		return err
 	}
 	// One agent a state dir, for its whole life (reloads included).
-	alock, err := state.Dir{Path: g.stateDir}.LockAgent()
+	alock, err := state.At(g.stateDir).LockAgent()
 	if err != nil {
 		return err
 	}
@@ -197,7 +197,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err := checkRoot(g.root); err != nil {
 		return err
 	}
-	src, err := o.src.source(state.Dir{Path: g.stateDir}.Sub("cache"), g.log)
+	src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
 	if err != nil {
 		return err
 	}

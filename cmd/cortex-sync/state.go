@@ -23,7 +23,7 @@ func newStateCmd(g *globals, io streams) *cobra.Command {
 // stateSession opens the state dir for a state command: under the root
 // the snapshot was applied under, unless --root says otherwise.
 func (g *globals) stateSession(cmd *cobra.Command, write bool) (*reconcile.Session, func(), error) {
-	if snap, err := (state.Dir{Path: g.stateDir}).Load(); err == nil && snap.Root != "" && !cmd.Flags().Changed("root") {
+	if snap, err := state.At(g.stateDir).Load(); err == nil && snap.Root != "" && !cmd.Flags().Changed("root") {
 		eg := *g
 		eg.root = snap.Root
 		g = &eg

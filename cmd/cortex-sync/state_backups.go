@@ -39,7 +39,7 @@ func stateBackupsRun(g *globals, o *stateBackupsOptions, io streams) error {
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
-	runs, err := state.Dir{Path: g.stateDir}.Backups()
+	runs, err := state.At(g.stateDir).Backups()
 	if err != nil {
 		return err
 	}

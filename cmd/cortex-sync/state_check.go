@@ -37,7 +37,7 @@ func stateCheckRun(g *globals, o *stateCheckOptions, io streams) error {
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
-	findings := state.Dir{Path: g.stateDir}.Check()
+	findings := state.At(g.stateDir).Check()
 	docs, bad := findingDocs(findings)
 	if o.output == "json" {
 		if err := printJSON(io.Out, checkDoc{StateDir: g.stateDir, Problems: bad, Findings: docs}); err != nil {

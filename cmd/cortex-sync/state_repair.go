@@ -29,7 +29,7 @@ snapshot: it says what to do instead. Exit 1 when something is left.`,
 }
 
 func stateRepairRun(cmd *cobra.Command, g *globals, _ *stateRepairOptions, io streams) error {
-	d := state.Dir{Path: g.stateDir}
+	d := state.At(g.stateDir)
 	lock, err := d.Lock(cmd.Context(), g.lockTimeout)
 	if err != nil {
 		return err

@@ -106,16 +106,17 @@ func fetchOffline(cmd *cobra.Command, g *globals, src *sourceFlags) (*checkout, 
 	if !src.given() {
 		src.dir = "."
 	}
-	cache, cleanup := "", func() {}
+	var cache state.Dir
+	cleanup := func() {}
 	if src.repo != "" {
 		if cmd.Flags().Changed("state-dir") {
-			cache = state.Dir{Path: g.stateDir}.Sub("cache")
+			cache = state.At(g.stateDir).Sub("cache")
 		} else {
 			tmp, err := os.MkdirTemp("", "cortex-sync-validate-")
 			if err != nil {
 				return nil, nil, err
 			}
-			cache, cleanup = tmp, func() { os.RemoveAll(tmp) }
+			cache, cleanup = state.At(tmp), func() { os.RemoveAll(tmp) }
 		}
 	}
 	s, err := src.source(cache, g.log)

@@ -104,7 +104,7 @@ func mirrorOwned(v *version) func(s *sandbox, snap *state.Snapshot, users map[st
 		if e == nil || !e.Created {
 			return fmt.Errorf("Directory/kb is not in the inventory as created: %+v", e)
 		}
-		x, err := state.LoadIndex(filepath.Join(s.State, "trees", "Directory.kb.idx"))
+		x, err := state.LoadIndex(state.At(s.State).File("trees/Directory.kb.idx"))
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ package crashtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/cgi"
@@ -470,6 +472,103 @@ func TestFaultGit(t *testing.T) {
 		}
 		s.underFault(t, `(not found|repository)`, d, func() { os.Rename(moved, repo.Dir) })
 	})
+}
+
+// TestFaultGitCacheDiskFull fills the disk the Git cache is on while a
+// fetch writes its pack: the fetch must fail at once saying so, over every
+// transport, not wait out the fetch timeout and blame the server (issue 18
+// §8: over file://, go-git waited for a server that could not finish
+// sending once the pack writer stopped reading).
+func TestFaultGitCacheDiskFull(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git")
+	}
+	transports := map[string]func(t *testing.T, repo *gittest.Repo) []string{
+		"http": func(t *testing.T, repo *gittest.Repo) []string {
+			return []string{"--repo", newGitServer(t, repo).URL()}
+		},
+		"git": func(t *testing.T, repo *gittest.Repo) []string {
+			url, _ := repo.Daemon(t)
+			return []string{"--repo", url}
+		},
+		"file": func(t *testing.T, repo *gittest.Repo) []string { return []string{"--repo", "file://" + repo.Dir} },
+		"ssh": func(t *testing.T, repo *gittest.Repo) []string {
+			srv := repo.SSHD(t)
+			return []string{"--repo", srv.URL, "--ssh-key-file", srv.KeyFile, "--known-hosts-file", srv.KnownHosts}
+		},
+	}
+	for name, serve := range transports {
+		t.Run(name, func(t *testing.T) {
+			repo := gittest.NewRepo(t)
+			repo.Commit("v1", map[string]*string{"m.yaml": gittest.S(fileManifest("config", "/etc/app/config", "v1\n"))})
+			s := newSandbox(t)
+			cache := filepath.Join(s.State, "cache")
+			if err := os.MkdirAll(cache, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if why, ok := mount(t, "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", cache); !ok {
+				t.Skip("no small tmpfs for a full Git cache: " + why)
+			}
+			// The default timeout: a fetch that waits it out fails the test
+			// by its message, a minute later.
+			s.src = append(serve(t, repo), "--branch", "main", "--fetch-timeout", "60s")
+			s.mustRun("sync")
+			// 3 MiB that do not compress: the pack does not fit.
+			big := make([]byte, 3<<20)
+			rand.NewChaCha8([32]byte{1}).Read(big)
+			want := map[string]string{"/etc/app/config": "v2\n", "/srv/big.bin": string(big)}
+			repo.Commit("v2", map[string]*string{
+				"m.yaml":  gittest.S(fileManifest("config", "/etc/app/config", want["/etc/app/config"]) + "---\napiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: big}\nspec: {path: /srv/big.bin, source: big.bin}\n"),
+				"big.bin": gittest.S(string(big)),
+			})
+			// The agent says so on /readyz.
+			s.agentSays(t, "no space left on device")
+			s.underFault(t, `no space left on device \(the disk of the Git cache, .*, is full: free space there\)`, hashes(want), func() {
+				mustMount(t, "-o", "remount,size=64m", cache)
+			})
+		})
+	}
+}
+
+// agentSays starts the agent and waits (30 s at most: the fetch timeout is
+// a minute) for /readyz to answer 503 with want in its body; then it stops
+// the agent.
+func (s *sandbox) agentSays(t *testing.T, want string) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := s.command("run", "--listen", addr, "--interval", "1s")
+	var out strings.Builder // read once the agent has ended
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+	}
+	client := &http.Client{Timeout: time.Second}
+	var last string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := client.Get("http://" + addr + "/readyz")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		last = fmt.Sprintf("%d %s", resp.StatusCode, body)
+		if resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), want) {
+			t.Logf("the agent: /readyz %s", strings.TrimSpace(last))
+			stop()
+			return
+		}
+	}
+	stop()
+	t.Fatalf("the agent's /readyz never said %q (last: %s); its log:\n%s", want, last, out.String())
 }
 
 // TestFaultTally runs last (tests run in file order) and reports the count

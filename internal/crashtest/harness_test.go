@@ -220,13 +220,13 @@ func regularFiles(root string) (map[string]string, error) {
 
 // loads checks that the snapshot and every tree index load.
 func (s *sandbox) loads() (*state.Snapshot, error) {
-	snap, err := state.Dir{Path: s.State}.Load()
+	snap, err := state.At(s.State).Load()
 	if err != nil {
 		return nil, err
 	}
 	idx, _ := filepath.Glob(filepath.Join(s.State, "trees", "*.idx"))
 	for _, p := range idx {
-		if _, err := state.LoadIndex(p); err != nil {
+		if _, err := state.LoadIndex(state.At(s.State).File("trees/" + filepath.Base(p))); err != nil {
 			return nil, err
 		}
 	}

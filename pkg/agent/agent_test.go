@@ -187,7 +187,7 @@ func BenchmarkWebhookToConverged(b *testing.B) {
 	writeFile(b, secret, "s3cret")
 	root := b.TempDir()
 	stateDir := b.TempDir()
-	src := &source.Git{URL: url, Branch: "main", Path: ".", CacheDir: filepath.Join(stateDir, "cache"), Timeout: 10 * time.Second}
+	src := &source.Git{URL: url, Branch: "main", Path: ".", Cache: state.At(filepath.Join(stateDir, "cache")), Timeout: 10 * time.Second}
 	a := agent.New(agent.Options{
 		Engine:   reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
 		Source:   src,

@@ -82,7 +82,7 @@ func TestAgentRefusesPruneWithNoRecordedSource(t *testing.T) {
 	writeFile(t, filepath.Join(repo, "keep.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: keep}\nspec: {path: /etc/keep, content: x}\n")
 	writeFile(t, filepath.Join(repo, "old.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: old}\nspec: {path: /etc/old, content: x}\n")
 	syncOnce(t, repo, root, stateDir)
-	d := state.Dir{Path: stateDir}
+	d := state.At(stateDir)
 	snap, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -141,7 +141,7 @@ spec: {path: /etc/after, content: x, dependsOn: [Process/never]}
 	if _, err := os.Stat(filepath.Join(root, "etc/after")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("File/after applied before its dependency was ready: %v", err)
 	}
-	snap, err := state.Dir{Path: stateDir}.Load()
+	snap, err := state.At(stateDir).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ metadata: {name: note}
 spec: {path: /srv/kb/note, content: x}
 `)
 	syncOnce(t, repo, root, stateDir)
-	d := state.Dir{Path: stateDir}
+	d := state.At(stateDir)
 	snap, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -205,11 +205,11 @@ func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 	a := runAgent(t, repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
 		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
 	waitFor(t, 30*time.Second, "File/a recorded", func() bool {
-		snap, err := state.Dir{Path: stateDir}.Load()
+		snap, err := state.At(stateDir).Load()
 		return err == nil && snap.Find("File/a") != nil
 	})
 	garbage := []byte("{\"version\": 2, garbage")
-	lock, err := state.Dir{Path: stateDir}.Lock(context.Background(), 10*time.Second)
+	lock, err := state.At(stateDir).Lock(context.Background(), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 		if len(aside) != 1 || err != nil {
 			return false
 		}
-		_, err = state.Dir{Path: stateDir}.Load()
+		_, err = state.At(stateDir).Load()
 		return err == nil
 	})
 	if b, _ := os.ReadFile(aside[0]); !bytes.Equal(b, garbage) {
@@ -239,7 +239,7 @@ func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 	if n := strings.Count(logs.String(), "level=ERROR msg=\"state.json was damaged"); n != 1 {
 		t.Errorf("said %d times at ERROR:\n%s", n, logs.String())
 	}
-	snap, _ := state.Dir{Path: stateDir}.Load()
+	snap, _ := state.At(stateDir).Load()
 	if snap.Find("File/a") == nil {
 		t.Error("the agent's snapshot, written in place of the damaged one, forgot File/a")
 	}

@@ -54,7 +54,7 @@ func syncHost(t *testing.T, h parityHost, p reconcile.Policy) (*apply.Report, er
 // cortex-sync created it, and whether its last apply failed.
 func inventory(t *testing.T, h parityHost) []string {
 	t.Helper()
-	snap, err := state.Dir{Path: h.state}.Load()
+	snap, err := state.At(h.state).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func inventory(t *testing.T, h parityHost) []string {
 // failures is the saved snapshot's last attempt in words.
 func failures(t *testing.T, h parityHost) []string {
 	t.Helper()
-	snap, err := state.Dir{Path: h.state}.Load()
+	snap, err := state.At(h.state).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestParity(t *testing.T) {
 	for _, h := range []parityHost{bySync, byAgent} {
 		// Put back as a careful hand does: under the state lock, whole, by
 		// a rename.
-		lock, err := state.Dir{Path: h.state}.Lock(ctx, 10*time.Second)
+		lock, err := state.At(h.state).Lock(ctx, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}

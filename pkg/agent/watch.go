@@ -56,11 +56,12 @@ func newWatcher(a *Agent) (*watcher, error) {
 		f.Close()
 		return nil, err
 	}
-	procs, _ := filepath.Abs(a.sess.State.Sub("procs"))
+	procs, _ := filepath.Abs(a.sess.State.Sub("procs").Path())
 	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, procs: procs,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
 		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}}
-	if err := os.MkdirAll(w.procs, 0o700); err == nil {
+	if h, err := a.sess.State.Sub("procs").Open(true); err == nil { // made through the state dir's door
+		h.Close()
 		w.fs.Add(w.procs)
 	}
 	return w, nil

@@ -146,7 +146,7 @@ func TestQueueUnderChurn(t *testing.T) {
 	if err := stopAgent(); err != nil {
 		t.Fatal(err)
 	}
-	snap, err := state.Dir{Path: stateDir}.Load()
+	snap, err := state.At(stateDir).Load()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestAgentOwnsWhatItWasCreating(t *testing.T) {
 		writeFile(t, filepath.Join(repo, name+".yaml"), fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: %s}\nspec: {path: /etc/%s.conf, content: \"desired\\n\"}\n", name, name))
 		writeFile(t, filepath.Join(root, "etc", name+".conf"), "desired\n")
 	}
-	d := state.Dir{Path: stateDir}
+	d := state.At(stateDir)
 	snap, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestAgentIndexesWhatItWasMirroring(t *testing.T) {
 	writeFile(t, filepath.Join(root, "srv/kb/new.md"), "new\n")
 	startAgent(t, repo, root, stateDir)
 	waitFor(t, 30*time.Second, "new.md in the tree index", func() bool {
-		x, err := state.LoadIndex(filepath.Join(stateDir, "trees", "Directory.kb.idx"))
+		x, err := state.LoadIndex(state.At(stateDir).File("trees/Directory.kb.idx"))
 		return err == nil && x.Get("new.md") != nil
 	})
 }

@@ -415,21 +415,22 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 
 // commandLog is where a command's runs are logged.
 func commandLog(env *Env, id string) string {
-	return commandLogFile(env.State.Path, resource.ID(id).Name())
+	return commandLogFile(env.State.Path(), resource.ID(id).Name())
 }
 
 func commandLogFile(stateDir, name string) string {
-	return filepath.Join(stateDir, "logs", "command-"+name+".log")
+	return filepath.Join(stateDir, commandLogName(name))
 }
 
-// appendLog keeps every run's output in stateDir/logs/command-<name>.log.
+// commandLogName is a command's log in the state dir.
+func commandLogName(name string) string { return "logs/command-" + name + ".log" }
+
+// appendLog keeps every run's output in stateDir/logs/command-<name>.log,
+// written through the state dir's door (no symlink there is followed).
 func appendLog(env *Env, name string, argv []string, out []byte, code int, err error) {
-	p := commandLog(env, string(resource.NewID("Command", name)))
-	if os.MkdirAll(filepath.Dir(p), 0o700) != nil {
-		return
-	}
-	supervise.CapLog(p, supervise.DefaultLogMax) // capped like a process's log
-	f, ferr := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	p := commandLogName(name)
+	env.State.CapLog(p, supervise.DefaultLogMax) // capped like a process's log
+	f, ferr := env.State.OpenLog(p)
 	if ferr != nil {
 		return
 	}

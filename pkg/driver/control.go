@@ -36,17 +36,17 @@ func ControlProcess(ctx context.Context, env *Env, id resource.ID, op ProcessOp)
 	}
 	rec := env.Snapshot.Find(string(id))
 	if rec == nil {
-		return health.Report{}, fmt.Errorf("%s is not in the inventory of %s: sync it first", id, env.State.Path)
+		return health.Report{}, fmt.Errorf("%s is not in the inventory of %s: sync it first", id, env.State.Path())
 	}
 	name := id.Name()
 	var err error
 	switch op {
 	case OpRestart:
-		_, err = supervise.Restart(env.State.Path, name)
+		_, err = supervise.Restart(env.State.Path(), name)
 	case OpStop:
-		_, err = supervise.Hold(env.State.Path, name)
+		_, err = supervise.Hold(env.State.Path(), name)
 	case OpStart:
-		_, err = supervise.Release(env.State.Path, name)
+		_, err = supervise.Release(env.State.Path(), name)
 	default:
 		return health.Report{}, fmt.Errorf("%q is not a process verb", op)
 	}
@@ -73,7 +73,7 @@ func rebuild(env *Env, id resource.ID, op ProcessOp) error {
 		return err
 	}
 	s.Hold = op == OpStop
-	_, err = supervise.Run(env.State.Path, s)
+	_, err = supervise.Run(env.State.Path(), s)
 	return err
 }
 

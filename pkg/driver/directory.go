@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"path/filepath"
 	"strings"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
@@ -70,8 +69,8 @@ type dirWork struct {
 	writes int // files to write, for progress
 }
 
-func treeIndexFile(env *Env, id string) string {
-	return filepath.Join(env.State.Sub("trees"), strings.ReplaceAll(id, "/", ".")+".idx")
+func treeIndexFile(env *Env, id string) state.File {
+	return env.State.File("trees/" + strings.ReplaceAll(id, "/", ".") + ".idx")
 }
 
 func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, rec *state.Entry) (*diff.Change, error) {

@@ -33,8 +33,8 @@ func TestHostedCommandsKeepExitCodes(t *testing.T) {
 	}
 	set := manifests(t, docs)
 	e := env(t, set, &state.Snapshot{})
-	t.Cleanup(func() { supervise.StopAll(e.State.Path) })
-	h, err := supervise.NewHost(e.State.Path)
+	t.Cleanup(func() { supervise.StopAll(e.State.Path()) })
+	h, err := supervise.NewHost(e.State.Path())
 	if errors.Is(err, supervise.ErrNoContainment) {
 		t.Skip(err)
 	}
@@ -60,7 +60,7 @@ func TestHostedCommandsKeepExitCodes(t *testing.T) {
 	}
 	restarts := func() (n int) {
 		for i := range procs {
-			if st, _ := supervise.Read(e.State.Path, fmt.Sprintf("p%d", i)); st != nil {
+			if st, _ := supervise.Read(e.State.Path(), fmt.Sprintf("p%d", i)); st != nil {
 				if st.Shim != supervise.Self() {
 					t.Fatalf("p%d is supervised by pid %d, not by this process", i, st.Shim.PID)
 				}
@@ -90,7 +90,7 @@ func TestHostedCommandsKeepExitCodes(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	for i := range procs {
-		st, _ := supervise.Read(e.State.Path, fmt.Sprintf("p%d", i))
+		st, _ := supervise.Read(e.State.Path(), fmt.Sprintf("p%d", i))
 		if st.LastExit == nil || st.LastExit.Code != 7 {
 			t.Errorf("p%d: last exit %+v, want exit code 7", i, st.LastExit)
 		}

@@ -25,7 +25,7 @@ spec: {path: /etc/pw, content: hunter2, sensitive: true}
 	h.sync()
 	sum := sha256.Sum256([]byte("hunter2"))
 	weak := hex.EncodeToString(sum[:])
-	sd := state.Dir{Path: h.stdir}
+	sd := state.At(h.stdir)
 	snap, err := sd.Load()
 	if err != nil {
 		t.Fatal(err)

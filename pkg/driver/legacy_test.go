@@ -48,7 +48,7 @@ spec: {command: [sleep, "1400"], restartOn: [File/app, File/inline, Directory/kb
 	})
 
 	// As the older cortex-sync recorded it.
-	sd := state.Dir{Path: h.stdir}
+	sd := state.At(h.stdir)
 	snap, err := sd.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +68,7 @@ spec: {command: [sleep, "1400"], restartOn: [File/app, File/inline, Directory/kb
 	if err := sd.Save(snap); err != nil {
 		t.Fatal(err)
 	}
-	idxFile := filepath.Join(h.stdir, "trees", "Directory.kb.idx")
+	idxFile := state.At(h.stdir).File("trees/Directory.kb.idx")
 	idx, err := state.LoadIndex(idxFile)
 	if err != nil {
 		t.Fatal(err)

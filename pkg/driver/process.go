@@ -317,7 +317,7 @@ type live struct {
 }
 
 func observeProcess(env *Env, name string) (live, error) {
-	st, err := supervise.Read(env.State.Path, name)
+	st, err := supervise.Read(env.State.Path(), name)
 	if err != nil {
 		return live{}, fmt.Errorf("read the status of %s: %w", name, err)
 	}
@@ -471,7 +471,7 @@ func (processDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 
 // stateFiles: the supervisor's status file says how the process runs.
 func (processDriver) stateFiles(env *Env, r *resource.Resource) []string {
-	_, status := supervise.Files(env.State.Path, r.ID().Name())
+	_, status := supervise.Files(env.State.Path(), r.ID().Name())
 	return []string{status}
 }
 
@@ -492,7 +492,7 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 		if env.Simulate {
 			return nil, nil
 		}
-		return nil, supervise.Remove(env.State.Path, name, stopSig, stopTimeout)
+		return nil, supervise.Remove(env.State.Path(), name, stopSig, stopTimeout)
 	case diff.NoOp:
 		// What runs is what is desired: record it as the status says,
 		// should the snapshot lag behind.
@@ -521,14 +521,14 @@ func (processDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	if err != nil {
 		return nil, err
 	}
-	st, err := supervise.Run(env.State.Path, s)
+	st, err := supervise.Run(env.State.Path(), s)
 	if err != nil {
 		return nil, err
 	}
 	if st.StartError != "" {
 		// It never ran: nothing is left to retry a program that is not
 		// there; the next sync tries again.
-		supervise.Remove(env.State.Path, name, stopSig, stopTimeout)
+		supervise.Remove(env.State.Path(), name, stopSig, stopTimeout)
 		return nil, fmt.Errorf("cannot start: %s", st.StartError)
 	}
 	e := newEntry(c.Desired, "")
@@ -553,7 +553,7 @@ func (s *ProcessSpec) stop() (syscall.Signal, time.Duration) {
 // state, pid, restarts, the next attempt, how it is contained, and for one
 // that is Degraded, the last lines of its output.
 func runtimeOf(env *Env, name string, st *supervise.Status, h health.Status) *diff.Runtime {
-	logFile, _ := supervise.Files(env.State.Path, name)
+	logFile, _ := supervise.Files(env.State.Path(), name)
 	rt := &diff.Runtime{LogPath: logFile}
 	if st == nil {
 		return rt
@@ -602,7 +602,7 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 	if err != nil {
 		return supervise.Spec{}, err
 	}
-	stateDir, err := filepath.Abs(env.State.Path)
+	stateDir, err := filepath.Abs(env.State.Path())
 	if err != nil {
 		return supervise.Spec{}, err
 	}

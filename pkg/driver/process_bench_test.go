@@ -61,8 +61,8 @@ func env(b testing.TB, set *resource.Set, snap *state.Snapshot) *driver.Env {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { root.Close() })
-	sd := state.Dir{Path: b.TempDir()}
-	return &driver.Env{Root: root, Set: set, State: sd, Snapshot: snap, Backups: &driver.Backups{Dir: sd.Sub("backups")}, Concurrency: 2}
+	sd := state.At(b.TempDir())
+	return &driver.Env{Root: root, Set: set, State: sd, Snapshot: snap, Backups: &driver.Backups{State: sd}, Concurrency: 2}
 }
 
 // BenchmarkObserve200Processes plans 200 running processes: per process a
@@ -84,7 +84,7 @@ func BenchmarkObserve200Processes(b *testing.B) {
 		b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 		id := supervise.Of(cmd.Process.Pid)
 		name := fmt.Sprintf("p%d", i)
-		_, statusFile := supervise.Files(e.State.Path, name)
+		_, statusFile := supervise.Files(e.State.Path(), name)
 		os.MkdirAll(filepath.Dir(statusFile), 0o700)
 		r := set.Get(resource.ID("Process/" + name))
 		st, _ := json.Marshal(supervise.Status{Shim: id, Process: id, State: supervise.Running, Ready: true, Hash: hashOf(b, e, r)})
@@ -187,9 +187,9 @@ func killToServing(b *testing.B, hosted bool) {
 	doc := fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: web}\nspec:\n  command: %s\n  minUptime: 50ms\n  stopTimeout: 1s\n", argv)
 	set := manifests(b, map[string]string{"web.yaml": doc})
 	e := env(b, set, &state.Snapshot{})
-	b.Cleanup(func() { supervise.StopAll(e.State.Path) })
+	b.Cleanup(func() { supervise.StopAll(e.State.Path()) })
 	if hosted {
-		h, err := supervise.NewHost(e.State.Path)
+		h, err := supervise.NewHost(e.State.Path())
 		if err != nil {
 			b.Skip(err)
 		}
@@ -206,12 +206,12 @@ func killToServing(b *testing.B, hosted bool) {
 		b.Fatal(err)
 	}
 	waitListening(b, port)
-	if st, _ := supervise.Read(e.State.Path, "web"); (st.Shim == supervise.Self()) != hosted {
+	if st, _ := supervise.Read(e.State.Path(), "web"); (st.Shim == supervise.Self()) != hosted {
 		b.Fatalf("hosted %v, but the supervisor is pid %d", hosted, st.Shim.PID)
 	}
 	var serving, reaction []time.Duration
 	for b.Loop() {
-		st, _ := supervise.Read(e.State.Path, "web")
+		st, _ := supervise.Read(e.State.Path(), "web")
 		for time.Since(st.Started) < 60*time.Millisecond { // up past minUptime
 			time.Sleep(time.Millisecond)
 		}
@@ -222,13 +222,13 @@ func killToServing(b *testing.B, hosted bool) {
 		}
 		waitListening(b, port)
 		serving = append(serving, time.Since(killed))
-		next, _ := supervise.Read(e.State.Path, "web")
+		next, _ := supervise.Read(e.State.Path(), "web")
 		for deadline := time.Now().Add(5 * time.Second); next.Process == st.Process || next.State != supervise.Running; {
 			if time.Now().After(deadline) {
 				b.Fatal("the status never showed the new process")
 			}
 			time.Sleep(100 * time.Microsecond)
-			next, _ = supervise.Read(e.State.Path, "web")
+			next, _ = supervise.Read(e.State.Path(), "web")
 		}
 		// The new process's start, stamped by its supervisor as it forks.
 		reaction = append(reaction, next.Started.Sub(killed))
@@ -528,7 +528,7 @@ func BenchmarkStartToHealthy(b *testing.B) {
 			time.Sleep(time.Millisecond)
 		}
 		managed += time.Since(start)
-		supervise.StopAll(e.State.Path)
+		supervise.StopAll(e.State.Path())
 	}
 	b.ReportMetric(float64(alone.Milliseconds())/float64(b.N), "alone-ms/op")
 	b.ReportMetric(float64(managed.Milliseconds())/float64(b.N), "managed-ms/op")

@@ -48,7 +48,7 @@ func (h *host) session(recall, write bool) *reconcile.Session {
 	var d *reconcile.Desired
 	if !recall {
 		var err error
-		if d, err = reconcile.Load(ctx, &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}, resource.Options{}, nil); err != nil {
+		if d, err = reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, resource.Options{}, nil); err != nil {
 			h.t.Fatal(err)
 		}
 		h.t.Cleanup(func() { d.Close() })

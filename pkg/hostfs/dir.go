@@ -29,8 +29,16 @@ type Dir struct {
 // Path is the in-root path of the directory, after symlinks.
 func (d *Dir) Path() string { return d.path }
 
-// Close releases the descriptor.
-func (d *Dir) Close() error { return unix.Close(d.fd) }
+// Close releases the descriptor. A second Close does nothing: the number
+// may be another file's by then.
+func (d *Dir) Close() error {
+	if d.fd < 0 {
+		return nil
+	}
+	err := unix.Close(d.fd)
+	d.fd = -1
+	return err
+}
 
 // Stat is what the quick drift check compares: the fields git's index keeps.
 type Stat struct {

@@ -1,7 +1,9 @@
 // Package hostfs is the agent's only door to the host filesystem: every path
 // resolves under a root with chroot semantics (openat2 RESOLVE_IN_ROOT) and is
 // checked against the allowed paths, and all work happens on directory
-// descriptors that never follow the last component.
+// descriptors that never follow the last component. A directory cortex-sync
+// owns (the state dir) is opened with OpenOwned: below it no symlink is
+// followed at all.
 package hostfs
 
 import (

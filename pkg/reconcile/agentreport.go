@@ -3,6 +3,7 @@ package reconcile
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"time"
@@ -70,9 +71,15 @@ func WriteAgentReport(d state.Dir, r *AgentReport) error {
 	if err != nil {
 		return err
 	}
+	h, err := d.Open(true)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
 	// Not a state-dir temp (a lock taker removes those): the agent writes
 	// this without the state lock.
-	f, err := os.CreateTemp(d.Path, agentReportFile+".*")
+	tmp := fmt.Sprintf("%s.%d", agentReportFile, os.Getpid())
+	f, err := h.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -81,17 +88,17 @@ func WriteAgentReport(d state.Dir, r *AgentReport) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(f.Name(), d.Sub(agentReportFile))
+		err = h.Rename(tmp, agentReportFile)
 	}
 	if err != nil {
-		os.Remove(f.Name())
+		h.Remove(tmp)
 	}
 	return err
 }
 
 // RemoveAgentReport removes the report of an agent that stops.
 func RemoveAgentReport(d state.Dir) error {
-	err := os.Remove(d.Sub(agentReportFile))
+	err := d.Remove(agentReportFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -101,7 +108,7 @@ func RemoveAgentReport(d state.Dir) error {
 // ReadAgentReport is the report of the agent running on the state dir; nil
 // when none runs (a report whose agent is gone is not read).
 func ReadAgentReport(d state.Dir) *AgentReport {
-	b, err := os.ReadFile(d.Sub(agentReportFile))
+	b, err := d.ReadFile(agentReportFile)
 	if err != nil {
 		return nil
 	}

@@ -134,7 +134,7 @@ type Session struct {
 // until Close, so the snapshot it loads is the one it replaces; one that
 // does not (the agent, a status) takes it for each change (Converge).
 func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Session, error) {
-	s := &Session{Config: cfg, State: state.Dir{Path: cfg.StateDir}, desired: desired}
+	s := &Session{Config: cfg, State: state.At(cfg.StateDir), desired: desired}
 	ok := false
 	defer func() {
 		if !ok {
@@ -156,7 +156,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	snap.Root = absRoot
 	s.Env = &driver.Env{
 		Root: s.Root, State: s.State, Snapshot: snap,
-		Backups:     &driver.Backups{Dir: s.State.Sub("backups")},
+		Backups:     &driver.Backups{State: s.State},
 		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
 	}
 	if desired != nil {

@@ -52,7 +52,7 @@ func (h *host) file(name, path, content string, extra ...string) {
 func (h *host) run(planOnly bool, p reconcile.Policy) (*diff.Plan, *apply.Report) {
 	h.t.Helper()
 	ctx := context.Background()
-	src := &source.Dir{Dir: h.repo, CacheDir: filepath.Join(h.stdir, "cache")}
+	src := &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}
 	d, err := reconcile.Load(ctx, src, resource.Options{}, nil)
 	if err != nil {
 		h.t.Fatal(err)
@@ -201,7 +201,7 @@ func TestSnapshotRecordsPartialRuns(t *testing.T) {
 	h.file("broken", "/blocker/x", "x")
 	h.file("fine", "/fine", "y")
 	h.run(false, reconcile.Policy{})
-	snap, err := state.Dir{Path: h.stdir}.Load()
+	snap, err := state.At(h.stdir).Load()
 	if err != nil {
 		t.Fatal(err)
 	}

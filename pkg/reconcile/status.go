@@ -51,7 +51,7 @@ type ResourceStatus struct {
 // from the snapshot).
 func (s *Session) Status(ctx context.Context) *Status {
 	view := s.w.View()
-	doc := &Status{StateDir: s.State.Path, Source: view.Source, Revision: view.Revision, LastAttempt: view.LastAttempt, RolledBack: view.RolledBack, Resources: []ResourceStatus{}}
+	doc := &Status{StateDir: s.State.Path(), Source: view.Source, Revision: view.Revision, LastAttempt: view.LastAttempt, RolledBack: view.RolledBack, Resources: []ResourceStatus{}}
 	if !view.LastSyncTime.IsZero() {
 		doc.LastSyncTime = &view.LastSyncTime
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // BenchmarkNoOpPoll is a poll of git daemon on 127.0.0.1 when nothing
@@ -31,7 +32,7 @@ func BenchmarkNoOpPoll(b *testing.B) {
 	}
 	repo.Commit("tree", files)
 	url, _ := repo.Daemon(b)
-	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 20 * time.Second}
+	g := &source.Git{URL: url, Branch: "main", Cache: state.At(b.TempDir()), Timeout: 20 * time.Second}
 	ctx := context.Background()
 	if _, err := g.Fetch(ctx); err != nil {
 		b.Fatal(err)
@@ -73,7 +74,7 @@ func goSourceDaemon(b *testing.B) string {
 	}
 	repo.Commit("tree", nil)
 	url, _ := repo.Daemon(b)
-	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+	g := &source.Git{URL: url, Branch: "main", Cache: state.At(b.TempDir()), Timeout: 10 * time.Minute}
 	if _, err := g.Fetch(context.Background()); err != nil {
 		b.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func goSourceDaemon(b *testing.B) string {
 
 // coldFetch fetches url into an empty cache.
 func coldFetch(b *testing.B, url string) *source.Checkout {
-	g := &source.Git{URL: url, Branch: "main", CacheDir: b.TempDir(), Timeout: 10 * time.Minute}
+	g := &source.Git{URL: url, Branch: "main", Cache: state.At(b.TempDir()), Timeout: 10 * time.Minute}
 	co, err := g.Fetch(context.Background())
 	if err != nil {
 		b.Fatal(err)

@@ -25,9 +25,9 @@ import (
 type Dir struct {
 	Dir  string // the repository's directory
 	Path string // the manifests' path inside it
-	// CacheDir keeps the stat cache that spares re-hashing unchanged files;
-	// empty disables it.
-	CacheDir string
+	// Cache keeps the stat cache that spares re-hashing unchanged files;
+	// the zero Dir disables it.
+	Cache state.Dir
 }
 
 // Ref records the directory's absolute path.
@@ -55,11 +55,11 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 		return nil, fmt.Errorf("source directory: %w", err)
 	}
 	t := &dirTree{root: root}
-	if d.CacheDir != "" {
+	if d.Cache != (state.Dir{}) {
 		sum := sha256.Sum256([]byte(root.Dir()))
 		// dir2-: content IDs became Git blob IDs; a cache of the old
 		// ones (dir-) is left to rot, never read.
-		t.cacheFile = filepath.Join(d.CacheDir, "dir2-"+hex.EncodeToString(sum[:8])+".idx")
+		t.cacheFile = d.Cache.File("dir2-" + hex.EncodeToString(sum[:8]) + ".idx")
 		if t.cache, err = state.LoadIndex(t.cacheFile); err != nil {
 			t.cache = state.NewIndexAt(t.cacheFile) // a cache is only a cache
 		}
@@ -82,7 +82,7 @@ type dirTree struct {
 	root      *hostfs.Root
 	mu        sync.Mutex
 	cache     *state.Index
-	cacheFile string
+	cacheFile state.File // the zero File: none
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
@@ -128,7 +128,7 @@ func (t *dirTree) Close() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var err error
-	if t.cache.Dirty() && t.cacheFile != "" {
+	if t.cache.Dirty() && t.cacheFile != (state.File{}) {
 		err = t.cache.Save(t.cacheFile)
 	}
 	return errors.Join(err, t.root.Close())

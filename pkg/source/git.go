@@ -8,15 +8,13 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
-	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -24,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -35,8 +34,8 @@ type Git struct {
 	// Exactly one of Branch, Tag, Semver and Commit names the revision;
 	// Commit also takes Branch, the ref to fetch it from.
 	Branch, Tag, Semver, Commit string
-	Path                        string // the manifests' path inside the repository
-	CacheDir                    string // stateDir/cache
+	Path                        string    // the manifests' path inside the repository
+	Cache                       state.Dir // stateDir/cache
 	Timeout                     time.Duration
 	Auth                        Auth
 	// VerifyKeyring, when set, names a file of armored PGP public keys: the
@@ -53,6 +52,10 @@ type Git struct {
 	// not load the pack indexes again.
 	cache *gitCache
 	packs *packSet
+	// abandoned is closed when a go-git call given up on (a timeout, a
+	// full disk) has ended: the next fetch waits for it before it touches
+	// the cache.
+	abandoned chan struct{}
 }
 
 // cacheObjects bounds go-git's object cache: its 96 MiB default costs about
@@ -115,40 +118,72 @@ func isSHA1(s string) bool {
 	return err == nil
 }
 
-// bounded runs f but gives up when ctx ends: go-git's git:// and SSH
-// connects do not watch the context. The abandoned call ends on its own
-// when the connection fails.
-func bounded(ctx context.Context, f func() error) error {
+// bounded runs f but gives up when ctx ends (go-git's git:// and SSH
+// connects do not watch the context), or at once when failed says the
+// cache could not take what f fetches (go-git itself waits for the server
+// to finish sending, which a file:// server never does once its reader
+// stopped). The abandoned call ends on its own when the connection fails
+// or the rest is read; the next fetch waits for that.
+func (g *Git) bounded(ctx context.Context, failed <-chan error, f func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- f() }()
+	finished := make(chan struct{})
+	go func() {
+		done <- f()
+		close(finished)
+	}()
 	select {
 	case err := <-done:
 		return err
+	case err := <-failed:
+		g.abandoned = finished
+		return err
 	case <-ctx.Done():
+		g.abandoned = finished
 		return ctx.Err()
+	}
+}
+
+// settled waits for a go-git call given up on to end.
+func (g *Git) settled(ctx context.Context) error {
+	if g.abandoned == nil {
+		return nil
+	}
+	select {
+	case <-g.abandoned:
+		g.abandoned = nil
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the last fetch, given up on, has not ended yet: %w", ctx.Err())
 	}
 }
 
 // cache is the on-disk repository cache of one remote URL.
 type gitCache struct {
-	dir     string
+	dir     state.Dir
 	storage *filesystem.Storage
 }
 
-func (g *Git) cacheDir() string {
+// cacheName is the cache of the URL's name in the cache dir.
+func (g *Git) cacheName() string {
 	sum := sha256.Sum256([]byte(g.URL))
-	return filepath.Join(g.CacheDir, "git-"+hex.EncodeToString(sum[:8]))
+	return "git-" + hex.EncodeToString(sum[:8])
 }
 
-func openCache(dir string) (*gitCache, bool, error) {
+func (g *Git) cacheDir() state.Dir { return g.Cache.Sub(g.cacheName()) }
+
+func openCache(dir state.Dir) (*gitCache, bool, error) {
 	fresh := false
-	if _, err := os.Stat(filepath.Join(dir, "HEAD")); errors.Is(err, fs.ErrNotExist) {
+	if _, err := dir.Lstat("HEAD"); errors.Is(err, fs.ErrNotExist) {
 		fresh = true
-		if err := os.MkdirAll(dir, 0o700); err != nil {
+		h, err := dir.Open(true)
+		if err != nil {
 			return nil, false, err
 		}
+		h.Close()
+	} else if err != nil {
+		return nil, false, err
 	}
-	st := filesystem.NewStorageWithOptions(osfs.New(dir), cache.NewObjectLRU(cacheObjects), filesystem.Options{})
+	st := filesystem.NewStorageWithOptions(cacheFS{dir}, cache.NewObjectLRU(cacheObjects), filesystem.Options{})
 	if fresh {
 		if _, err := git.Init(st, nil); err != nil && !errors.Is(err, git.ErrRepositoryAlreadyExists) {
 			return nil, false, err
@@ -174,7 +209,7 @@ func (g *Git) Fetch(ctx context.Context) (*Checkout, error) {
 	if errors.As(err, &corrupt) {
 		g.Log.Warn("discarding a corrupt git cache", "url", g.URL, "error", corrupt.err)
 		g.closeCache()
-		if rmErr := os.RemoveAll(g.cacheDir()); rmErr != nil {
+		if rmErr := g.Cache.RemoveAll(g.cacheName()); rmErr != nil {
 			return nil, rmErr
 		}
 		co, err = g.fetch(ctx)
@@ -192,11 +227,14 @@ type corruptCacheError struct{ err error }
 func (e *corruptCacheError) Error() string { return "corrupt cache: " + e.err.Error() }
 
 func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
+	if err := g.settled(ctx); err != nil {
+		return nil, err
+	}
 	dir := g.cacheDir()
-	if _, err := os.Stat(filepath.Join(dir, rebuildMarker)); err == nil {
+	if _, err := dir.Lstat(rebuildMarker); err == nil {
 		g.Log.Info("rebuilding the git cache", "url", g.URL)
 		g.closeCache()
-		if err := os.RemoveAll(dir); err != nil {
+		if err := g.Cache.RemoveAll(g.cacheName()); err != nil {
 			return nil, err
 		}
 	}
@@ -224,13 +262,14 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if err != nil {
 		return nil, err
 	}
-	remote := git.NewRemote(&packStore{Storage: c.storage, dir: c.dir}, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
+	store := &packStore{Storage: c.storage, dir: c.dir, packs: g.packs, failed: make(chan error, 1)}
+	remote := git.NewRemote(store, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
 
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
 	var refs []*plumbing.Reference
 	g.Stats.Lists++
-	err = bounded(ctx, func() error {
+	err = g.bounded(ctx, nil, func() error {
 		var err error
 		refs, err = remote.ListContext(ctx, &git.ListOptions{Auth: auth, CABundle: ca, PeelingOption: git.AppendPeeled, Timeout: int(g.Timeout.Seconds())})
 		return err
@@ -265,7 +304,10 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 				defer w.Close()
 			}
 		}
-		err = bounded(ctx, func() error { return remote.FetchContext(ctx, opts) })
+		err = g.bounded(ctx, store.failed, func() error { return remote.FetchContext(ctx, opts) })
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, fmt.Errorf("%w (the disk of the Git cache, %s, is full: free space there)", err, dir)
+		}
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
 			return nil, explain(err, g.Timeout)
 		}
@@ -309,7 +351,10 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if p == "" {
 		p = "."
 	}
-	t := newGitTree(c.storage, tree, g.packs)
+	t, err := newGitTree(c.storage, tree.Hash, g.packs)
+	if err != nil {
+		return nil, &corruptCacheError{err}
+	}
 	if _, err := fs.Stat(t, p); err != nil {
 		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
 	}
@@ -422,31 +467,44 @@ const (
 	sizeFile      = "cortex-sync-initial-size"
 )
 
-func markRebuild(dir string) {
-	os.WriteFile(filepath.Join(dir, rebuildMarker), nil, 0o600)
+func markRebuild(dir state.Dir) {
+	dir.WriteFile(rebuildMarker, nil)
 }
 
-func dirSize(dir string) int64 {
+// dirSize is what the cache's objects take.
+func dirSize(dir state.Dir) int64 {
+	h, err := dir.Sub("objects").Open(false)
+	if err != nil {
+		return 0
+	}
+	defer h.Close()
+	return treeSize(h)
+}
+
+func treeSize(h *hostfs.Dir) int64 {
 	var n int64
-	filepath.WalkDir(filepath.Join(dir, "objects"), func(_ string, d fs.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if fi, err := d.Info(); err == nil {
-				n += fi.Size()
+	entries, _ := h.ReadDir()
+	for _, e := range entries {
+		if e.IsDir() {
+			if sub, err := h.OpenDir(e.Name()); err == nil {
+				n += treeSize(sub)
+				sub.Close()
 			}
+		} else if st, err := h.Lstat(e.Name()); err == nil {
+			n += st.Size
 		}
-		return nil
-	})
+	}
 	return n
 }
 
-func recordSize(dir string) {
-	os.WriteFile(filepath.Join(dir, sizeFile), []byte(strconv.FormatInt(dirSize(dir), 10)), 0o600)
+func recordSize(dir state.Dir) {
+	dir.WriteFile(sizeFile, []byte(strconv.FormatInt(dirSize(dir), 10)))
 }
 
 // outgrown reports a cache grown past four times its first clone: go-git
 // never garbage-collects, so it is rebuilt instead.
-func outgrown(dir string) bool {
-	b, err := os.ReadFile(filepath.Join(dir, sizeFile))
+func outgrown(dir state.Dir) bool {
+	b, err := dir.ReadFile(sizeFile)
 	if err != nil {
 		return false
 	}

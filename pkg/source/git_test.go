@@ -20,6 +20,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // fetchFile fetches and reads one file of the checkout.
@@ -38,7 +39,7 @@ func fetchFile(t *testing.T, g *source.Git, name string) (string, string) {
 }
 
 func newGit(t *testing.T, url string) *source.Git {
-	return &source.Git{URL: url, Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	return &source.Git{URL: url, Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
 }
 
 // TestTransports fetches over every transport: first sync, then a new commit.
@@ -369,7 +370,7 @@ func TestCorruptCacheIsRefetched(t *testing.T) {
 	g := newGit(t, url)
 	fetchFile(t, g, "a")
 	// Destroy every object in the cache.
-	filepath.WalkDir(g.CacheDir, func(p string, d fs.DirEntry, err error) error {
+	filepath.WalkDir(g.Cache.Path(), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.Contains(p, "objects") {
 			os.WriteFile(p, []byte("garbage"), 0o600)
 		}
@@ -397,4 +398,75 @@ func TestCABundle(t *testing.T) {
 	if _, got := fetchFile(t, g, "a"); got != "a" {
 		t.Fatalf("with the CA: %q", got)
 	}
+}
+
+// TestCacheRefusesPlantedLinks: a symlink where the cache dir is, or the
+// stat cache of a directory source, is never followed: the fetch fails
+// saying so, and nothing is written where it points. One in the Git cache
+// of a URL is not followed either: that cache is discarded with it, and
+// fetched again.
+func TestCacheRefusesPlantedLinks(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	repo.Commit("one", map[string]*string{"a": gittest.S("a\n")})
+	url, _ := repo.Daemon(t)
+	for _, planted := range []string{"cache", "cache/git-%s", "cache/git-%s/objects"} {
+		t.Run(strings.ReplaceAll(planted, "/", "_"), func(t *testing.T) {
+			victim, stdir := t.TempDir(), t.TempDir()
+			g := &source.Git{URL: url, Branch: "main", Cache: state.At(stdir).Sub("cache"), Timeout: 20 * time.Second}
+			if strings.Contains(planted, "%s") {
+				// The cache's own name: fetch once, then swap a part of it.
+				co, err := g.Fetch(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				co.Close()
+				entries, _ := os.ReadDir(filepath.Join(stdir, "cache"))
+				planted = strings.ReplaceAll(planted, "git-%s", entries[0].Name())
+				g = &source.Git{URL: url, Branch: "main", Cache: state.At(stdir).Sub("cache"), Timeout: 20 * time.Second}
+			}
+			p := filepath.Join(stdir, planted)
+			os.MkdirAll(filepath.Dir(p), 0o700)
+			if err := os.RemoveAll(p); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(victim, p); err != nil {
+				t.Fatal(err)
+			}
+			_, err := g.Fetch(context.Background())
+			if planted == "cache" && !errors.Is(err, state.ErrSymlink) {
+				t.Errorf("fetch with %s a symlink: %v, want an error wrapping state.ErrSymlink", planted, err)
+			}
+			if planted != "cache" {
+				if err != nil {
+					t.Fatalf("fetch with %s a symlink: %v, want the cache fetched again", planted, err)
+				}
+				if fi, err := os.Lstat(p); err != nil || fi.Mode()&fs.ModeSymlink != 0 {
+					t.Errorf("%s after the fetch: %v, %v", planted, fi, err)
+				}
+			}
+			if entries, _ := os.ReadDir(victim); len(entries) > 0 {
+				t.Fatalf("written through %s: %v", planted, entries)
+			}
+		})
+	}
+	t.Run("dir stat cache", func(t *testing.T) {
+		victim, stdir := t.TempDir(), t.TempDir()
+		if err := os.Symlink(victim, filepath.Join(stdir, "cache")); err != nil {
+			t.Fatal(err)
+		}
+		d := &source.Dir{Dir: repo.Dir, Cache: state.At(stdir).Sub("cache")}
+		co, err := d.Fetch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := co.Tree.ContentID("a"); err != nil {
+			t.Fatal(err)
+		}
+		if err := co.Close(); !errors.Is(err, state.ErrSymlink) {
+			t.Errorf("saving the stat cache through a symlink: %v", err)
+		}
+		if entries, _ := os.ReadDir(victim); len(entries) > 0 {
+			t.Fatalf("written through the cache link: %v", entries)
+		}
+	})
 }

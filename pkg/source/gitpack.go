@@ -11,7 +11,6 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,9 @@ import (
 	"github.com/go-git/go-git/v5/storage/filesystem"
 	"github.com/klauspost/compress/zlib"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // packStore is the cache's storage with go-git's pack writer replaced.
@@ -32,24 +34,30 @@ import (
 // Objects are still read through go-git: only the .idx is built here.
 type packStore struct {
 	*filesystem.Storage
-	dir string // the cache: objects/pack is under it
+	dir   state.Dir // the cache: objects/pack is under it
+	packs *packSet  // its packs before the fetch, where a thin pack's bases are; may be nil
+	// failed takes the error that stopped the pack from being written (a
+	// full disk), at once; may be nil.
+	failed chan error
 }
 
 // PackfileWriter implements storer.PackfileWriter: go-git's fetch copies the
 // received pack into it.
 func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
-	packDir := filepath.Join(s.dir, "objects", "pack")
-	if err := os.MkdirAll(packDir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.CreateTemp(packDir, "tmp_pack_")
+	dir, err := s.dir.Sub(packDir).Open(true)
 	if err != nil {
 		return nil, err
 	}
+	f, tmp, err := dir.CreateTemp("pack")
+	if err != nil {
+		dir.Close()
+		return nil, err
+	}
 	pr, pw := io.Pipe()
-	w := &packWriter{dir: packDir, f: f, pw: pw, sum: newTrailerHash(), done: make(chan error, 1)}
+	w := &packWriter{dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1), failed: s.failed}
+	w.ix.storage, w.ix.old, w.ix.scratch = s.Storage, s.packs, s.dir.Scratch
 	go func() {
-		err := w.ix.index(pr, f, s.Storage, w.sum)
+		err := w.ix.index(pr, f, w.sum)
 		pr.CloseWithError(err) // a failed parse must not leave Write blocked
 		w.done <- err
 	}()
@@ -59,18 +67,36 @@ func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
 // packWriter writes the pack to a temporary file and feeds the indexer the
 // same bytes; Close installs pack and index under their checksum's name.
 type packWriter struct {
-	dir  string
+	dir  *hostfs.Dir // objects/pack
 	f    *os.File
+	tmp  string // f's name
 	pw   *io.PipeWriter
 	sum  *trailerHash
 	n    int64
 	ix   packIndexer
 	done chan error
+	// err stopped the writing; what comes after it is read and dropped,
+	// so that go-git's fetch runs to its end instead of waiting on a server
+	// that cannot finish sending. failed is told of it at once.
+	err    error
+	failed chan error
 }
 
 func (w *packWriter) Write(p []byte) (int, error) {
+	if w.err != nil {
+		return len(p), nil
+	}
 	if _, err := w.f.Write(p); err != nil {
-		return 0, err
+		// The temp file goes now: a fetch given up on at once may end the
+		// process before Close.
+		w.err = err
+		w.dir.Remove(w.tmp)
+		w.pw.CloseWithError(err)
+		select {
+		case w.failed <- err:
+		default:
+		}
+		return len(p), nil
 	}
 	w.sum.Write(p)
 	w.n += int64(len(p))
@@ -80,6 +106,9 @@ func (w *packWriter) Write(p []byte) (int, error) {
 func (w *packWriter) Close() error {
 	w.pw.Close()
 	err := <-w.done
+	if w.err != nil {
+		err = w.err
+	}
 	if err == nil && w.n > 0 {
 		err = w.install()
 	}
@@ -87,7 +116,8 @@ func (w *packWriter) Close() error {
 		err = nil // go-git reports an empty pack itself
 	}
 	w.f.Close()
-	os.Remove(w.f.Name()) // gone already when installed
+	w.dir.Remove(w.tmp) // gone already when installed
+	w.dir.Close()
 	return err
 }
 
@@ -105,12 +135,12 @@ func (w *packWriter) install() error {
 	if err != nil {
 		return err
 	}
-	name := filepath.Join(w.dir, "pack-"+w.ix.checksum.String())
-	tmp, err := os.CreateTemp(w.dir, "tmp_idx_")
+	name := "pack-" + w.ix.checksum.String()
+	tmp, tmpName, err := w.dir.CreateTemp(name + ".idx")
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer w.dir.Remove(tmpName)
 	bw := bufio.NewWriter(tmp)
 	if _, err := idxfile.NewEncoder(bw).Encode(idx); err != nil {
 		tmp.Close()
@@ -125,10 +155,10 @@ func (w *packWriter) install() error {
 	}
 	// The index first: go-git lists packs by their .pack file, and a pack
 	// without its index would break every read of the cache.
-	if err := os.Rename(tmp.Name(), name+".idx"); err != nil {
+	if err := w.dir.Rename(tmpName, name+".idx"); err != nil {
 		return err
 	}
-	return os.Rename(w.f.Name(), name+".pack")
+	return w.dir.Rename(w.tmp, name+".pack")
 }
 
 // trailerHash is the SHA-1 of a stream less its last 20 bytes: a pack's
@@ -182,12 +212,20 @@ type packObj struct {
 }
 
 // packIndexer reads a pack once as it arrives (headers, boundaries, hashes
-// of whole objects), then resolves deltas in parallel from the file.
+// of whole objects), then resolves deltas in parallel from the file. No
+// object is held whole past streamAbove bytes: a large one is hashed as it
+// streams, and a large delta base is kept in a scratch file.
 type packIndexer struct {
 	objs     []packObj
 	byRef    map[plumbing.Hash][]int32 // REF_DELTA objects by base
 	checksum plumbing.Hash
 	trailer  int64 // where the checksum is
+
+	// Where a thin pack's bases are: the cache's packs, else go-git's
+	// storage (loose objects).
+	old     *packSet
+	storage *filesystem.Storage
+	scratch func() (*os.File, error)
 }
 
 // countReader counts the bytes read through it.
@@ -207,8 +245,8 @@ func malformed(format string, a ...any) error {
 }
 
 // index reads the pack from r (the same bytes are written to f, and summed
-// by sum) and resolves every object; base holds a thin pack's bases.
-func (ix *packIndexer) index(r io.Reader, f *os.File, base *filesystem.Storage, sum *trailerHash) error {
+// by sum) and resolves every object.
+func (ix *packIndexer) index(r io.Reader, f *os.File, sum *trailerHash) error {
 	if err := ix.scan(r); err != nil {
 		return err
 	}
@@ -216,7 +254,12 @@ func (ix *packIndexer) index(r io.Reader, f *os.File, base *filesystem.Storage, 
 	if got := sum.Sum(); got != ix.checksum {
 		return malformed("pack checksum %s, its content hashes to %s", ix.checksum, got)
 	}
-	ext, err := ix.resolve(f, base)
+	ext, err := ix.resolve(f)
+	defer func() {
+		for _, b := range ext {
+			b.c.Close()
+		}
+	}()
 	if err != nil || len(ext) == 0 {
 		return err
 	}
@@ -286,16 +329,20 @@ func (ix *packIndexer) scan(r io.Reader) error {
 			return malformed("object at %d: %v", off, err)
 		}
 		var n int64
-		if typ.IsDelta() {
+		switch {
+		case typ.IsDelta() && size <= streamAbove && kept+int(size) <= keepDeltas:
 			data, err := readAllSized(zr, size)
 			if err != nil {
 				return malformed("object at %d: %v", off, err)
 			}
 			n = int64(len(data))
-			if kept+len(data) <= keepDeltas {
-				o.delta, kept = data, kept+len(data)
+			o.delta, kept = data, kept+len(data)
+		case typ.IsDelta():
+			// Inflated again from the file when resolved.
+			if n, err = io.CopyBuffer(io.Discard, zr, buf); err != nil {
+				return malformed("object at %d: %v", off, err)
 			}
-		} else {
+		default:
 			h := plumbing.NewHasher(typ, size)
 			if n, err = io.CopyBuffer(h, zr, buf); err != nil {
 				return malformed("object at %d: %v", off, err)
@@ -364,17 +411,32 @@ func readAllSized(r io.Reader, size int64) ([]byte, error) {
 }
 
 // extBase is an object a thin pack's deltas are based on, read from the
-// cache.
+// cache: as content, and, when a pack of the cache holds it whole, where
+// (its bytes are then copied as they are).
 type extBase struct {
 	typ  plumbing.ObjectType
 	hash plumbing.Hash
-	data []byte
+	c    content
+	raw  *packFile
+	from int64
+	to   int64
+}
+
+// crcOf is the CRC of [from, to) of f.
+func (r *objReader) crcOf(f *os.File, from, to int64) (uint32, error) {
+	if to-from <= streamAbove {
+		b, err := r.raw(f, from, to)
+		return crc32.ChecksumIEEE(b), err
+	}
+	h := crc32.NewIEEE()
+	_, err := copyBuffered(h, io.NewSectionReader(f, from, to-from))
+	return h.Sum32(), err
 }
 
 // resolve computes the CRC of every object and resolves the deltas, on
 // every core: each base with children is one job. It returns the bases of
 // a thin pack.
-func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase, error) {
+func (ix *packIndexer) resolve(f *os.File) ([]extBase, error) {
 	workers := runtime.GOMAXPROCS(0)
 	var g errgroup.Group
 	g.SetLimit(workers)
@@ -387,11 +449,10 @@ func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase,
 			defer pool.Put(r)
 			for i := lo; i < hi; i++ {
 				o := &ix.objs[i]
-				b, err := r.raw(f, o.off, o.end)
-				if err != nil {
+				var err error
+				if o.crc, err = r.crcOf(f, o.off, o.end); err != nil {
 					return err
 				}
-				o.crc = crc32.ChecksumIEEE(b)
 			}
 			return nil
 		})
@@ -409,11 +470,12 @@ func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase,
 		g.Go(func() error {
 			r := pool.Get().(*objReader)
 			defer pool.Put(r)
-			data, err := r.inflate(f, o)
+			c, err := ix.content(f, r, o)
 			if err != nil {
 				return err
 			}
-			return ix.resolveChildren(f, r, o, data, 0)
+			defer c.Close()
+			return ix.resolveChildren(f, r, o, c, 0)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -429,47 +491,127 @@ func (ix *packIndexer) resolve(f *os.File, base *filesystem.Storage) ([]extBase,
 			if ix.objs[kids[0]].resolved.Load() {
 				continue
 			}
-			obj, err := base.EncodedObject(plumbing.AnyObject, h)
+			b, ok, err := ix.extBase(h)
 			if err != nil {
+				return ext, err
+			}
+			if !ok {
 				continue
 			}
-			data, err := readEncoded(obj)
-			if err != nil {
-				return nil, err
+			ext = append(ext, b)
+			o := &packObj{typ: b.typ, hash: h}
+			if err := ix.resolveChildren(f, new(objReader), o, b.c, 0); err != nil {
+				return ext, err
 			}
-			o := &packObj{typ: obj.Type(), hash: h}
-			if err := ix.resolveChildren(f, new(objReader), o, data, 0); err != nil {
-				return nil, err
-			}
-			ext = append(ext, extBase{typ: o.typ, hash: h, data: data})
 			progress = true
 		}
 	}
 	for i := range ix.objs {
 		if o := &ix.objs[i]; !o.resolved.Load() {
-			return nil, fmt.Errorf("%w: object at %d: its delta base is neither in the pack nor in the cache", packfile.ErrReferenceDeltaNotFound, o.off)
+			return ext, fmt.Errorf("%w: object at %d: its delta base is neither in the pack nor in the cache", packfile.ErrReferenceDeltaNotFound, o.off)
 		}
 	}
 	return ext, nil
 }
 
+// content is a whole object of the pack (not a delta) as content.
+func (ix *packIndexer) content(f *os.File, r *objReader, o *packObj) (content, error) {
+	if o.size <= streamAbove {
+		b, err := r.inflate(f, o)
+		if err != nil {
+			return nil, err
+		}
+		return newMem(b, false), nil
+	}
+	z, err := inflate(io.NewSectionReader(f, o.dataOff, o.end-o.dataOff), o.size)
+	if err != nil {
+		return nil, fmt.Errorf("object at %d: %w", o.off, err)
+	}
+	defer z.Close()
+	c, err := materialise(z, o.size, ix.scratch)
+	if err == nil {
+		err = atEOF(z)
+	}
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return nil, fmt.Errorf("object at %d: %w", o.off, err)
+	}
+	return c, nil
+}
+
+// extBase finds the object h in the cache, for a thin pack; ok is false
+// when the cache does not hold it.
+func (ix *packIndexer) extBase(h plumbing.Hash) (extBase, bool, error) {
+	if ix.old != nil {
+		if p, off, end, ok := ix.old.locate(h); ok {
+			hd, err := ix.old.header(p, off, end)
+			if err != nil {
+				return extBase{}, false, ix.old.damaged(h, p, err)
+			}
+			typ, c, err := ix.old.base(p, off, end, 0)
+			if err != nil {
+				return extBase{}, false, ix.old.damaged(h, p, err)
+			}
+			b := extBase{typ: typ, hash: h, c: c}
+			if !hd.typ.IsDelta() {
+				b.raw, b.from, b.to = p, off, end
+			}
+			return b, true, nil
+		}
+	}
+	obj, err := ix.storage.EncodedObject(plumbing.AnyObject, h)
+	if err != nil {
+		return extBase{}, false, nil
+	}
+	rc, err := obj.Reader()
+	if err != nil {
+		return extBase{}, false, err
+	}
+	defer rc.Close()
+	c, err := materialise(rc, obj.Size(), ix.scratch)
+	if err != nil {
+		return extBase{}, false, fmt.Errorf("thin pack base %s: %w", h, err)
+	}
+	return extBase{typ: obj.Type(), hash: h, c: c}, true, nil
+}
+
 // fixThin appends the bases to the pack, and writes its new object count
-// and checksum.
+// and checksum. A base a pack of the cache holds whole is copied as it is
+// there; any other is compressed as it streams.
 func (ix *packIndexer) fixThin(f *os.File, ext []extBase) error {
 	off := ix.trailer
 	for _, b := range ext {
-		var buf bytes.Buffer
-		writeObjectHeader(&buf, b.typ, int64(len(b.data)))
-		zw := zlib.NewWriter(&buf)
-		zw.Write(b.data)
-		if err := zw.Close(); err != nil {
-			return err
+		crc := crc32.NewIEEE()
+		at := io.NewOffsetWriter(f, off)
+		out := io.MultiWriter(at, crc)
+		if b.raw != nil {
+			if _, err := copyBuffered(out, io.NewSectionReader(b.raw.f, b.from, b.to-b.from)); err != nil {
+				return err
+			}
+		} else {
+			var hdr bytes.Buffer
+			writeObjectHeader(&hdr, b.typ, b.c.Size())
+			out.Write(hdr.Bytes())
+			level := zlib.DefaultCompression
+			if b.c.Size() > streamAbove {
+				level = zlib.BestSpeed
+			}
+			zw, err := zlib.NewWriterLevel(out, level)
+			if err != nil {
+				return err
+			}
+			if _, err := copyBuffered(zw, io.NewSectionReader(b.c, 0, b.c.Size())); err != nil {
+				return err
+			}
+			if err := zw.Close(); err != nil {
+				return err
+			}
 		}
-		if _, err := f.WriteAt(buf.Bytes(), off); err != nil {
-			return err
-		}
-		ix.objs = append(ix.objs, packObj{off: off, end: off + int64(buf.Len()), typ: b.typ, size: int64(len(b.data)), hash: b.hash, crc: crc32.ChecksumIEEE(buf.Bytes())})
-		off += int64(buf.Len())
+		n, _ := at.Seek(0, io.SeekCurrent) // what was written
+		ix.objs = append(ix.objs, packObj{off: off, end: off + n, typ: b.typ, size: b.c.Size(), hash: b.hash, crc: crc.Sum32()})
+		off += n
 	}
 	var count [4]byte
 	binary.BigEndian.PutUint32(count[:], uint32(len(ix.objs)))
@@ -477,7 +619,7 @@ func (ix *packIndexer) fixThin(f *os.File, ext []extBase) error {
 		return err
 	}
 	h := sha1.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, off)); err != nil {
+	if _, err := copyBuffered(h, io.NewSectionReader(f, 0, off)); err != nil {
 		return err
 	}
 	copy(ix.checksum[:], h.Sum(nil))
@@ -496,21 +638,14 @@ func writeObjectHeader(w *bytes.Buffer, typ plumbing.ObjectType, size int64) {
 	w.WriteByte(c)
 }
 
-func readEncoded(obj plumbing.EncodedObject) ([]byte, error) {
-	rc, err := obj.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return readAllSized(rc, obj.Size())
-}
-
 // maxDeltaDepth is git's own limit on delta chains (pack-objects.h).
 const maxDeltaDepth = 4095
 
-// resolveChildren applies the deltas based on o (content data, depth deltas
-// deep), depth first.
-func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, data []byte, depth int) error {
+// resolveChildren applies the deltas based on o (its content base, depth
+// deltas deep), depth first. A small delta on a small base is applied in
+// memory; any other streams, its target hashed as it is made, and kept (in
+// memory or a scratch file) only when deltas are based on it in turn.
+func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, base content, depth int) error {
 	if depth >= maxDeltaDepth && (len(o.children) > 0 || len(ix.byRef[o.hash]) > 0) {
 		return malformed("object at %d: a delta chain deeper than %d", o.off, maxDeltaDepth)
 	}
@@ -520,25 +655,91 @@ func (ix *packIndexer) resolveChildren(f *os.File, r *objReader, o *packObj, dat
 		if !c.resolved.CompareAndSwap(false, true) {
 			continue // a duplicate base: resolved through the other copy
 		}
-		delta := c.delta
-		if delta == nil {
-			var err error
-			if delta, err = r.inflate(f, c); err != nil {
-				return err
-			}
+		deltaSize := c.size
+		c.typ = o.typ
+		out, err := ix.apply(f, r, c, base, deltaSize, len(c.children) > 0)
+		if err == nil && out == nil && len(ix.byRef[c.hash]) > 0 {
+			// Based on by a REF_DELTA, as only its hash could tell: made again.
+			out, err = ix.apply(f, r, c, base, deltaSize, true)
 		}
-		out, err := packfile.PatchDelta(data, delta)
 		if err != nil {
 			return fmt.Errorf("object at %d: %w", c.off, err)
 		}
 		c.delta = nil
-		c.typ, c.size = o.typ, int64(len(out))
-		c.hash = plumbing.ComputeHash(c.typ, out)
-		if err := ix.resolveChildren(f, r, c, out, depth+1); err != nil {
-			return err
+		if out != nil {
+			err := ix.resolveChildren(f, r, c, out, depth+1)
+			out.Close()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// apply makes c (a delta of deltaSize bytes) on base: it sets c's size and
+// hash, and returns its content when keep.
+func (ix *packIndexer) apply(f *os.File, r *objReader, c *packObj, base content, deltaSize int64, keep bool) (content, error) {
+	var d delta
+	var inMem []byte
+	switch {
+	case c.delta != nil:
+		inMem = c.delta
+	case deltaSize <= streamAbove:
+		b, err := r.inflate(f, &packObj{off: c.off, dataOff: c.dataOff, end: c.end, size: deltaSize})
+		if err != nil {
+			return nil, err
+		}
+		inMem = b
+	default:
+		z, err := inflate(io.NewSectionReader(f, c.dataOff, c.end-c.dataOff), deltaSize)
+		if err != nil {
+			return nil, err
+		}
+		defer z.Close()
+		d = bufio.NewReaderSize(z, 32<<10)
+	}
+	if inMem != nil {
+		d = bytes.NewReader(inMem)
+	}
+	bsize, target, err := deltaSizes(d)
+	if err == nil && bsize != base.Size() {
+		err = fmt.Errorf("%w: its base holds %d bytes, the delta says %d", packfile.ErrInvalidDelta, base.Size(), bsize)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.size = target
+	if m, ok := base.(*memContent); ok && inMem != nil && target <= streamAbove {
+		out, err := packfile.PatchDelta(m.b, inMem)
+		if err != nil {
+			return nil, err
+		}
+		c.hash = plumbing.ComputeHash(c.typ, out)
+		if !keep {
+			return nil, nil
+		}
+		return newMem(out, true), nil
+	}
+	dr := newDeltaReader(base, d, target)
+	h := plumbing.NewHasher(c.typ, target)
+	var out content
+	if keep {
+		out, err = materialise(io.TeeReader(dr, h), target, ix.scratch)
+	} else {
+		_, err = copyBuffered(h, io.LimitReader(dr, target))
+	}
+	if err == nil {
+		err = atEOF(dr)
+	}
+	if err != nil {
+		if out != nil {
+			out.Close()
+		}
+		return nil, err
+	}
+	c.hash = h.Sum()
+	return out, nil
 }
 
 // objReader reads objects back from the pack file; one per goroutine.

@@ -18,6 +18,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // similarFiles makes n files of a few KB that differ a little, so that git
@@ -53,7 +54,7 @@ func TestPackIndexAgreesWithGit(t *testing.T) {
 	files := similarFiles(300, 1)
 	// By commit: the first fetch is a full one, not shallow, and git
 	// daemon uses what the cache holds as delta bases only then.
-	g := &Git{Branch: "main", Commit: repo.Commit("tree", files), CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g := &Git{Branch: "main", Commit: repo.Commit("tree", files), Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
 	g.URL, _ = repo.Daemon(t)
 	check := func(files map[string]*string) {
 		t.Helper()
@@ -68,10 +69,10 @@ func TestPackIndexAgreesWithGit(t *testing.T) {
 				t.Fatalf("%s: %q, %v; want %d bytes", name, got, err, len(*want))
 			}
 		}
-		gitOut(t, "--git-dir", g.cacheDir(), "fsck", "--full", "--strict")
+		gitOut(t, "--git-dir", g.cacheDir().Path(), "fsck", "--full", "--strict")
 	}
 	check(files)
-	idx, _ := filepath.Glob(filepath.Join(g.cacheDir(), "objects", "pack", "pack-*.idx"))
+	idx, _ := filepath.Glob(filepath.Join(g.cacheDir().Path(), "objects", "pack", "pack-*.idx"))
 	if len(idx) != 1 {
 		t.Fatalf("packs: %v", idx)
 	}
@@ -133,11 +134,16 @@ func packOf(t *testing.T, repo *gittest.Repo, revs ...string) []byte {
 }
 
 func writePack(dir string, pack []byte, chunk int) error {
-	s, _, err := openCache(dir)
+	s, _, err := openCache(state.At(dir))
 	if err != nil {
 		return err
 	}
-	w, err := (&packStore{Storage: s.storage, dir: dir}).PackfileWriter()
+	packs, err := openPacks(state.At(dir))
+	if err != nil {
+		return err
+	}
+	defer packs.release()
+	w, err := (&packStore{Storage: s.storage, dir: state.At(dir), packs: packs}).PackfileWriter()
 	if err != nil {
 		return err
 	}
@@ -163,7 +169,7 @@ func TestPackWriterRejectsDamage(t *testing.T) {
 	if err := writePack(dir, pack, 1000); err != nil {
 		t.Fatal(err)
 	}
-	c, _, err := openCache(dir)
+	c, _, err := openCache(state.At(dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,21 +1,27 @@
 package source
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/klauspost/compress/zlib"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // packSet reads objects straight from the cache's packs, for the many
@@ -26,7 +32,7 @@ import (
 // It holds the packs that were installed when it was opened; an object it
 // lacks (a loose object) is read through go-git instead.
 type packSet struct {
-	dir   string // the cache
+	dir   state.Dir // the cache
 	packs []*packFile
 	bases baseCache
 	refs  atomic.Int32 // the Git that opened it and each open tree
@@ -34,10 +40,9 @@ type packSet struct {
 
 // packFile is one pack and its index.
 type packFile struct {
-	name   string // for errors: pack-<sum>.pack
+	name   string // pack-<sum>.pack
 	f      *os.File
-	path   string
-	info   os.FileInfo // the pack as opened
+	info   hostfs.Stat // the pack as opened
 	fanout [256]uint32
 	ids    []byte  // sorted object IDs, 20 bytes each
 	offs   []int64 // each object's offset, in ID order
@@ -46,17 +51,24 @@ type packFile struct {
 	trailer int64
 }
 
+// packDir is where a cache keeps its packs.
+const packDir = "objects/pack"
+
 // openPacks opens every pack of the cache at dir.
-func openPacks(dir string) (*packSet, error) {
-	idxs, err := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
-	if err != nil {
+func openPacks(dir state.Dir) (*packSet, error) {
+	entries, err := dir.Sub(packDir).ReadDir()
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	s := &packSet{dir: dir}
 	s.refs.Store(1)
 	s.bases.max = baseCacheBytes
-	for _, idx := range idxs {
-		p, err := openPack(idx)
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".idx")
+		if !ok || !strings.HasPrefix(name, "pack-") {
+			continue
+		}
+		p, err := openPack(dir.Sub(packDir), name)
 		if err != nil {
 			s.close()
 			return nil, err
@@ -84,8 +96,8 @@ func (s *packSet) release() {
 // the cache was changed behind the process's back.
 func (s *packSet) changed() bool {
 	for _, p := range s.packs {
-		fi, err := os.Stat(p.path)
-		if err != nil || !os.SameFile(fi, p.info) || fi.Size() != p.info.Size() || !fi.ModTime().Equal(p.info.ModTime()) {
+		st, err := s.dir.Sub(packDir).Lstat(p.name)
+		if err != nil || st.Ino != p.info.Ino || st.Size != p.info.Size || st.Mtime != p.info.Mtime {
 			return true
 		}
 	}
@@ -98,13 +110,15 @@ func (s *packSet) close() {
 	}
 }
 
-// openPack reads a version 2 pack index and opens its pack.
-func openPack(idxPath string) (*packFile, error) {
-	b, err := os.ReadFile(idxPath)
+// openPack reads the version 2 pack index name.idx in dir and opens its
+// pack.
+func openPack(dir state.Dir, name string) (*packFile, error) {
+	idxPath := dir.File(name + ".idx")
+	b, err := dir.ReadFile(name + ".idx")
 	if err != nil {
 		return nil, err
 	}
-	p := &packFile{name: filepath.Base(idxPath[:len(idxPath)-len(".idx")]) + ".pack"}
+	p := &packFile{name: name + ".pack"}
 	bad := func(what string) error {
 		return fmt.Errorf("pack index %s: %s", idxPath, what)
 	}
@@ -137,16 +151,18 @@ func openPack(idxPath string) (*packFile, error) {
 		}
 		p.offs[i] = o
 	}
-	if p.f, err = os.Open(filepath.Join(filepath.Dir(idxPath), p.name)); err != nil {
+	if p.f, err = dir.OpenFile(p.name, os.O_RDONLY, 0); err != nil {
 		return nil, err
 	}
-	p.path = p.f.Name()
 	fi, err := p.f.Stat()
 	if err != nil {
 		p.f.Close()
 		return nil, err
 	}
-	p.info = fi
+	p.info = hostfs.Stat{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		p.info.Ino = uint64(st.Ino)
+	}
 	p.sorted = slices.Clone(p.offs)
 	slices.Sort(p.sorted)
 	p.trailer = fi.Size() - 20
@@ -192,109 +208,290 @@ func (p *packFile) endOf(off int64) (int64, bool) {
 // errNotPacked is an object none of the packs holds.
 var errNotPacked = errors.New("not in a pack")
 
-// read returns an object's type and content. The content is the caller's,
-// to hand back with putBuf when done. An object that cannot be read marks
-// the cache to be fetched again.
-func (s *packSet) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+// locate finds the object h: its pack, and where it starts and ends.
+func (s *packSet) locate(h plumbing.Hash) (*packFile, int64, int64, bool) {
 	for _, p := range s.packs {
 		if i, ok := p.find(h); ok {
 			end, _ := p.endOf(p.offs[i])
-			typ, data, err := s.readAt(p, p.offs[i], end, 0)
-			if err != nil {
-				markRebuild(s.dir)
-				return 0, nil, fmt.Errorf("git cache %s: object %s in %s: %w (the cache is fetched again next time)", s.dir, h, p.name, err)
-			}
-			return typ, data, nil
+			return p, p.offs[i], end, true
 		}
 	}
-	return 0, nil, errNotPacked
+	return nil, 0, 0, false
 }
 
-// readAt reads the object at [off, end) of p, resolving its delta chain.
-func (s *packSet) readAt(p *packFile, off, end int64, depth int) (plumbing.ObjectType, []byte, error) {
-	if depth > maxDeltaDepth {
-		return 0, nil, malformed("object at %d: a delta chain deeper than %d", off, maxDeltaDepth)
+// damaged wraps an error reading the object h from p, and marks the cache
+// to be fetched again.
+func (s *packSet) damaged(h plumbing.Hash, p *packFile, err error) error {
+	markRebuild(s.dir)
+	return fmt.Errorf("git cache %s: object %s in %s: %w (the cache is fetched again next time)", s.dir, h, p.name, err)
+}
+
+// open streams an object's content: its type, its size, and a reader
+// that holds at most streamAbove bytes of it (a larger object is inflated
+// and delta-applied as it is read). An object that cannot be read marks
+// the cache to be fetched again.
+func (s *packSet) open(h plumbing.Hash) (plumbing.ObjectType, int64, io.ReadCloser, error) {
+	p, off, end, ok := s.locate(h)
+	if !ok {
+		return 0, 0, nil, errNotPacked
 	}
-	raw := getBuf(int(end - off))
-	defer putBuf(raw)
+	typ, size, rc, err := s.openAt(p, off, end, 0)
+	if err != nil {
+		return 0, 0, nil, s.damaged(h, p, err)
+	}
+	if _, ok := rc.(*blobReader); ok {
+		return typ, size, rc, nil // in memory: nothing more can fail
+	}
+	return typ, size, &checked{ReadCloser: rc, fail: func(err error) error { return s.damaged(h, p, err) }}, nil
+}
+
+// checked is a stream whose errors say which object failed.
+type checked struct {
+	io.ReadCloser
+	fail func(error) error
+}
+
+func (c *checked) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		err = c.fail(err)
+	}
+	return n, err
+}
+
+// read returns an object's content whole: for trees and symlinks, never
+// for a blob that is mirrored. The content is the caller's, to hand back
+// with putBuf when done.
+func (s *packSet) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	typ, size, rc, err := s.open(h)
+	if err != nil {
+		return 0, nil, err
+	}
+	if br, ok := rc.(*blobReader); ok {
+		return typ, br.buf, nil
+	}
+	defer rc.Close()
+	data := getBuf(int(size))
+	if _, err := io.ReadFull(rc, data); err != nil {
+		putBuf(data)
+		return 0, nil, err
+	}
+	return typ, data, nil
+}
+
+// size is an object's size from its header, without inflating it: of a
+// delta, the few bytes of the delta that say what it makes.
+func (s *packSet) size(h plumbing.Hash) (int64, error) {
+	p, off, end, ok := s.locate(h)
+	if !ok {
+		return 0, errNotPacked
+	}
+	hd, err := s.header(p, off, end)
+	if err != nil || !hd.typ.IsDelta() {
+		return hd.size, err
+	}
+	z, err := inflate(io.NewSectionReader(p.f, hd.data, end-hd.data), hd.size)
+	if err != nil {
+		return 0, err
+	}
+	defer z.Close()
+	_, target, err := deltaSizes(z)
+	return target, err
+}
+
+// objHeader is what an object's header in a pack says.
+type objHeader struct {
+	typ  plumbing.ObjectType
+	size int64 // inflated; of a delta, the delta's own
+	data int64 // where its zlib data starts
+	// Of a delta, where its base is.
+	basePack         *packFile
+	baseOff, baseEnd int64
+}
+
+// header reads the header of the object at [off, end) of p.
+func (s *packSet) header(p *packFile, off, end int64) (objHeader, error) {
+	var buf [64]byte
+	raw := buf[:min(int64(len(buf)), end-off)]
 	if _, err := p.f.ReadAt(raw, off); err != nil {
-		return 0, nil, fmt.Errorf("read object at %d: %w", off, err)
+		return objHeader{}, fmt.Errorf("read object at %d: %w", off, err)
 	}
 	r := bytes.NewReader(raw)
 	typ, size, err := readObjectHeader(r)
 	if err != nil {
-		return 0, nil, err
+		return objHeader{}, err
 	}
-	var baseOff, baseEnd int64
-	basePack := p
+	h := objHeader{typ: typ, size: size, basePack: p}
 	switch typ {
 	case plumbing.OFSDeltaObject:
 		rel, err := readDeltaOffset(r)
 		if err != nil {
-			return 0, nil, err
+			return objHeader{}, err
 		}
-		baseOff = off - rel
+		h.baseOff = off - rel
 		var ok bool
-		if baseEnd, ok = p.endOf(baseOff); !ok || rel <= 0 {
-			return 0, nil, malformed("object at %d: no object at delta base offset %d", off, baseOff)
+		if h.baseEnd, ok = p.endOf(h.baseOff); !ok || rel <= 0 {
+			return objHeader{}, malformed("object at %d: no object at delta base offset %d", off, h.baseOff)
 		}
 	case plumbing.REFDeltaObject:
 		var ref plumbing.Hash
 		if _, err := io.ReadFull(r, ref[:]); err != nil {
-			return 0, nil, malformed("object at %d: %v", off, err)
+			return objHeader{}, malformed("object at %d: %v", off, err)
 		}
 		found := false
 		for _, q := range append([]*packFile{p}, s.packs...) {
 			if i, ok := q.find(ref); ok {
-				basePack, baseOff, found = q, q.offs[i], true
-				baseEnd, _ = q.endOf(baseOff)
+				h.basePack, h.baseOff, found = q, q.offs[i], true
+				h.baseEnd, _ = q.endOf(h.baseOff)
 				break
 			}
 		}
 		if !found {
-			return 0, nil, fmt.Errorf("%w: object at %d: base %s", packfile.ErrReferenceDeltaNotFound, off, ref)
+			return objHeader{}, fmt.Errorf("%w: object at %d: base %s", packfile.ErrReferenceDeltaNotFound, off, ref)
 		}
 	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
 	default:
-		return 0, nil, malformed("object at %d: type %d", off, typ)
+		return objHeader{}, malformed("object at %d: type %d", off, typ)
 	}
+	h.data = off + int64(len(raw)-r.Len())
 	// Deflate expands at most about 1032 to 1: a larger size is damage, and
 	// must not be allocated.
-	if size > int64(r.Len())*1032+64 {
-		return 0, nil, malformed("object at %d: %d bytes inflated from %d", off, size, r.Len())
+	if h.size > (end-h.data)*1032+64 {
+		return objHeader{}, malformed("object at %d: %d bytes inflated from %d", off, h.size, end-h.data)
 	}
-	data, err := inflateSized(r, size)
-	if err != nil {
-		return 0, nil, fmt.Errorf("object at %d: %w", off, err)
-	}
-	if !typ.IsDelta() {
-		return typ, data, nil
-	}
-	defer putBuf(data)
-	btyp, base, err := s.base(basePack, baseOff, baseEnd, depth+1)
-	if err != nil {
-		return 0, nil, err
-	}
-	out, err := packfile.PatchDelta(base, data)
-	if err != nil {
-		return 0, nil, fmt.Errorf("object at %d: %w", off, err)
-	}
-	return btyp, out, nil
+	return h, nil
 }
 
-// base returns a delta base's content, from the cache when it is there.
-// The content is shared: the caller must not change or hand it back.
-func (s *packSet) base(p *packFile, off, end int64, depth int) (plumbing.ObjectType, []byte, error) {
+// inflateAt inflates the object's data whole, into a pooled buffer.
+func (s *packSet) inflateAt(p *packFile, h objHeader, end int64) ([]byte, error) {
+	raw := getBuf(int(end - h.data))
+	defer putBuf(raw)
+	if _, err := p.f.ReadAt(raw, h.data); err != nil {
+		return nil, fmt.Errorf("read object at %d: %w", h.data, err)
+	}
+	return inflateSized(bytes.NewReader(raw), h.size)
+}
+
+// openAt opens the object at [off, end) of p, resolving its delta chain:
+// in memory when it and what it needs are small, else as a stream.
+func (s *packSet) openAt(p *packFile, off, end int64, depth int) (plumbing.ObjectType, int64, io.ReadCloser, error) {
+	if depth > maxDeltaDepth {
+		return 0, 0, nil, malformed("object at %d: a delta chain deeper than %d", off, maxDeltaDepth)
+	}
+	h, err := s.header(p, off, end)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if !h.typ.IsDelta() {
+		if h.size <= streamAbove {
+			data, err := s.inflateAt(p, h, end)
+			if err != nil {
+				return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
+			}
+			return h.typ, h.size, newBlobReader(data), nil
+		}
+		z, err := inflate(io.NewSectionReader(p.f, h.data, end-h.data), h.size)
+		return h.typ, h.size, z, err
+	}
+	btyp, base, err := s.base(h.basePack, h.baseOff, h.baseEnd, depth+1)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	var d delta
+	closers := []io.Closer{base}
+	var inMem []byte
+	if h.size <= streamAbove {
+		if inMem, err = s.inflateAt(p, h, end); err != nil {
+			base.Close()
+			return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
+		}
+		d = bytes.NewReader(inMem)
+		closers = append(closers, bufCloser(inMem))
+	} else {
+		z, err := inflate(io.NewSectionReader(p.f, h.data, end-h.data), h.size)
+		if err != nil {
+			base.Close()
+			return 0, 0, nil, err
+		}
+		d = bufio.NewReaderSize(z, 32<<10)
+		closers = append(closers, z)
+	}
+	bsize, target, err := deltaSizes(d)
+	if err == nil && bsize != base.Size() {
+		err = fmt.Errorf("%w: its base holds %d bytes, the delta says %d", packfile.ErrInvalidDelta, base.Size(), bsize)
+	}
+	if err != nil {
+		closeAll(closers)
+		return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
+	}
+	if m, ok := base.(*memContent); ok && inMem != nil && target <= streamAbove {
+		out, err := packfile.PatchDelta(m.b, inMem)
+		closeAll(closers)
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
+		}
+		return btyp, target, newBlobReader(out), nil
+	}
+	return btyp, target, newDeltaReader(base, d, target, closers...), nil
+}
+
+type bufCloser []byte
+
+func (b bufCloser) Close() error { putBuf(b); return nil }
+
+func closeAll(cs []io.Closer) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+// base returns a delta base's type and content: from the cache when it
+// is there, else made (in memory up to streamAbove, else in a scratch file
+// of the cache). The caller closes it.
+func (s *packSet) base(p *packFile, off, end int64, depth int) (plumbing.ObjectType, content, error) {
 	k := baseKey{p, off}
 	if typ, b, ok := s.bases.get(k); ok {
-		return typ, b, nil
+		return typ, newMem(b, true), nil
 	}
-	typ, b, err := s.readAt(p, off, end, depth)
+	typ, size, rc, err := s.openAt(p, off, end, depth)
 	if err != nil {
 		return 0, nil, err
 	}
-	s.bases.put(k, typ, b)
-	return typ, b, nil
+	defer rc.Close()
+	if br, ok := rc.(*blobReader); ok {
+		b := br.buf
+		br.buf = nil
+		if !s.bases.fits(b) {
+			return typ, newMem(b, false), nil
+		}
+		s.bases.put(k, typ, b)
+		return typ, newMem(b, true), nil
+	}
+	c, err := materialise(rc, size, s.dir.Scratch)
+	if err == nil {
+		err = atEOF(rc)
+	}
+	if err != nil {
+		if c != nil {
+			c.Close()
+		}
+		return 0, nil, fmt.Errorf("delta base at %d: %w", off, err)
+	}
+	return typ, c, nil
+}
+
+// atEOF checks that r has nothing more to give (a stream then checks that
+// it ends where its header said).
+func atEOF(r io.Reader) error {
+	var one [1]byte
+	n, err := r.Read(one[:])
+	if n > 0 {
+		return errors.New("more bytes than its header says")
+	}
+	if err == io.EOF {
+		return nil
+	}
+	return err
 }
 
 // inflateSized inflates exactly size bytes from r, and checks the stream
@@ -373,10 +570,17 @@ func putBuf(b []byte) {
 	}
 }
 
-// blobReader is an object's content; Close hands its buffer back.
+// blobReader is an object's content in memory; Close hands its buffer
+// back.
 type blobReader struct {
 	bytes.Reader
 	buf []byte
+}
+
+func newBlobReader(b []byte) *blobReader {
+	r := &blobReader{buf: b}
+	r.Reset(b)
+	return r
 }
 
 func (r *blobReader) Close() error {
@@ -424,8 +628,11 @@ func (c *baseCache) get(k baseKey) (plumbing.ObjectType, []byte, bool) {
 	return it.typ, it.b, true
 }
 
+// fits reports whether b is small enough to be kept.
+func (c *baseCache) fits(b []byte) bool { return cap(b) <= c.max/4 }
+
 func (c *baseCache) put(k baseKey, typ plumbing.ObjectType, b []byte) {
-	if cap(b) > c.max/4 {
+	if !c.fits(b) {
 		return
 	}
 	c.mu.Lock()

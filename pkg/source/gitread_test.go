@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // catAll is every object of a repository as git reads it: ID → type and
@@ -65,7 +66,7 @@ func catAll(t *testing.T, gitDir string) map[plumbing.Hash]struct {
 // pack reader and compares.
 func checkPacks(t *testing.T, dir string) {
 	t.Helper()
-	s, err := openPacks(dir)
+	s, err := openPacks(state.At(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestPackReaderCorruptPack(t *testing.T) {
 		t.Fatal(err)
 	}
 	blob := plumbing.NewHash(repo.Git("-C", repo.Dir, "rev-parse", head+":big"))
-	s, err := openPacks(dir)
+	s, err := openPacks(state.At(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +146,7 @@ func TestPackReaderCorruptPack(t *testing.T) {
 	end, _ := p.endOf(off)
 	s.release()
 
-	packPath := p.path
+	packPath := p.f.Name()
 	pack, err := os.ReadFile(packPath)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestPackReaderCorruptPack(t *testing.T) {
 	if err := os.WriteFile(packPath, pack, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err = openPacks(dir)
+	s, err = openPacks(state.At(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestPackReaderCorruptPack(t *testing.T) {
 	if err := os.Truncate(idxPath, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := openPacks(dir); err == nil || !strings.Contains(err.Error(), idxPath) {
+	if _, err := openPacks(state.At(dir)); err == nil || !strings.Contains(err.Error(), idxPath) {
 		t.Fatalf("a truncated index: %v", err)
 	}
 }
@@ -183,7 +184,7 @@ func TestPackReaderDeltaErrors(t *testing.T) {
 	if err := writePack(dir, packOf(t, repo, "HEAD"), 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	s, err := openPacks(dir)
+	s, err := openPacks(state.At(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestPackReaderDeltaErrors(t *testing.T) {
 		if err != nil || typ != plumbing.OFSDeltaObject {
 			continue
 		}
-		_, _, err = s.readAt(p, off, end, maxDeltaDepth+1)
+		_, _, _, err = s.openAt(p, off, end, maxDeltaDepth+1)
 		if err == nil || !errors.Is(err, packfile.ErrMalformedPackFile) {
 			t.Fatalf("a chain past git's depth limit: %v", err)
 		}
@@ -220,7 +221,7 @@ func TestPackReaderDeltaErrors(t *testing.T) {
 func TestOpenTreeOutlivesNewPacks(t *testing.T) {
 	repo := gittest.NewRepo(t)
 	repo.Commit("one", map[string]*string{"a": gittest.S("one\n")})
-	g := &Git{Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
 	g.URL, _ = repo.Daemon(t)
 	before := openPackFiles(t)
 	old, err := g.Fetch(context.Background())
@@ -288,7 +289,7 @@ func TestParallelBlobReads(t *testing.T) {
 	repo := gittest.NewRepo(t)
 	files := similarFiles(400, 6)
 	repo.Commit("tree", files)
-	g := &Git{Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
 	g.URL, _ = repo.Daemon(t)
 	co, err := g.Fetch(context.Background())
 	if err != nil {
@@ -346,7 +347,7 @@ func TestDamagedBlobIsRefetched(t *testing.T) {
 	big := strings.Repeat("some content that zlib packs\n", 2000)
 	repo.Commit("tree", map[string]*string{"big": &big})
 	blob := plumbing.NewHash(repo.Git("-C", repo.Dir, "rev-parse", "HEAD:big"))
-	g := &Git{Branch: "main", CacheDir: t.TempDir(), Timeout: 20 * time.Second}
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
 	g.URL, _ = repo.Daemon(t)
 	co, err := g.Fetch(context.Background())
 	if err != nil {
@@ -360,12 +361,12 @@ func TestDamagedBlobIsRefetched(t *testing.T) {
 	p := g.packs.packs[0]
 	i, _ := p.find(blob)
 	end, _ := p.endOf(p.offs[i])
-	pack, err := os.ReadFile(p.path)
+	pack, err := os.ReadFile(p.f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
 	pack[(p.offs[i]+end)/2] ^= 0x55
-	if err := os.WriteFile(p.path, pack, 0o600); err != nil {
+	if err := os.WriteFile(p.f.Name(), pack, 0o600); err != nil {
 		t.Fatal(err)
 	}
 
@@ -389,5 +390,77 @@ func TestDamagedBlobIsRefetched(t *testing.T) {
 	}
 	if g.Stats.Fetches != fetches+1 {
 		t.Fatalf("%d fetches after the damage, want 1", g.Stats.Fetches-fetches)
+	}
+}
+
+// TestTreeOutlivesRebuild keeps the tree of the revision the host is on
+// open while the cache is rebuilt under it (a force-push marks it, the
+// next fetch removes it and fetches again; issue 18 §3): every tree and
+// blob of it still reads, as the agent's drift scan reads them.
+func TestTreeOutlivesRebuild(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := map[string]*string{}
+	for i := range 30 {
+		files[fmt.Sprintf("kb/d%d/f%d.md", i%5, i)] = gittest.S(fmt.Sprintf("file %d\n", i))
+	}
+	repo.Commit("one", files)
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	first, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Close()
+	files["kb/d0/f0.md"] = gittest.S("rewritten\n")
+	repo.Commit("rewritten", files)
+	repo.Git("-C", repo.Dir, "reset", "-q", "--soft", "HEAD~1")
+	repo.Git("-C", repo.Dir, "commit", "-q", "--amend", "-m", "history rewritten")
+	applied, err := g.Fetch(context.Background()) // the force-push: followed, the cache marked
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer applied.Close()
+	if len(applied.Notes) == 0 {
+		t.Fatal("no force-push noticed")
+	}
+	readAll := func() error {
+		n := 0
+		err := applied.Tree.Walk("kb", func(e Entry) error {
+			if !e.Mode.IsRegular() {
+				return nil
+			}
+			n++
+			rc, err := e.Open()
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			b, err := io.ReadAll(rc)
+			if want := *files["kb/"+e.Path]; err == nil && string(b) != want {
+				return fmt.Errorf("%s reads %q, want %q", e.Path, b, want)
+			}
+			return err
+		})
+		if err == nil && n != len(files) {
+			err = fmt.Errorf("%d files read, want %d", n, len(files))
+		}
+		return err
+	}
+	if err := readAll(); err != nil { // applied: read, as the agent plans it
+		t.Fatal(err)
+	}
+	again, err := g.Fetch(context.Background()) // the rebuild
+	if err != nil {
+		t.Fatal(err)
+	}
+	again.Close()
+	if again.Revision != applied.Revision {
+		t.Fatalf("rebuilt at %s, applied %s", again.Revision, applied.Revision)
+	}
+	if err := readAll(); err != nil {
+		t.Fatalf("the applied revision after the rebuild: %v", err)
+	}
+	if got := readFile(t, applied, "kb/d0/f0.md"); got != "rewritten\n" {
+		t.Fatalf("read by path: %q", got)
 	}
 }

@@ -1,7 +1,6 @@
 package source
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -30,19 +29,111 @@ type gitTree struct {
 	closed sync.Once
 }
 
-func newGitTree(s storer.EncodedObjectStorer, root *object.Tree, packs *packSet) *gitTree {
-	return &gitTree{s: s, root: root, packs: packs.acquire()}
+// newGitTree is the tree root of the cache's storage s. Its objects are
+// read from packs, which it holds open: the tree reads what it read when
+// it was made for as long as it is open, even once the cache was rebuilt
+// under it (the revision the host is on stays readable until the next
+// one is applied). Only what the packs lack goes to s.
+func newGitTree(s storer.EncodedObjectStorer, root plumbing.Hash, packs *packSet) (*gitTree, error) {
+	t := &gitTree{s: s, packs: packs.acquire()}
+	if t.packs != nil {
+		t.s = &packStorer{EncodedObjectStorer: s, packs: t.packs}
+	}
+	tree, err := object.GetTree(t.s, root)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	t.root = tree
+	return t, nil
 }
 
-// openBlob reads a blob by ID.
-func (t *gitTree) openBlob(h plumbing.Hash) (io.ReadCloser, error) {
-	data, err := t.blob(h)
+// packStorer serves the objects of its packs, and what they lack from
+// go-git's storage.
+type packStorer struct {
+	storer.EncodedObjectStorer
+	packs *packSet
+}
+
+func (s *packStorer) EncodedObject(typ plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	otyp, data, err := s.packs.read(h)
+	if errors.Is(err, errNotPacked) {
+		return s.EncodedObjectStorer.EncodedObject(typ, h)
+	}
 	if err != nil {
 		return nil, err
 	}
-	r := &blobReader{buf: data}
-	r.Reset(data)
-	return r, nil
+	defer putBuf(data)
+	if typ != plumbing.AnyObject && otyp != typ {
+		return nil, plumbing.ErrObjectNotFound
+	}
+	obj := &plumbing.MemoryObject{}
+	obj.SetType(otyp)
+	obj.Write(data)
+	return obj, nil
+}
+
+func (s *packStorer) HasEncodedObject(h plumbing.Hash) error {
+	if _, _, _, ok := s.packs.locate(h); ok {
+		return nil
+	}
+	return s.EncodedObjectStorer.HasEncodedObject(h)
+}
+
+func (s *packStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	n, err := s.packs.size(h)
+	if errors.Is(err, errNotPacked) {
+		return s.EncodedObjectStorer.EncodedObjectSize(h)
+	}
+	return n, err
+}
+
+// openBlob streams a blob by ID, and says its size: from the packs, a
+// large one never held whole; else through go-git.
+func (t *gitTree) openBlob(h plumbing.Hash) (io.ReadCloser, int64, error) {
+	if t.packs != nil {
+		typ, size, rc, err := t.packs.open(h)
+		switch {
+		case err == nil && typ != plumbing.BlobObject:
+			rc.Close()
+			return nil, 0, fmt.Errorf("object %s: a %s, not a blob", h, typ)
+		case err == nil:
+			return rc, size, nil
+		case !errors.Is(err, errNotPacked):
+			return nil, 0, err
+		}
+	}
+	data, err := t.blob(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	return newBlobReader(data), int64(len(data)), nil
+}
+
+// maxLink bounds a symlink's target as read from a tree: a blob of a
+// gigabyte named as a symlink is not read.
+const maxLink = 64 << 10
+
+// link reads a symlink's target.
+func (t *gitTree) link(h plumbing.Hash) (string, error) {
+	if n, err := t.size(h); err == nil && n > maxLink {
+		return "", fmt.Errorf("object %s: a symlink target of %d bytes", h, n)
+	}
+	b, err := t.blob(h)
+	return string(b), err
+}
+
+// size is a blob's size from its header, without reading it.
+func (t *gitTree) size(h plumbing.Hash) (int64, error) {
+	if t.packs != nil {
+		n, err := t.packs.size(h)
+		if !errors.Is(err, errNotPacked) {
+			return n, err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.s.EncodedObjectSize(h)
 }
 
 func (t *gitTree) Close() error {
@@ -100,15 +191,16 @@ func (t *gitTree) Open(name string) (fs.File, error) {
 		// be a plain file (mirrors copy symlinks as symlinks).
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
-	data, err := t.blob(e.Hash)
+	rc, size, err := t.openBlob(e.Hash)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 	}
-	return &gitFile{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode), size: int64(len(data))}, r: bytes.NewReader(data)}, nil
+	return &gitFile{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode), size: size}, r: rc}, nil
 }
 
-// blob reads a blob whole: from the packs, else through go-git. The
-// caller owns the bytes (a blobReader may hand them back).
+// blob reads a blob whole: from the packs, else through go-git; for
+// small blobs only (a symlink's target), as a large one would be held
+// whole. The caller owns the bytes (a blobReader may hand them back).
 func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
 	if t.packs != nil {
 		typ, data, err := t.packs.read(h)
@@ -138,8 +230,8 @@ func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
 // Lstat describes name without following a symlink (fs.ReadLinkFS).
 func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	e, err := t.entry("lstat", name)
+	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +239,7 @@ func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
 	// The blob's size from its header, without inflating it: manifest
 	// loading refuses a file over its limit before reading it.
 	if info.mode.IsRegular() {
-		if n, err := t.s.EncodedObjectSize(e.Hash); err == nil {
+		if n, err := t.size(e.Hash); err == nil {
 			info.size = n
 		}
 	}
@@ -165,8 +257,7 @@ func (t *gitTree) ReadLink(name string) (string, error) {
 	if e.Mode != filemode.Symlink {
 		return "", &fs.PathError{Op: "readlink", Path: name, Err: fs.ErrInvalid}
 	}
-	b, err := t.blob(e.Hash)
-	return string(b), err
+	return t.link(e.Hash)
 }
 
 func (t *gitTree) ContentID(name string) (string, error) {
@@ -206,14 +297,17 @@ func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) erro
 		id, h := "git:"+e.Hash.String(), e.Hash
 		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return id, nil }}
 		if mode.IsRegular() {
-			entry.Open = func() (io.ReadCloser, error) { return t.openBlob(h) }
+			entry.Open = func() (io.ReadCloser, error) {
+				rc, _, err := t.openBlob(h)
+				return rc, err
+			}
 		}
 		if e.Mode == filemode.Symlink {
-			b, err := t.blob(e.Hash)
+			target, err := t.link(e.Hash)
 			if err != nil {
 				return err
 			}
-			entry.Target = string(b)
+			entry.Target = target
 		}
 		if err := fn(entry); err != nil {
 			return err
@@ -249,14 +343,15 @@ func (i gitInfo) Sys() any                   { return nil }
 func (i gitInfo) Type() fs.FileMode          { return i.mode.Type() }
 func (i gitInfo) Info() (fs.FileInfo, error) { return i, nil }
 
+// gitFile is a blob being read: streamed, when large.
 type gitFile struct {
 	info gitInfo
-	r    *bytes.Reader
+	r    io.ReadCloser
 }
 
 func (f *gitFile) Stat() (fs.FileInfo, error) { return f.info, nil }
 func (f *gitFile) Read(p []byte) (int, error) { return f.r.Read(p) }
-func (f *gitFile) Close() error               { return nil }
+func (f *gitFile) Close() error               { return f.r.Close() }
 
 type gitDir struct {
 	info    gitInfo

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
 // BackupRun is one sync's backups: stateDir/backups/<time>/<in-root path>.
@@ -19,16 +19,47 @@ type BackupRun struct {
 	Bytes int64
 }
 
-// backupTime is how driver.Backups names a run.
+// backupTime is how a run is named: when it was made.
 const backupTime = "20060102T150405.000000000Z"
 
-// Backups lists the backup runs, newest first.
+// NewBackupRun makes a new, empty backup run named for now (or the next
+// free nanosecond) and returns its name. Runs are never made again under
+// an old name: what retention deleted stays deleted.
+func (d Dir) NewBackupRun(now time.Time) (string, error) {
+	h, err := d.BackupsDir().Open(true)
+	if err != nil {
+		return "", fmt.Errorf("backups: %w", err)
+	}
+	defer h.Close()
+	now = now.UTC()
+	for range 1000 {
+		name := now.Format(backupTime)
+		err := h.Mkdir(name, 0o700)
+		if !errors.Is(err, fs.ErrExist) {
+			return name, err
+		}
+		now = now.Add(time.Nanosecond)
+	}
+	return "", fmt.Errorf("backups: no free run name in %s", d.BackupsDir())
+}
+
+// BackupsDir is where the backup runs are: backups/ in the state dir.
+func (d Dir) BackupsDir() Dir { return d.Sub("backups") }
+
+// Backups lists the backup runs, newest first. An entry of backups/ that
+// is not a directory (a symlink put there) is not a run, and is never
+// followed.
 func (d Dir) Backups() ([]BackupRun, error) {
-	dir := d.Sub("backups")
-	entries, err := os.ReadDir(dir)
+	dir := d.BackupsDir()
+	h, err := dir.Open(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, err
+	}
+	defer h.Close()
+	entries, err := h.ReadDir()
 	if err != nil {
 		return nil, err
 	}
@@ -37,25 +68,40 @@ func (d Dir) Backups() ([]BackupRun, error) {
 		if !e.IsDir() {
 			continue
 		}
-		r := BackupRun{Name: e.Name(), Path: filepath.Join(dir, e.Name())}
+		r := BackupRun{Name: e.Name(), Path: dir.Sub(e.Name()).Path()}
 		if t, err := time.Parse(backupTime, e.Name()); err == nil {
 			r.Time = t
-		} else if fi, err := e.Info(); err == nil {
-			r.Time = fi.ModTime().UTC()
+		} else if st, err := h.Lstat(e.Name()); err == nil {
+			r.Time = time.Unix(0, st.Mtime).UTC()
 		}
-		filepath.WalkDir(r.Path, func(_ string, de fs.DirEntry, err error) error {
-			if err == nil && !de.IsDir() {
-				r.Files++
-				if fi, err := de.Info(); err == nil && fi.Mode().IsRegular() {
-					r.Bytes += fi.Size()
-				}
-			}
-			return nil
-		})
+		if sub, err := h.OpenDir(e.Name()); err == nil {
+			count(sub, &r)
+			sub.Close()
+		}
 		runs = append(runs, r)
 	}
 	sort.Slice(runs, func(i, j int) bool { return runs[i].Time.After(runs[j].Time) })
 	return runs, nil
+}
+
+// count adds what d holds to r's files and bytes, following no symlink.
+func count(d *hostfs.Dir, r *BackupRun) {
+	entries, _ := d.ReadDir()
+	for _, e := range entries {
+		if e.IsDir() {
+			if sub, err := d.OpenDir(e.Name()); err == nil {
+				count(sub, r)
+				sub.Close()
+			}
+			continue
+		}
+		r.Files++
+		if e.Type().IsRegular() {
+			if st, err := d.Lstat(e.Name()); err == nil {
+				r.Bytes += st.Size
+			}
+		}
+	}
 }
 
 // Retention says which backup runs to keep: the newest Keep runs, and every
@@ -91,7 +137,7 @@ func (d Dir) PruneBackups(r Retention, now time.Time) ([]BackupRun, error) {
 		if i < r.Keep || now.Sub(run.Time) < r.MaxAge {
 			continue
 		}
-		if err := os.RemoveAll(run.Path); err != nil {
+		if err := d.BackupsDir().RemoveAll(run.Name); err != nil {
 			errs = append(errs, err)
 			continue
 		}

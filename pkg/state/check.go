@@ -4,9 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
-	"sort"
+	"path"
 	"strings"
 )
 
@@ -58,10 +56,16 @@ func (d Dir) Check() []Finding {
 		}
 	}
 	for _, sub := range []string{"trees", "cache"} {
-		idx, _ := filepath.Glob(filepath.Join(d.Sub(sub), "*.idx"))
-		sort.Strings(idx)
-		for _, p := range idx {
-			rel := filepath.Join(sub, filepath.Base(p))
+		entries, err := d.Sub(sub).ReadDir()
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			out = append(out, Finding{File: sub, What: err.Error(), Fix: "repair cannot fix this: see the message"})
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".idx") {
+				continue
+			}
+			rel := path.Join(sub, e.Name())
+			p := d.File(rel)
 			x, err := LoadIndex(p)
 			switch {
 			case err != nil && !errors.Is(err, ErrCorruptIndex):
@@ -74,27 +78,18 @@ func (d Dir) Check() []Finding {
 				out = append(out, Finding{File: rel, What: err.Error(), Repairable: true,
 					Fix:    "delete it: it is a cache of the source's file hashes, rebuilt by the next run",
 					repair: func() error { return removeIndex(p) }})
-			case sub == "trees" && !corrupt && snap != nil && !owned[filepath.Base(p)]:
+			case sub == "trees" && !corrupt && snap != nil && !owned[e.Name()]:
 				out = append(out, Finding{File: rel, OK: true, What: fmt.Sprintf("%s, of no resource in the inventory (unused)", plural(x.Len(), "entry"))})
 			default:
 				out = append(out, Finding{File: rel, OK: true, What: plural(x.Len(), "entry")})
 			}
 		}
 	}
-	for _, dir := range []string{d.Path, d.Sub("trees"), d.Sub("cache")} {
-		entries, _ := os.ReadDir(dir)
-		for _, e := range entries {
-			if e.Type().IsRegular() && strings.HasPrefix(e.Name(), tempPrefix) {
-				p := filepath.Join(dir, e.Name())
-				rel, _ := filepath.Rel(d.Path, p)
-				out = append(out, Finding{File: rel, What: "a temp file left by an interrupted write", Repairable: true,
-					Fix: "delete it", repair: func() error {
-						if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-							return err
-						}
-						return nil
-					}})
-			}
+	for _, sub := range []string{"", "trees", "cache"} {
+		dir := d.Sub(sub)
+		for _, name := range dir.temps() {
+			out = append(out, Finding{File: path.Join(sub, name), What: "a temp file left by an interrupted write", Repairable: true,
+				Fix: "delete it", repair: func() error { return dir.Remove(name) }})
 		}
 	}
 	return out
@@ -136,9 +131,9 @@ func orNone(s string) string {
 }
 
 // removeIndex deletes an index and its log.
-func removeIndex(p string) error {
-	err := os.Remove(p)
-	if err := os.Remove(p + logSuffix); err != nil && !errors.Is(err, fs.ErrNotExist) {
+func removeIndex(p File) error {
+	err := p.dir.Remove(p.name)
+	if err := p.dir.Remove(p.name + logSuffix); err != nil {
 		return err
 	}
 	return err

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
+	"syscall"
 )
 
 // HostKeySize is the length of the per-host key, in bytes.
@@ -21,25 +21,26 @@ const HostKeyFile = "host.key"
 // state.json names a secret without letting anyone guess it offline.
 // Losing it only makes the next sync see those IDs as changed.
 func (d Dir) HostKey() ([]byte, error) {
-	p := d.Sub(HostKeyFile)
-	key, err := readHostKey(p)
+	key, err := d.readHostKey()
 	if !errors.Is(err, fs.ErrNotExist) {
 		return key, err
 	}
-	if err := os.MkdirAll(d.Path, 0o700); err != nil {
+	h, err := d.Open(true)
+	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
+	defer h.Close()
 	key = make([]byte, HostKeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
 	// Written whole beside it, then linked into place: a racing creator's
 	// key is never replaced, and nobody ever reads half a key.
-	f, err := os.CreateTemp(d.Path, tempPrefix+HostKeyFile+".*")
+	f, tmp, err := h.CreateTemp(HostKeyFile)
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
-	defer os.Remove(f.Name())
+	defer h.Remove(tmp)
 	_, err = f.Write(key)
 	if err == nil {
 		err = f.Sync()
@@ -50,19 +51,25 @@ func (d Dir) HostKey() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
-	if err := os.Link(f.Name(), p); errors.Is(err, fs.ErrExist) {
-		return readHostKey(p)
+	if err := h.Link(tmp, HostKeyFile); errors.Is(err, fs.ErrExist) {
+		return d.readHostKey()
 	} else if err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
-	if err := syncDir(filepath.Dir(p)); err != nil {
+	if err := h.Sync(); err != nil {
 		return nil, fmt.Errorf("host key: %w", err)
 	}
 	return key, nil
 }
 
-func readHostKey(p string) ([]byte, error) {
-	fi, err := os.Lstat(p)
+func (d Dir) readHostKey() ([]byte, error) {
+	p := d.File(HostKeyFile)
+	f, err := d.OpenFile(HostKeyFile, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a fifo planted there does not block
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +79,7 @@ func readHostKey(p string) ([]byte, error) {
 	if fi.Mode().Perm()&0o077 != 0 {
 		return nil, fmt.Errorf("host key %s is readable by others (mode %04o); chmod 600 it", p, fi.Mode().Perm())
 	}
-	key, err := os.ReadFile(p)
+	key, err := readAll(f)
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 func TestHostKey(t *testing.T) {
-	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	d := At(filepath.Join(t.TempDir(), "state"))
 	k1, err := d.HostKey()
 	if err != nil {
 		t.Fatal(err)
@@ -17,7 +17,7 @@ func TestHostKey(t *testing.T) {
 	if len(k1) != HostKeySize {
 		t.Fatalf("key of %d bytes", len(k1))
 	}
-	fi, err := os.Stat(d.Sub(HostKeyFile))
+	fi, err := os.Stat(d.File(HostKeyFile).Path())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,12 +32,12 @@ func TestHostKey(t *testing.T) {
 		t.Errorf("%d temp files left", n)
 	}
 
-	os.Chmod(d.Sub(HostKeyFile), 0o644)
+	os.Chmod(d.File(HostKeyFile).Path(), 0o644)
 	if _, err := d.HostKey(); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a key others can read: %v", err)
 	}
-	os.Chmod(d.Sub(HostKeyFile), 0o600)
-	os.WriteFile(d.Sub(HostKeyFile), []byte("short"), 0o600)
+	os.Chmod(d.File(HostKeyFile).Path(), 0o600)
+	os.WriteFile(d.File(HostKeyFile).Path(), []byte("short"), 0o600)
 	if _, err := d.HostKey(); err == nil || !strings.Contains(err.Error(), "holds 5 bytes") {
 		t.Errorf("a damaged key: %v", err)
 	}

@@ -12,7 +12,6 @@ import (
 	"iter"
 	"math"
 	"os"
-	"path/filepath"
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -35,11 +34,11 @@ type Index struct {
 	// indexmem.go).
 	base          *base // nil: none
 	logged, added layer
-	n             int    // entries
-	spill         string // where checkpoints go; "": the layers stay in memory
-	spillFailed   int    // the layers' size when a checkpoint last failed
-	replaying     bool   // the log is being replayed: no checkpoint
-	rewrite       bool   // the base is of an older format: Save writes a new one
+	n             int  // entries
+	spill         Dir  // where checkpoints go; none: the layers stay in memory
+	spillFailed   int  // the layers' size when a checkpoint last failed
+	replaying     bool // the log is being replayed: no checkpoint
+	rewrite       bool // the base is of an older format: Save writes a new one
 	// ref is the index files' newest mtime when loaded: entries whose
 	// timestamps are not older are racily clean (git's rule) and must be
 	// hashed.
@@ -49,8 +48,9 @@ type Index struct {
 	disk     baseID
 	logValid int64 // bytes of the log that decoded; a torn tail is cut off
 	logOK    bool  // the log exists, extends the base, and can be appended to
-	// file is where the index is saved; "": it is kept in memory.
-	file string
+	// file is where the index is saved; the zero File: it is kept in
+	// memory.
+	file File
 	// intents are what writes that were stopped before they saved the
 	// index were about to create, as loaded (indexintent.go); intentLog:
 	// an intent log was there; ilog is the one this index appends to,
@@ -71,9 +71,9 @@ type IndexEntry struct {
 // NewIndex is an empty index that keeps what is set in memory.
 func NewIndex() *Index { return &Index{} }
 
-// NewIndexAt is an empty index to be saved at path: a large one spills
+// NewIndexAt is an empty index to be saved as f: a large one spills
 // beside it.
-func NewIndexAt(path string) *Index { return &Index{spill: filepath.Dir(path), file: path} }
+func NewIndexAt(f File) *Index { return &Index{spill: f.dir, file: f} }
 
 // Racy reports whether a file whose stat matches e may still have changed
 // unseen: its timestamps are as new as the index itself.
@@ -94,12 +94,12 @@ var ErrCorruptIndex = errors.New("index is corrupt")
 // damage starts (it only ever loses the last writes, as a torn append
 // would), and so does the intent log. The base stays open, read as it is
 // used.
-func LoadIndex(path string) (*Index, error) {
+func LoadIndex(path File) (*Index, error) {
 	x := NewIndexAt(path)
 	if err := x.loadIntents(path); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
+	f, err := path.open()
 	if errors.Is(err, fs.ErrNotExist) {
 		return x, nil
 	}
@@ -131,14 +131,14 @@ func LoadIndex(path string) (*Index, error) {
 	x.n = x.base.live
 	x.disk = baseOf(fi)
 	x.ref = fi.ModTime().UnixNano()
-	if err := x.replay(path + logSuffix); err != nil {
+	if err := x.replay(path.with(logSuffix)); err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
 // loadError names the index; only a damaged one is to be deleted.
-func loadError(path string, err error) error {
+func loadError(path File, err error) error {
 	if errors.Is(err, ErrCorruptIndex) {
 		return fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
 	}
@@ -151,7 +151,7 @@ func decodeIndex(data []byte) (*Index, error) {
 	x := NewIndex()
 	var err error
 	if bytes.HasPrefix(data, []byte(indexMagic)) {
-		x.base, err = convertIndex(data, "")
+		x.base, err = convertIndex(data, Dir{})
 		x.rewrite = true
 	} else {
 		x.base, err = parseBase(nil, data, int64(len(data)), false)
@@ -165,8 +165,8 @@ func decodeIndex(data []byte) (*Index, error) {
 
 // readBounded reads a file whole: its real size, never a count inside it,
 // bounds what decoding allocates.
-func readBounded(path string) ([]byte, fs.FileInfo, error) {
-	f, err := os.Open(path)
+func readBounded(path File) ([]byte, fs.FileInfo, error) {
+	f, err := path.open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -175,12 +175,11 @@ func readBounded(path string) ([]byte, fs.FileInfo, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	var buf bytes.Buffer
-	buf.Grow(int(min(max(fi.Size(), 0), 64<<20)) + bytes.MinRead)
-	if _, err := buf.ReadFrom(f); err != nil {
+	data, err := readAll(f)
+	if err != nil {
 		return nil, nil, err
 	}
-	return buf.Bytes(), fi, nil
+	return data, fi, nil
 }
 
 // minIndexEntry is the fewest bytes an entry of format 1 takes: one for
@@ -191,8 +190,8 @@ const minIndexEntry = 10
 // unnamed file in dir; in memory when dir is "", or cannot take the file
 // (a state dir its reader cannot write, as for a diff by another user, or
 // a full disk): it is held there until the next save.
-func convertIndex(data []byte, dir string) (*base, error) {
-	if dir != "" {
+func convertIndex(data []byte, dir Dir) (*base, error) {
+	if !dir.none() {
 		if f, err := unnamedFile(dir); err == nil {
 			size, err := convertTo(f, data)
 			if errors.Is(err, ErrCorruptIndex) {
@@ -355,7 +354,7 @@ func (d *indexDecoder) str(what string) string {
 // log extends the base on disk and stays small beside it, else as a new
 // base (atomically) that makes the log stale. The index then reads what
 // was saved, and the intents still beside it.
-func (x *Index) Save(path string) error {
+func (x *Index) Save(path File) error {
 	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
@@ -368,16 +367,16 @@ func (x *Index) Save(path string) error {
 	return nil
 }
 
-func (x *Index) save(path string) error {
+func (x *Index) save(path File) error {
 	if err := x.readErr(); err != nil {
 		return err // what was read of the base cannot be trusted
 	}
 	if !x.changed() && x.disk != (baseID{}) {
 		return nil // as loaded
 	}
-	logPath := path + logSuffix
+	logPath := path.with(logSuffix)
 	if x.disk != (baseID{}) && !x.rewrite {
-		fi, err := os.Stat(path)
+		fi, err := path.stat()
 		if err == nil && baseOf(fi) == x.disk {
 			limit := max(minLogCap, x.disk.size/4)
 			if frame := encodeFrame(x.changes(), limit-x.logValid); frame != nil {
@@ -387,27 +386,24 @@ func (x *Index) save(path string) error {
 	}
 	// A new base, written whole; the log it replaces names the old base, so
 	// should the removal below not happen, the next load ignores it.
-	err := writeFileFunc(path, func(f *os.File) error { return x.writeBase(f) })
+	err := path.dir.writeFunc(path.name, func(f *os.File) error { return x.writeBase(f) })
 	if err != nil {
 		return err
 	}
-	if err := os.Remove(logPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	return nil
+	return logPath.dir.Remove(logPath.name)
 }
 
 // appendLog adds a frame to the log and fsyncs it; a log that does not yet
 // extend the base is started anew, atomically, with its header.
-func (x *Index) appendLog(logPath string, frame []byte) error {
+func (x *Index) appendLog(logPath File, frame []byte) error {
 	if !x.logOK {
 		data := append(x.disk.header(), frame...)
-		if err := WriteFile(logPath, data); err != nil {
+		if err := logPath.dir.WriteFile(logPath.name, data); err != nil {
 			return err
 		}
 		x.logValid, x.logOK = int64(len(data)), true
 	} else {
-		f, err := os.OpenFile(logPath, os.O_WRONLY, 0)
+		f, err := logPath.dir.OpenFile(logPath.name, os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}
@@ -425,8 +421,8 @@ func (x *Index) appendLog(logPath string, frame []byte) error {
 		}
 		x.logValid += int64(len(frame))
 	}
-	if fi, err := os.Stat(logPath); err == nil {
-		x.ref = fi.ModTime().UnixNano()
+	if st, err := logPath.dir.Lstat(logPath.name); err == nil {
+		x.ref = st.Mtime
 	}
 	return nil
 }
@@ -500,7 +496,7 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // replay applies the log's frames in order. A log that names another base
 // is ignored; a frame that is cut short or fails its checksum ends the log
 // (a torn last append); nothing in a log can make loading fail.
-func (x *Index) replay(logPath string) error {
+func (x *Index) replay(logPath File) error {
 	data, fi, err := readBounded(logPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

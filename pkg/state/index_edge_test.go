@@ -44,12 +44,12 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 			}
 			fix := func(x *Index) {
 				if spill == "fails" {
-					x.spill = filepath.Join(blocked, "sub") // below a file: MkdirAll fails
+					x.spill = At(dir).Sub("file/sub") // below a file: making it fails
 				}
 			}
 			rng := rand.New(rand.NewPCG(3, 4))
 			want := map[string]IndexEntry{}
-			x := NewIndexAt(p)
+			x := NewIndexAt(fileAt(p))
 			fix(x)
 			dirs := []string{"", "a", "a/b", "a.b", "a\x00", "\xff", "x", strings.Repeat("x/", 2999) + "x"}
 			for step := range 3000 {
@@ -69,11 +69,11 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 				case r < 18:
 					checkChildren(t, step, x, want, dirs[rng.IntN(len(dirs))])
 				default:
-					if err := x.Save(p); err != nil {
+					if err := x.Save(fileAt(p)); err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					var err error
-					if x, err = LoadIndex(p); err != nil {
+					if x, err = LoadIndex(fileAt(p)); err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					fix(x)
@@ -83,10 +83,10 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 			if !reflect.DeepEqual(entries(x), want) {
 				t.Fatal("entries differ from the map's")
 			}
-			if err := x.Save(p); err != nil {
+			if err := x.Save(fileAt(p)); err != nil {
 				t.Fatal(err)
 			}
-			y, err := LoadIndex(p)
+			y, err := LoadIndex(fileAt(p))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 // panics.
 func TestIndexBitFlips(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	if err := sampleIndex().Save(p); err != nil {
+	if err := sampleIndex().Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	good, err := os.ReadFile(p)
@@ -115,7 +115,7 @@ func TestIndexBitFlips(t *testing.T) {
 		if err := os.WriteFile(p, bad, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadIndex(p)
+		_, err := LoadIndex(fileAt(p))
 		if !errors.Is(err, ErrCorruptIndex) || !strings.Contains(err.Error(), p) {
 			t.Fatalf("bit %d of byte %d flipped: err = %v, want ErrCorruptIndex naming %s", i%8, i, err, p)
 		}
@@ -127,17 +127,17 @@ func TestIndexBitFlips(t *testing.T) {
 func TestIndexBaseReplacedWhileMapped(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "Directory.kb.idx")
-	if err := sampleIndex().Save(p); err != nil {
+	if err := sampleIndex().Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	x, err := LoadIndex(p)
+	x, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := entries(sampleIndex())
 	other := NewIndex()
 	other.Set("z", &IndexEntry{SHA256: "00"})
-	if err := other.Save(filepath.Join(dir, "other.idx")); err != nil {
+	if err := other.Save(fileAt(filepath.Join(dir, "other.idx"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(filepath.Join(dir, "other.idx"), p); err != nil {
@@ -181,7 +181,7 @@ func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
 	p := filepath.Join(dir, "Directory.kb.idx")
 	want := writeFormat1WithLog(t, p)
 	readOnly(t, dir)
-	z, err := LoadIndex(p)
+	z, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatalf("format 1 in a read-only dir: %v", err)
 	}
@@ -258,7 +258,7 @@ func TestIndexOnFullDisk(t *testing.T) {
 	}
 	want := entries(x)
 	fill()
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatalf("format 1 on a full disk: %v", err)
 	}
@@ -273,22 +273,22 @@ func TestIndexOnFullDisk(t *testing.T) {
 	if !reflect.DeepEqual(entries(y), want) {
 		t.Fatal("on a full disk, entries differ")
 	}
-	if err := y.Save(p); err == nil {
+	if err := y.Save(fileAt(p)); err == nil {
 		t.Fatal("saved to a full disk")
 	}
 	if !reflect.DeepEqual(entries(y), want) {
 		t.Fatal("after a failed save, entries differ")
 	}
-	if z, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(z), entries(x)) {
+	if z, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), entries(x)) {
 		t.Fatalf("after a failed save, the index on disk is not as it was: %v", err)
 	}
 	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	if err := y.Save(p); err != nil {
+	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	if z, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(z), want) {
+	if z, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("saved once there was room: %v", err)
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
@@ -316,7 +316,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 	const n, perDir = 45000, 40
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.idx")
-	x := NewIndexAt(p)
+	x := NewIndexAt(fileAt(p))
 	path := func(i int) string { return fmt.Sprintf("src/pkg%d/file%d.go", i/perDir, i) }
 	entry := func(i int) *IndexEntry {
 		return &IndexEntry{
@@ -340,7 +340,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 	}
 	x = nil
 	before := heapInUse()
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,28 +410,28 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := LoadIndex(p)
+	z, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	z.Set("c", &IndexEntry{SHA256: "02"}) // undoes the log's deletion
 	want := entries(z)
-	if err := z.Save(p); err != nil {
+	if err := z.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(p+logSuffix, stale, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadIndex(p)
+	got, err := LoadIndex(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(got), want) {
 		t.Fatalf("a stale log of format 1 was replayed: %v\n got %+v\nwant %+v", err, entries(got), want)
 	}
 	got.Set("later", &IndexEntry{SHA256: "03"})
 	want["later"] = IndexEntry{SHA256: "03"}
-	if err := got.Save(p); err != nil {
+	if err := got.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(again), want) {
+	if again, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(again), want) {
 		t.Fatalf("after an append over a stale log: %v\n got %+v\nwant %+v", err, entries(again), want)
 	}
 }
@@ -443,7 +443,7 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 // files are cortex-sync's.
 func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
 	d, _ := saved(t, 1)
-	p := filepath.Join(d.Sub("trees"), "Directory.kb.idx")
+	p := filepath.Join(d.Sub("trees").Path(), "Directory.kb.idx")
 	if err := os.MkdirAll(p, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -469,14 +469,14 @@ func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
 // build on them fails, naming the file; the base on disk is left as it is.
 func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	x := NewIndexAt(p)
+	x := NewIndexAt(fileAt(p))
 	for i := range 50000 {
 		x.Set(fmt.Sprintf("f%05d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Mode: 0o644}, SHA256: strings.Repeat("ab", 32)})
 	}
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 		t.Errorf("read past the cut: %+v", e)
 	}
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Mode: 0o644}})
-	err = y.Save(p)
+	err = y.Save(fileAt(p))
 	if err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("save over a base cut short: %v, want an error naming %s", err, p)
 	}

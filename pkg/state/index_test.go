@@ -69,7 +69,7 @@ func TestCorruptIndexIsAnError(t *testing.T) {
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := LoadIndex(p)
+		_, err := LoadIndex(fileAt(p))
 		runtime.ReadMemStats(&after)
 		if !errors.Is(err, ErrCorruptIndex) || !strings.Contains(err.Error(), p) {
 			t.Errorf("%s: err = %v, want ErrCorruptIndex naming %s", name, err, p)
@@ -150,7 +150,7 @@ func TestIndexLog(t *testing.T) {
 	for i := range 1000 {
 		x.Set(fmt.Sprintf("f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 10, Mode: 0o644}, SHA256: strings.Repeat("ab", 32), ContentID: "git:1"})
 	}
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	base, err := os.Stat(p)
@@ -159,7 +159,7 @@ func TestIndexLog(t *testing.T) {
 	}
 	load := func() *Index {
 		t.Helper()
-		y, err := LoadIndex(p)
+		y, err := LoadIndex(fileAt(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -170,7 +170,7 @@ func TestIndexLog(t *testing.T) {
 	y.Delete("f0002")
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
 	y.Set("f0003", y.Get("f0003")) // unchanged: not written
-	if err := y.Save(p); err != nil {
+	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	after, err := os.Stat(p)
@@ -205,7 +205,7 @@ func TestIndexLog(t *testing.T) {
 		t.Fatalf("torn tail: replayed index differs")
 	}
 	z.Delete("f0004")
-	if err := z.Save(p); err != nil {
+	if err := z.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	delete(want, "f0004")
@@ -223,7 +223,7 @@ func TestIndexLog(t *testing.T) {
 	for i := range 1000 { // more than a quarter of the base: compacted
 		w.Set(fmt.Sprintf("f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 12, Mode: 0o644}, SHA256: strings.Repeat("ef", 32), ContentID: "git:3"})
 	}
-	if err := w.Save(p); err != nil {
+	if err := w.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(p + logSuffix); !errors.Is(err, os.ErrNotExist) {
@@ -281,7 +281,7 @@ func TestIndexMatchesMap(t *testing.T) {
 			p := filepath.Join(dir, "Directory.kb.idx")
 			rng := rand.New(rand.NewPCG(1, 2))
 			want, saved := map[string]IndexEntry{}, map[string]IndexEntry{}
-			x := NewIndexAt(p)
+			x := NewIndexAt(fileAt(p))
 			ids := []string{"", "git:" + strings.Repeat("0a", 20), "sha256:" + strings.Repeat("1b", 32), "other"}
 			for step := range 20000 {
 				k := fmt.Sprintf("d%d/f%03d", rng.IntN(8), rng.IntN(300))
@@ -313,7 +313,7 @@ func TestIndexMatchesMap(t *testing.T) {
 					checkChildren(t, step, x, want, k[:strings.IndexByte(k, '/')])
 				default:
 					if step%20 == 0 {
-						if err := x.Save(p); err != nil {
+						if err := x.Save(fileAt(p)); err != nil {
 							t.Fatal(err)
 						}
 						if x.Dirty() {
@@ -321,7 +321,7 @@ func TestIndexMatchesMap(t *testing.T) {
 						}
 						saved = maps.Clone(want)
 						var err error
-						if x, err = LoadIndex(p); err != nil {
+						if x, err = LoadIndex(fileAt(p)); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -413,14 +413,14 @@ func TestIndexBytesPerEntry(t *testing.T) {
 		})
 	}
 	p := filepath.Join(t.TempDir(), "x.idx")
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	x = nil
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -533,13 +533,13 @@ func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
 	if err := os.WriteFile(p, encodeV1(sampleIndex()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	y.Delete("c")
-	if err := y.appendLog(p+logSuffix, encodeFrame(y.changes(), math.MaxInt64)); err != nil {
+	if err := y.appendLog(fileAt(p+logSuffix), encodeFrame(y.changes(), math.MaxInt64)); err != nil {
 		t.Fatal(err)
 	}
 	return entries(y)
@@ -550,7 +550,7 @@ func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
 func TestIndexOfFormat1(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
 	want := writeFormat1WithLog(t, p)
-	z, err := LoadIndex(p)
+	z, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -561,7 +561,7 @@ func TestIndexOfFormat1(t *testing.T) {
 		t.Error("an index of format 1 is not dirty: it would never be rewritten")
 	}
 	// ...and the next save writes format 2, the log gone.
-	if err := z.Save(p); err != nil {
+	if err := z.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(p)
@@ -574,7 +574,7 @@ func TestIndexOfFormat1(t *testing.T) {
 	if _, err := os.Stat(p + logSuffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the log outlived the rewrite: %v", err)
 	}
-	if got, err := LoadIndex(p); err != nil || !reflect.DeepEqual(entries(got), want) || got.Dirty() {
+	if got, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) || got.Dirty() {
 		t.Fatalf("format 2: %v, %+v", err, got)
 	}
 }
@@ -586,7 +586,7 @@ func TestIndexWrittenWholeStaysFlat(t *testing.T) {
 	const n = 45000
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.idx")
-	x := NewIndexAt(p)
+	x := NewIndexAt(fileAt(p))
 	var before, ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -607,7 +607,7 @@ func TestIndexWrittenWholeStaysFlat(t *testing.T) {
 	if peak > 3<<20 {
 		t.Errorf("heap peak %d bytes while writing %d entries, want at most 3 MiB", peak, n)
 	}
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if x.Len() != n || x.Get("src/pkg0/file0.go") == nil {

@@ -13,6 +13,8 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
 // An index's base file, format 2, is read in place rather than decoded:
@@ -612,12 +614,12 @@ func (m *memFile) WriteAt(p []byte, off int64) (int, error) {
 // namedThenRemoved is a temp file in dir whose name is removed at once; a
 // name left by a kill in between is swept with the state dir's other
 // temp files.
-func namedThenRemoved(dir string) (*os.File, error) {
-	f, err := os.CreateTemp(dir, tempPrefix+"spill.*")
+func namedThenRemoved(dir *hostfs.Dir) (*os.File, error) {
+	f, tmp, err := dir.CreateTemp("spill")
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Remove(f.Name()); err != nil {
+	if err := dir.Remove(tmp); err != nil {
 		f.Close()
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"iter"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -51,6 +50,7 @@ type Intended struct {
 
 // intentLog is an intent log open for appending.
 type intentLog struct {
+	dir    Dir // where it is
 	f      *os.File
 	end    int64 // where the next frame goes
 	synced bool  // what was written is durable
@@ -63,11 +63,11 @@ func (x *Index) Intend(es ...Intended) error {
 	if len(es) == 0 {
 		return nil
 	}
-	if x.file == "" {
+	if x.file == (File{}) {
 		return errors.New("record intents: the index is kept in memory")
 	}
 	if x.ilog == nil {
-		l, err := openIntentLog(x.file + intentSuffix)
+		l, err := openIntentLog(x.file.with(intentSuffix))
 		if err != nil {
 			return fmt.Errorf("record intents: %w", err)
 		}
@@ -98,7 +98,7 @@ func (x *Index) SyncIntents() error {
 		return fmt.Errorf("record intents: %w", err)
 	}
 	if l.made {
-		if err := syncDir(filepath.Dir(l.f.Name())); err != nil {
+		if err := l.dir.Sync(); err != nil {
 			return fmt.Errorf("record intents: %w", err)
 		}
 		l.made = false
@@ -107,17 +107,14 @@ func (x *Index) SyncIntents() error {
 	return nil
 }
 
-// openIntentLog opens the intent log at path to append to, after its last
+// openIntentLog opens the intent log path to append to, after its last
 // whole frame; one that is missing, or not an intent log, starts anew.
-func openIntentLog(path string) (*intentLog, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, err
-	}
-	l := &intentLog{made: true}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+func openIntentLog(path File) (*intentLog, error) {
+	l := &intentLog{dir: path.dir, made: true}
+	f, err := path.dir.OpenFile(path.name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		l.made = false
-		f, err = os.OpenFile(path, os.O_RDWR, 0)
+		f, err = path.dir.OpenFile(path.name, os.O_RDWR, 0)
 	}
 	if err != nil {
 		return nil, err
@@ -157,8 +154,8 @@ func intentEnd(data []byte) int {
 // loadIntents reads the intent log beside the index at path; a missing or
 // damaged one holds what it holds up to the damage, and never fails the
 // load.
-func (x *Index) loadIntents(path string) error {
-	data, _, err := readBounded(path + intentSuffix)
+func (x *Index) loadIntents(path File) error {
+	data, _, err := readBounded(path.with(intentSuffix))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -200,8 +197,8 @@ func (x *Index) loadIntents(path string) error {
 // tree): then the index as that write left it, with its intents. An
 // index left by a tree of the same name that was pruned, or forgotten
 // (prune disabled), is not loaded.
-func LoadUnrecorded(path string) (*Index, error) {
-	if _, err := os.Lstat(path + intentSuffix); errors.Is(err, fs.ErrNotExist) {
+func LoadUnrecorded(path File) (*Index, error) {
+	if _, err := path.with(intentSuffix).stat(); errors.Is(err, fs.ErrNotExist) {
 		return NewIndexAt(path), nil
 	}
 	return LoadIndex(path)
@@ -214,17 +211,17 @@ func LoadUnrecorded(path string) (*Index, error) {
 func (x *Index) ClearIntents(recorded bool) error {
 	x.closeIntents()
 	x.intents, x.intentLog = nil, false
-	if x.file == "" {
+	if x.file == (File{}) {
 		return nil
 	}
-	p := x.file + intentSuffix
+	p := x.file.with(intentSuffix)
 	var err error
 	if recorded {
-		if err = os.Remove(p); errors.Is(err, fs.ErrNotExist) {
+		if err = p.dir.Remove(p.name); errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}
 	} else {
-		err = WriteFile(p, []byte(intentMagic))
+		err = p.dir.WriteFile(p.name, []byte(intentMagic))
 	}
 	if err != nil {
 		return fmt.Errorf("clear intents: %w", err)
@@ -235,8 +232,8 @@ func (x *Index) ClearIntents(recorded bool) error {
 // Remove deletes the index, its log and its intent log: its tree is gone.
 func (x *Index) Remove() error {
 	x.closeIntents()
-	for _, p := range []string{x.file, x.file + logSuffix, x.file + intentSuffix} {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, p := range []File{x.file, x.file.with(logSuffix), x.file.with(intentSuffix)} {
+		if err := p.dir.Remove(p.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove index: %w", err)
 		}
 	}

@@ -25,12 +25,12 @@ func TestIndexIntents(t *testing.T) {
 	link := &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "d/a"}
 	sumA, sumB := "aa00000000000000000000000000000000000000000000000000000000000000", "bb00000000000000000000000000000000000000000000000000000000000000"
 
-	x, err := LoadIndex(p)
+	x, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	x.Set("d/a", file(sumA))
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if err := x.Intend(Intended{"d/a", file(sumB)}, Intended{"d/new", dir}); err != nil {
@@ -74,7 +74,7 @@ func TestIndexIntents(t *testing.T) {
 			t.Errorf("%s: an index with intents is not dirty: nothing would clear them", what)
 		}
 	}
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestIndexIntents(t *testing.T) {
 	}
 	f.Write([]byte{0x40, 1, 2, 3})
 	f.Close()
-	y, err = LoadIndex(p)
+	y, err = LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestIndexIntents(t *testing.T) {
 	if err := y.Intend(Intended{"z", dir}); err != nil {
 		t.Fatal(err)
 	}
-	if z, err := LoadIndex(p); err != nil || len(z.Intents("z")) != 1 {
+	if z, err := LoadIndex(fileAt(p)); err != nil || len(z.Intents("z")) != 1 {
 		t.Fatalf("an intent after a torn tail is lost (%v)", err)
 	}
 
@@ -105,7 +105,7 @@ func TestIndexIntents(t *testing.T) {
 	// cleared once recorded, the log is gone and an unrecorded load is a
 	// new index; removed, nothing is left.
 	y.Set("d/b", file(sumA))
-	if err := y.Save(p); err != nil {
+	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if y.Intents("link") == nil || y.Get("d/b") == nil {
@@ -113,7 +113,7 @@ func TestIndexIntents(t *testing.T) {
 	}
 	unrecorded := func(what string, entries bool, intents bool) {
 		t.Helper()
-		n, err := LoadUnrecorded(p)
+		n, err := LoadUnrecorded(fileAt(p))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestIndexIntents(t *testing.T) {
 		t.Fatal(err)
 	}
 	unrecorded("cleared, unrecorded", true, false)
-	z, err := LoadIndex(p)
+	z, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestIndexIntents(t *testing.T) {
 		t.Fatalf("the intent log is still there after ClearIntents (%v)", err)
 	}
 	unrecorded("cleared, recorded", false, false)
-	if z, err = LoadIndex(p); err != nil {
+	if z, err = LoadIndex(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if z.Intents("link") != nil || z.Dirty() || z.Get("d/b") == nil {

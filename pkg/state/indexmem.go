@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"io/fs"
 	"iter"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -547,7 +546,7 @@ func layerItem(l lent, marks uint16) item {
 
 // grew checkpoints the layers once they are large.
 func (x *Index) grew() {
-	if x.replaying || x.spill == "" {
+	if x.replaying || x.spill.none() {
 		return
 	}
 	k := len(x.added) + len(x.logged)
@@ -571,9 +570,6 @@ func (x *Index) checkpoint() error {
 	n := 0
 	for range x.items("") {
 		n++
-	}
-	if err := os.MkdirAll(x.spill, 0o700); err != nil {
-		return err
 	}
 	f, err := unnamedFile(x.spill)
 	if err != nil {

@@ -38,10 +38,13 @@ func thisHolder(now time.Time) Holder {
 	return Holder{PID: os.Getpid(), Command: cmd, Since: now.UTC().Truncate(time.Second)}
 }
 
+// lockFile is the lock's name in the state dir.
+const lockFile = "lock"
+
 // readHolder reads the lock file's holder; ok is false when it names none
 // (let go, or being written). A bare pid is what older versions wrote.
-func readHolder(name string) (h Holder, ok bool) {
-	data, err := os.ReadFile(name)
+func (d Dir) readHolder(file string) (h Holder, ok bool) {
+	data, err := d.ReadFile(file)
 	if err != nil {
 		return Holder{}, false
 	}
@@ -74,14 +77,14 @@ func (h Holder) describe(now time.Time) string {
 // Lock takes the state dir's lock, waiting up to timeout for another holder
 // to let go. The error then says who holds it: pid, command, since when.
 func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
-	l, err := d.lock(ctx, "lock", timeout)
+	l, err := d.lock(ctx, lockFile, timeout)
 	if err != nil {
 		return nil, err
 	}
 	// The one writer now: what a killed writer left half-written goes.
 	if _, err := d.RemoveTemps(); err != nil {
 		l.Unlock()
-		return nil, fmt.Errorf("remove temp files in %s: %w", d.Path, err)
+		return nil, fmt.Errorf("remove temp files in %s: %w", d, err)
 	}
 	return l, nil
 }
@@ -89,14 +92,17 @@ func (d Dir) Lock(ctx context.Context, timeout time.Duration) (*Lock, error) {
 // ErrAgentRuns reports that an agent already runs on the state dir.
 var ErrAgentRuns = errors.New("another cortex-sync agent runs on this state dir")
 
+// agentLockFile is held for an agent's life.
+const agentLockFile = "agent.lock"
+
 // LockAgent takes the state dir's agent lock, held for an agent's life:
 // two agents on one state dir would each supervise and apply. It does not
 // wait: the second one is refused, naming the first.
 func (d Dir) LockAgent() (*Lock, error) {
-	l, err := d.lock(context.Background(), "agent.lock", 0)
+	l, err := d.lock(context.Background(), agentLockFile, 0)
 	if errors.Is(err, ErrLocked) {
 		who := "an unknown process"
-		if h, ok := readHolder(d.Sub("agent.lock")); ok {
+		if h, ok := d.readHolder(agentLockFile); ok {
 			who = h.describe(time.Now())
 		}
 		return nil, fmt.Errorf("%w: %s; stop it, or give this one another --state-dir", ErrAgentRuns, who)
@@ -106,12 +112,9 @@ func (d Dir) LockAgent() (*Lock, error) {
 
 // lock takes the flock on the state dir's file name, waiting up to
 // timeout, and writes who holds it.
-func (d Dir) lock(ctx context.Context, name string, timeout time.Duration) (*Lock, error) {
-	if err := os.MkdirAll(d.Path, 0o700); err != nil {
-		return nil, fmt.Errorf("create state dir: %w", err)
-	}
-	name = d.Sub(name)
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+func (d Dir) lock(ctx context.Context, file string, timeout time.Duration) (*Lock, error) {
+	name := d.File(file)
+	f, err := d.OpenFile(file, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock: %w", err)
 	}
@@ -128,7 +131,7 @@ func (d Dir) lock(ctx context.Context, name string, timeout time.Duration) (*Loc
 		if time.Now().After(deadline) {
 			f.Close()
 			who := "an unknown process"
-			if h, ok := readHolder(name); ok {
+			if h, ok := d.readHolder(file); ok {
 				who = h.describe(time.Now())
 			}
 			return nil, fmt.Errorf("%w: %s is held by %s (waited %s; raise --lock-timeout or stop that process)", ErrLocked, name, who, timeout)

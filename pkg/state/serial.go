@@ -45,13 +45,14 @@ var hostID = sync.OnceValue(func() string {
 	return ""
 })
 
-func (d Dir) serialPath() string { return d.Sub("state.serial") }
+// serialFileName is state.serial's name in the state dir.
+const serialFileName = "state.serial"
 
 // lastWritten reads state.serial: the last snapshot saved here. ok is
 // false when there is none (a state dir from before state.serial, or a new
 // one).
 func (d Dir) lastWritten() (f serialFile, ok bool, err error) {
-	data, err := os.ReadFile(d.serialPath())
+	data, err := d.ReadFile(serialFileName)
 	if errors.Is(err, fs.ErrNotExist) {
 		return f, false, nil
 	}
@@ -59,7 +60,7 @@ func (d Dir) lastWritten() (f serialFile, ok bool, err error) {
 		return f, false, err
 	}
 	if err := json.Unmarshal(data, &f); err != nil || f.Lineage == "" {
-		return f, false, fmt.Errorf("%s is damaged: %q", d.serialPath(), truncate(data, 80))
+		return f, false, fmt.Errorf("%s is damaged: %q", d.File(serialFileName), truncate(data, 80))
 	}
 	return f, true, nil
 }
@@ -110,7 +111,7 @@ func (d Dir) writeSerial(s *Snapshot) error {
 	if err != nil {
 		return err
 	}
-	if err := WriteFile(d.serialPath(), append(data, '\n')); err != nil {
+	if err := d.WriteFile(serialFileName, append(data, '\n')); err != nil {
 		return fmt.Errorf("save state.serial: %w", err)
 	}
 	return nil

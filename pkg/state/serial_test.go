@@ -12,7 +12,7 @@ import (
 // saved is a state dir holding a snapshot with one entry, saved n times.
 func saved(t *testing.T, n int) (Dir, *Snapshot) {
 	t.Helper()
-	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	d := At(filepath.Join(t.TempDir(), "state"))
 	s, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -37,20 +37,20 @@ func read(t *testing.T, p string) []byte {
 
 func TestRollbackDetected(t *testing.T) {
 	d, s := saved(t, 2)
-	old := read(t, d.file())
+	old := read(t, d.File(snapshotFile).Path())
 	for range 3 {
 		if err := d.Save(s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if fi, err := os.Stat(d.serialPath()); err != nil || fi.Mode().Perm() != 0o600 {
+	if fi, err := os.Stat(d.File(serialFileName).Path()); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Fatalf("state.serial: %v %v", fi, err)
 	}
 	if got, err := d.Load(); err != nil || got.Rollback() != nil {
 		t.Fatalf("the last snapshot written: %v %v", err, got.Rollback())
 	}
 	// The older snapshot is put back.
-	if err := os.WriteFile(d.file(), old, 0o600); err != nil {
+	if err := os.WriteFile(d.File(snapshotFile).Path(), old, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.Load()
@@ -86,7 +86,7 @@ func TestRollbackDetected(t *testing.T) {
 func TestRollbackOtherLineage(t *testing.T) {
 	d, _ := saved(t, 1)
 	other, _ := saved(t, 3)
-	if err := os.WriteFile(d.file(), read(t, other.file()), 0o600); err != nil {
+	if err := os.WriteFile(d.File(snapshotFile).Path(), read(t, other.File(snapshotFile).Path()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := d.Load()
@@ -103,26 +103,26 @@ func TestNoRollback(t *testing.T) {
 	// one with no state.serial (written before it existed), and an empty
 	// one (nothing to prune) are not rollbacks.
 	d, s := saved(t, 2)
-	serial := read(t, d.serialPath())
+	serial := read(t, d.File(serialFileName).Path())
 	if err := d.Save(s); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(d.serialPath(), serial, 0o600)
+	os.WriteFile(d.File(serialFileName).Path(), serial, 0o600)
 	if got, _ := d.Load(); got.Rollback() != nil {
 		t.Errorf("newer than state.serial: %v", got.Rollback())
 	}
-	os.Remove(d.serialPath())
+	os.Remove(d.File(serialFileName).Path())
 	if got, _ := d.Load(); got.Rollback() != nil {
 		t.Errorf("no state.serial: %v", got.Rollback())
 	}
 	d2, _ := saved(t, 3)
-	os.Remove(d2.file())
+	os.Remove(d2.File(snapshotFile).Path())
 	if got, _ := d2.Load(); got.Rollback() != nil {
 		t.Errorf("state.json moved away: %v", got.Rollback())
 	}
-	os.WriteFile(d2.serialPath(), []byte("garbage"), 0o600)
+	os.WriteFile(d2.File(serialFileName).Path(), []byte("garbage"), 0o600)
 	d3, _ := saved(t, 1)
-	os.WriteFile(d3.serialPath(), []byte("garbage"), 0o600)
+	os.WriteFile(d3.File(serialFileName).Path(), []byte("garbage"), 0o600)
 	if got, _ := d3.Load(); got.Rollback() == nil {
 		t.Error("a damaged state.serial is not trusted")
 	}
@@ -148,14 +148,14 @@ func TestCreating(t *testing.T) {
 }
 
 func TestBackupRetention(t *testing.T) {
-	d := Dir{Path: t.TempDir()}
+	d := At(t.TempDir())
 	now := time.Date(2026, 6, 1, 0, 0, 0, 0, time.UTC)
 	var names []string
 	for _, age := range []time.Duration{0, time.Hour, 10 * 24 * time.Hour, 40 * 24 * time.Hour, 50 * 24 * time.Hour, 400 * 24 * time.Hour} {
 		name := now.Add(-age).Format(backupTime)
 		names = append(names, name)
-		os.MkdirAll(filepath.Join(d.Sub("backups"), name, "etc"), 0o700)
-		os.WriteFile(filepath.Join(d.Sub("backups"), name, "etc", "x"), []byte("12345"), 0o600)
+		os.MkdirAll(filepath.Join(d.Sub("backups").Path(), name, "etc"), 0o700)
+		os.WriteFile(filepath.Join(d.Sub("backups").Path(), name, "etc", "x"), []byte("12345"), 0o600)
 	}
 	runs, err := d.Backups()
 	if err != nil || len(runs) != 6 || runs[0].Name != names[0] || runs[0].Files != 1 || runs[0].Bytes != 5 {
@@ -176,12 +176,12 @@ func TestBackupRetention(t *testing.T) {
 
 func TestCheckAndRepair(t *testing.T) {
 	d, _ := saved(t, 1)
-	os.MkdirAll(d.Sub("trees"), 0o700)
-	if err := NewIndex().Save(filepath.Join(d.Sub("trees"), "Directory.kb.idx")); err != nil {
+	os.MkdirAll(d.Sub("trees").Path(), 0o700)
+	if err := NewIndex().Save(d.File("trees/Directory.kb.idx")); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(d.Sub("trees"), "Directory.bad.idx"), []byte("junk"), 0o600)
-	os.WriteFile(filepath.Join(d.Path, tempPrefix+"state.json.1"), []byte("half"), 0o600)
+	os.WriteFile(filepath.Join(d.Sub("trees").Path(), "Directory.bad.idx"), []byte("junk"), 0o600)
+	os.WriteFile(filepath.Join(d.Path(), tempPrefix+"state.json.1"), []byte("half"), 0o600)
 	problems := func(fs []Finding) (n int) {
 		for _, f := range fs {
 			if !f.OK {
@@ -201,12 +201,12 @@ func TestCheckAndRepair(t *testing.T) {
 	if fs := d.Check(); problems(fs) != 0 {
 		t.Fatalf("after repair: %+v", fs)
 	}
-	os.WriteFile(d.file(), []byte("{}"), 0o600)
+	os.WriteFile(d.File(snapshotFile).Path(), []byte("{}"), 0o600)
 	fs = d.Check()
 	if problems(fs) != 1 || fs[0].Repairable {
 		t.Fatalf("a damaged snapshot is not repairable: %+v", fs)
 	}
-	if done, _ := d.Repair(fs); len(done) != 0 || string(read(t, d.file())) != "{}" {
+	if done, _ := d.Repair(fs); len(done) != 0 || string(read(t, d.File(snapshotFile).Path())) != "{}" {
 		t.Fatal("repair touched the snapshot")
 	}
 }

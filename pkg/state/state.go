@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -209,11 +208,6 @@ func (s *Snapshot) Drop(id string) {
 	}
 }
 
-// Dir is a state directory.
-type Dir struct {
-	Path string
-}
-
 // DefaultDir is /var/lib/cortex-sync for root, else $XDG_STATE_HOME/cortex-sync.
 func DefaultDir() string {
 	if os.Geteuid() == 0 {
@@ -226,16 +220,14 @@ func DefaultDir() string {
 	return filepath.Join(home, ".local", "state", "cortex-sync")
 }
 
-func (d Dir) file() string { return filepath.Join(d.Path, "state.json") }
-
-// Sub is a subdirectory of the state dir (cache, backups, logs, trees).
-func (d Dir) Sub(name string) string { return filepath.Join(d.Path, name) }
+// snapshotFile is the snapshot's name in the state dir.
+const snapshotFile = "state.json"
 
 // Load reads the snapshot. A missing one is an empty snapshot with a fresh
 // lineage; a damaged, truncated or empty one is an error wrapping
 // ErrCorruptSnapshot, never silently replaced.
 func (d Dir) Load() (*Snapshot, error) {
-	data, err := os.ReadFile(d.file())
+	data, err := d.ReadFile(snapshotFile)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &Snapshot{Version: Version, Lineage: newLineage()}, nil
 	}
@@ -244,13 +236,13 @@ func (d Dir) Load() (*Snapshot, error) {
 	}
 	s, err := decodeSnapshot(data)
 	if errors.Is(err, ErrCorruptSnapshot) {
-		return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh (cortex-sync then forgets what it applied)", d.file(), err)
+		return nil, fmt.Errorf("%s: %w; restore it from a backup, or move it away to start afresh (cortex-sync then forgets what it applied)", d.File(snapshotFile), err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w; upgrade cortex-sync", d.file(), err)
+		return nil, fmt.Errorf("%s: %w; upgrade cortex-sync", d.File(snapshotFile), err)
 	}
-	if fi, err := os.Stat(d.file()); err == nil {
-		s.ref.Store(fi.ModTime().UnixNano())
+	if st, err := d.Lstat(snapshotFile); err == nil {
+		s.ref.Store(st.Mtime)
 	}
 	if s.RolledBack == "" {
 		s.RolledBack = d.checkSerial(s)
@@ -266,11 +258,16 @@ func (d Dir) Load() (*Snapshot, error) {
 // and state.json stays in place (no reader finds none) until a save
 // replaces it.
 func (d Dir) SetAside() (string, error) {
-	aside := d.file() + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
-	if err := os.Link(d.file(), aside); err != nil {
+	aside := snapshotFile + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000Z")
+	h, err := d.Open(false)
+	if err != nil {
 		return "", err
 	}
-	return aside, syncDir(d.Path)
+	defer h.Close()
+	if err := h.Link(snapshotFile, aside); err != nil {
+		return "", err
+	}
+	return d.File(aside).Path(), h.Sync()
 }
 
 // Save writes the snapshot atomically and durably, bumping its serial.
@@ -284,11 +281,11 @@ func (d Dir) Save(s *Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
-	if err := WriteFile(d.file(), data); err != nil {
+	if err := d.WriteFile(snapshotFile, data); err != nil {
 		return fmt.Errorf("save snapshot: %w", err)
 	}
-	if fi, err := os.Stat(d.file()); err == nil {
-		s.ref.Store(fi.ModTime().UnixNano())
+	if st, err := d.Lstat(snapshotFile); err == nil {
+		s.ref.Store(st.Mtime)
 	}
 	if s.rollback != nil {
 		// The high-water mark stays until the rollback is accepted: a sync
@@ -422,15 +419,6 @@ func checksum(fields map[string]any) (string, error) {
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// WriteFile writes data to path atomically (temp, fsync, rename, fsync dir),
-// 0600 in a 0700 directory.
-func WriteFile(path string, data []byte) error {
-	return writeFileFunc(path, func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
-}
-
 // syncClose makes what was written to f durable, then closes it; f is
 // closed whatever fails.
 func syncClose(f *os.File) error {
@@ -439,30 +427,6 @@ func syncClose(f *os.File) error {
 		return err
 	}
 	return f.Close()
-}
-
-// writeFileFunc is WriteFile with the content written by write.
-func writeFileFunc(path string, write func(*os.File) error) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, tempPrefix+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := syncClose(f); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return syncDir(dir)
 }
 
 // tempPrefix starts the names of WriteFile's temporary files; it is
@@ -476,18 +440,11 @@ const tempPrefix = ".cortex-sync-"
 func (d Dir) RemoveTemps() (int, error) {
 	n := 0
 	var errs []error
-	for _, dir := range []string{d.Path, d.Sub("trees"), d.Sub("cache")} {
-		entries, err := os.ReadDir(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-		for _, e := range entries {
-			if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), tempPrefix) {
-				continue
-			}
-			if err := os.Remove(filepath.Join(dir, e.Name())); err == nil {
+	for _, dir := range []Dir{d, d.Sub("trees"), d.Sub("cache")} {
+		for _, name := range dir.temps() {
+			if err := dir.Remove(name); err == nil {
 				n++
-			} else if !errors.Is(err, fs.ErrNotExist) {
+			} else {
 				errs = append(errs, err)
 			}
 		}
@@ -495,13 +452,16 @@ func (d Dir) RemoveTemps() (int, error) {
 	return n, errors.Join(errs...)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
+// temps lists the temp files of ours in the directory.
+func (d Dir) temps() []string {
+	entries, _ := d.ReadDir()
+	var names []string
+	for _, e := range entries {
+		if e.Type().IsRegular() && hostfs.IsTemp(e.Name()) {
+			names = append(names, e.Name())
+		}
 	}
-	defer d.Close()
-	return d.Sync()
+	return names
 }
 
 func newLineage() string {

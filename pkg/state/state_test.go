@@ -20,7 +20,7 @@ import (
 )
 
 func TestSnapshotRoundTrip(t *testing.T) {
-	d := Dir{Path: filepath.Join(t.TempDir(), "state")}
+	d := At(filepath.Join(t.TempDir(), "state"))
 	s, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -39,7 +39,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if got.Lineage != s.Lineage || got.Serial != 1 || got.Find("File/a").Live.Ino != 7 {
 		t.Fatalf("round trip: %+v", got)
 	}
-	for p, want := range map[string]os.FileMode{d.Path: 0o700 | os.ModeDir, filepath.Join(d.Path, "state.json"): 0o600} {
+	for p, want := range map[string]os.FileMode{d.Path(): 0o700 | os.ModeDir, filepath.Join(d.Path(), "state.json"): 0o600} {
 		fi, err := os.Stat(p)
 		if err != nil || fi.Mode() != want {
 			t.Errorf("%s: mode %v, want %v (%v)", p, fi.Mode(), want, err)
@@ -93,9 +93,9 @@ func TestCorruptSnapshotIsAnError(t *testing.T) {
 	for n := 0; n < len(valid)-1; n += 7 {
 		tests[fmt.Sprintf("truncated to %d bytes", n)] = string(valid[:n])
 	}
-	d := Dir{Path: t.TempDir()}
+	d := At(t.TempDir())
 	for name, data := range tests {
-		if err := os.WriteFile(d.file(), []byte(data), 0o600); err != nil {
+		if err := os.WriteFile(d.File(snapshotFile).Path(), []byte(data), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		s, err := d.Load()
@@ -103,15 +103,15 @@ func TestCorruptSnapshotIsAnError(t *testing.T) {
 			t.Errorf("%s: Load = %+v, %v; want ErrCorruptSnapshot", name, s, err)
 			continue
 		}
-		if msg := err.Error(); !strings.Contains(msg, d.file()) || !strings.Contains(msg, "move it away") {
+		if msg := err.Error(); !strings.Contains(msg, d.File(snapshotFile).Path()) || !strings.Contains(msg, "move it away") {
 			t.Errorf("%s: error %q does not name the file and what to do", name, msg)
 		}
 	}
 }
 
 func TestNewerSnapshotIsRefused(t *testing.T) {
-	d := Dir{Path: t.TempDir()}
-	os.WriteFile(d.file(), []byte(`{"version": 3, "lineage": "abc", "checksum": "sha512:x"}`), 0o600)
+	d := At(t.TempDir())
+	os.WriteFile(d.File(snapshotFile).Path(), []byte(`{"version": 3, "lineage": "abc", "checksum": "sha512:x"}`), 0o600)
 	_, err := d.Load()
 	if err == nil || errors.Is(err, ErrCorruptSnapshot) || !strings.Contains(err.Error(), "upgrade cortex-sync") {
 		t.Fatalf("got %v, want an error asking for a newer cortex-sync", err)
@@ -121,7 +121,7 @@ func TestNewerSnapshotIsRefused(t *testing.T) {
 // TestVersion1SnapshotLoads reads state.json as the previous format wrote
 // it, without a checksum, and saves it in the current one.
 func TestVersion1SnapshotLoads(t *testing.T) {
-	d := Dir{Path: t.TempDir()}
+	d := At(t.TempDir())
 	v1 := `{
   "version": 1,
   "lineage": "5f2c",
@@ -135,7 +135,7 @@ func TestVersion1SnapshotLoads(t *testing.T) {
   ]
 }
 `
-	os.WriteFile(d.file(), []byte(v1), 0o600)
+	os.WriteFile(d.File(snapshotFile).Path(), []byte(v1), 0o600)
 	s, err := d.Load()
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestVersion1SnapshotLoads(t *testing.T) {
 	if err := d.Save(s); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile(d.file())
+	data, _ := os.ReadFile(d.File(snapshotFile).Path())
 	if !bytes.Contains(data, []byte(`"version": 2`)) || !bytes.Contains(data, []byte(`"checksum": "sha256:`)) {
 		t.Fatalf("saved snapshot is not format 2 with a checksum:\n%s", data)
 	}
@@ -196,10 +196,10 @@ func TestIndexRoundTrip(t *testing.T) {
 	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
 	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
 	p := filepath.Join(t.TempDir(), "trees", "x.idx")
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,13 +213,13 @@ func TestIndexRoundTrip(t *testing.T) {
 		t.Fatalf("racy: old %v fresh %v", y.Racy(old), y.Racy(fresh))
 	}
 	os.WriteFile(p, []byte("CSIX\x01\xff"), 0o600)
-	if _, err := LoadIndex(p); err == nil {
+	if _, err := LoadIndex(fileAt(p)); err == nil {
 		t.Fatal("a truncated index loaded without error")
 	}
 }
 
 func TestLockNamesHolder(t *testing.T) {
-	d := Dir{Path: t.TempDir()}
+	d := At(t.TempDir())
 	ctx := context.Background()
 	first, err := d.Lock(ctx, time.Second)
 	if err != nil {
@@ -251,8 +251,8 @@ func TestLockHolderFormats(t *testing.T) {
 		{"", "held by an unknown process (waited"},
 		{`{"pid":7,"command":"cortex-sync run --config /etc/cortex-sync/agent.yaml","since":"2026-01-02T03:04:05Z"}`, "held by pid 7 (cortex-sync run --config /etc/cortex-sync/agent.yaml, since 2026-01-02T03:04:05Z, "},
 	} {
-		d := Dir{Path: t.TempDir()}
-		f, err := os.Create(d.Sub("lock"))
+		d := At(t.TempDir())
+		f, err := os.Create(d.Sub("lock").Path())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -280,12 +280,12 @@ func BenchmarkLoadIndex(b *testing.B) {
 		})
 	}
 	p := filepath.Join(b.TempDir(), "x.idx")
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := LoadIndex(p); err != nil {
+		if _, err := LoadIndex(fileAt(p)); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,17 +2,21 @@ package state
 
 import (
 	"os"
-	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
 // unnamedFile is a new file in dir that has no name, so that nothing is
 // left behind whatever happens to this process.
-func unnamedFile(dir string) (*os.File, error) {
-	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+func unnamedFile(dir Dir) (*os.File, error) {
+	h, err := dir.Open(true)
 	if err != nil {
-		return namedThenRemoved(dir) // a filesystem without O_TMPFILE
+		return nil, err
 	}
-	return os.NewFile(uintptr(fd), filepath.Join(dir, "(unnamed)")), nil
+	defer h.Close()
+	f, err := h.OpenFile(".", unix.O_TMPFILE|unix.O_RDWR, 0o600)
+	if err != nil {
+		return namedThenRemoved(h) // a filesystem without O_TMPFILE
+	}
+	return f, nil
 }
