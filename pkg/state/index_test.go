@@ -458,10 +458,10 @@ func TestIndexConvergedLookups(t *testing.T) {
 		x.Set(fmt.Sprintf("src/pkg%d/file%d", i/40, i), &e)
 	}
 	p := filepath.Join(t.TempDir(), "x.idx")
-	if err := x.Save(p); err != nil {
+	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(p)
+	y, err := LoadIndex(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,10 +491,10 @@ func TestIndexConvergedLookups(t *testing.T) {
 		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
 	}
 	q := filepath.Join(t.TempDir(), "big.idx")
-	if err := big.Save(q); err != nil {
+	if err := big.Save(fileAt(q)); err != nil {
 		t.Fatal(err)
 	}
-	if big, err = LoadIndex(q); err != nil {
+	if big, err = LoadIndex(fileAt(q)); err != nil {
 		t.Fatal(err)
 	}
 	if kids := big.Children("dir"); len(kids) != n || *kids["file2"].Entry != *kinds[2] {
