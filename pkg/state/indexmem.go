@@ -273,8 +273,8 @@ func (x *Index) Children(dir string) map[string]Child {
 	if dir != "" {
 		prefix = dir + "/"
 	}
-	kids := childList{buf: childBufs.Get().(*[]byte)}
-	defer childBufs.Put(kids.buf)
+	kids := childLists.Get().(*childList)
+	defer childLists.Put(kids)
 	var below []string
 	c := x.cursor(prefix)
 	for {
@@ -322,14 +322,15 @@ func (x *Index) Children(dir string) map[string]Child {
 }
 
 // childList gathers the entries Children finds: their names and strings
-// one after another in one buffer, made a string once at the end.
+// one after another in one buffer, made a string once at the end, and
+// the entries copied out into a slice of their own.
 type childList struct {
-	buf  *[]byte
+	buf  []byte
 	kids []child
 }
 
-// childBufs are Children's buffers, used again by the next call.
-var childBufs = sync.Pool{New: func() any { b := make([]byte, 0, 16<<10); return &b }}
+// childLists are Children's scratch, used again by the next call.
+var childLists = sync.Pool{New: func() any { return &childList{buf: make([]byte, 0, 16<<10)} }}
 
 type child struct {
 	name, cid, sha, target span
@@ -340,22 +341,19 @@ type child struct {
 type span struct{ from, to int }
 
 func (l *childList) put(b []byte) span {
-	from := len(*l.buf)
-	*l.buf = append(*l.buf, b...)
-	return span{from, len(*l.buf)}
+	from := len(l.buf)
+	l.buf = append(l.buf, b...)
+	return span{from, len(l.buf)}
 }
 
 func (l *childList) putHex(prefix string, raw []byte) span {
-	from := len(*l.buf)
-	*l.buf = hex.AppendEncode(append(*l.buf, prefix...), raw)
-	return span{from, len(*l.buf)}
+	from := len(l.buf)
+	l.buf = hex.AppendEncode(append(l.buf, prefix...), raw)
+	return span{from, len(l.buf)}
 }
 
 // add records the entry at a, named name, as entryWith would make it.
 func (l *childList) add(b *base, a at, name []byte) {
-	if l.kids == nil {
-		l.kids = make([]child, 0, 64)
-	}
 	k := child{name: l.put(name)}
 	if a.bi < 0 {
 		k.e = *a.l.e // a layer's: its strings are there already
@@ -386,24 +384,28 @@ func (l *childList) add(b *base, a at, name []byte) {
 	l.kids = append(l.kids, k)
 }
 
-// entries yields each name and its entry, their strings cut from one.
+// entries yields each name and its entry, their strings cut from one,
+// and empties the list for its next use.
 func (l *childList) entries() iter.Seq2[string, *IndexEntry] {
 	return func(yield func(string, *IndexEntry) bool) {
-		all := string(*l.buf)
-		*l.buf = (*l.buf)[:0]
+		all := string(l.buf)
+		ents := make([]IndexEntry, len(l.kids))
+		defer func() { l.buf, l.kids = l.buf[:0], l.kids[:0] }()
 		cut := func(s span) string { return all[s.from:s.to] }
 		for i := range l.kids {
 			k := &l.kids[i]
+			e := &ents[i]
+			*e = k.e
 			if k.cid != (span{}) {
-				k.e.ContentID = cut(k.cid)
+				e.ContentID = cut(k.cid)
 			}
 			if k.sha != (span{}) {
-				k.e.SHA256 = cut(k.sha)
+				e.SHA256 = cut(k.sha)
 			}
 			if k.target != (span{}) {
-				k.e.Target = cut(k.target)
+				e.Target = cut(k.target)
 			}
-			if !yield(cut(k.name), &k.e) {
+			if !yield(cut(k.name), e) {
 				return
 			}
 		}
