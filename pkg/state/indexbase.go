@@ -110,6 +110,7 @@ type base struct {
 	marked  bool  // a checkpoint: rows may carry marks
 	strOff  int64 // where the string table starts
 	hint    int   // the row found last: look-ups come mostly in order
+	at      int   // where the last search ended
 	cache   blockCache
 	scratch [2][]byte // paths compared, without allocating
 	err     error     // the first read that failed (the file changed under it); Save reports it
@@ -302,9 +303,26 @@ func (b *base) find(p string) (int, bool) {
 	return i, false
 }
 
-// search is the first row whose path is not below p.
+// search is the first row whose path is not below p. Searches come
+// mostly in path order (a walk's directories, each listed as the walk
+// meets it): one that starts past where the last ended gallops forward
+// from there, a few steps, rather than halving the whole base.
 func (b *base) search(p string) int {
 	lo, hi := 0, b.n
+	if at := b.at; at > 0 && at <= b.n && string(b.pathView(at-1)) < p {
+		lo = at
+		for step := 1; ; step *= 2 {
+			if at+step-1 >= b.n {
+				hi = b.n
+				break
+			}
+			if string(b.pathView(at+step-1)) >= p {
+				hi = at + step - 1
+				break
+			}
+			lo = at + step
+		}
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
 		if string(b.pathView(m)) < p {
@@ -313,6 +331,7 @@ func (b *base) search(p string) int {
 			hi = m
 		}
 	}
+	b.at = lo
 	return lo
 }
 
