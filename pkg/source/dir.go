@@ -146,8 +146,8 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 // walk lists each directory once (getdents64: names and types without a
 // stat), stats each entry, and yields them in Git's order, a directory's
 // contents right after it: the order of the paths in a tree index. A
-// walked file costs one allocation for its path and one for its entry's
-// callbacks.
+// directory's paths, files and stat cache entries are a few allocations,
+// whatever the number of its entries.
 func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) error {
 	listed, err := d.List()
 	if err != nil {
@@ -186,13 +186,14 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	// The directory's paths in one string, its files in one slice: a
 	// walked file costs no allocation of its own.
 	var paths strings.Builder
-	nfiles := 0
+	size, nfiles := 0, 0
 	for _, w := range entries {
-		paths.Grow(len(prefix) + len(w.name))
+		size += len(prefix) + len(w.name)
 		if w.st.Mode.IsRegular() {
 			nfiles++
 		}
 	}
+	paths.Grow(size)
 	for _, w := range entries {
 		paths.WriteString(prefix)
 		paths.WriteString(w.name)
