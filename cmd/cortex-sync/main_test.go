@@ -193,7 +193,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"dead":       cmdDead,
 			"sigkill":    cmdSigkill,
 			"signal":     cmdSignal,
-			"within":     cmdWithin,
+			"ranfor":     cmdRanFor,
 			"grepr":      cmdGrepR,
 			"recipe":     cmdRecipe,
 		},
@@ -387,24 +387,40 @@ func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
 	}
 }
 
-// cmdWithin runs a command (which must succeed, or fail with !) and checks
-// that it took at most a duration: within 5s cortex-sync sync ...
-func cmdWithin(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) < 2 {
-		ts.Fatalf("usage: within DURATION command [args...]")
+// cmdRanFor waits, up to 10s past the duration, until the supervised
+// process NAME has run for at least DURATION, by its status, the same
+// process throughout: a kill after that is no quick failure, whatever the
+// load. ranfor NAME DURATION
+func cmdRanFor(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: ranfor NAME DURATION")
 	}
-	d, err := time.ParseDuration(args[0])
+	d, err := time.ParseDuration(args[1])
 	if err != nil {
-		ts.Fatalf("within: %v", err)
+		ts.Fatalf("ranfor: %v", err)
 	}
-	start := time.Now()
-	err = ts.Exec(args[1], args[2:]...)
-	took := time.Since(start)
-	if (err != nil) != neg {
-		ts.Fatalf("%s: %v", args[1], err)
-	}
-	if took > d {
-		ts.Fatalf("%s took %s, more than %s", args[1], took.Round(time.Millisecond), d)
+	var first supervise.Identity
+	deadline := time.Now().Add(d + 10*time.Second)
+	for {
+		st, err := supervise.Read(ts.Getenv("STATE"), args[0])
+		if err != nil {
+			ts.Fatalf("ranfor: %v", err)
+		}
+		if st != nil && st.State == supervise.Running && st.Process.Alive() {
+			if first.PID == 0 {
+				first = st.Process
+			}
+			if st.Process != first {
+				ts.Fatalf("%s: pid %d ended while it was waited for; pid %d runs", args[0], first.PID, st.Process.PID)
+			}
+			if time.Since(st.Started) >= d {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			ts.Fatalf("%s did not run for %s", args[0], d)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

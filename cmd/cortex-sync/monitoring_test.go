@@ -292,6 +292,7 @@ func agentSeries(t *testing.T) seriesNames {
 	m.ObserveFetch(time.Second, errors.New("unreachable"))
 	m.ObserveApplied("0123456789abcdef0123456789abcdef01234567", time.Now())
 	m.ProcessRestarted(agent.RestartCrash)
+	m.ObserveError("Directory")
 	m.SetResources([]agent.ResourceState{{Kind: "File", Sync: health.OutOfSync, Health: health.Degraded, Fighting: true}})
 	m.Workqueue.NewDepthMetric("resources").Inc()
 	m.Workqueue.NewAddsMetric("resources").Inc()

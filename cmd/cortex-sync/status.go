@@ -122,6 +122,17 @@ func statusText(io streams, doc *reconcile.Status) error {
 		}
 		tw.Flush()
 	}
+	// Why a failed Command or a Degraded process failed is often in what
+	// it printed last.
+	for _, r := range doc.Resources {
+		if r.Runtime == nil || len(r.LastOutput) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s, its last output (cortex-sync logs %s):\n", r.ID, r.ID)
+		for _, l := range r.LastOutput {
+			fmt.Fprintf(&b, "  %s\n", l)
+		}
+	}
 	_, err := fmt.Fprint(io.Out, b.String())
 	return err
 }

@@ -153,15 +153,16 @@ func New(opts Options) *Agent {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
 	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
-		opts:   opts,
-		log:    opts.Log,
-		queue:  workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
-		fetch:  make(chan Trigger, 1),
-		fight:  NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
-		ready:  make(chan struct{}),
-		hints:  map[resource.ID]hintOf{},
-		scopes: map[resource.ID]*scopeOf{},
-		held:   map[resource.ID]diff.Outcome{},
+		opts:       opts,
+		log:        opts.Log,
+		queue:      workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
+		fetch:      make(chan Trigger, 1),
+		fight:      NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
+		ready:      make(chan struct{}),
+		hints:      map[resource.ID]hintOf{},
+		unobserved: map[resource.ID]error{},
+		scopes:     map[resource.ID]*scopeOf{},
+		held:       map[resource.ID]diff.Outcome{},
 	}
 }
 
@@ -294,6 +295,10 @@ func (a *Agent) Ready() (bool, string) {
 		return false, "revision " + a.refused.Revision + " refused: " + a.refused.Error
 	case a.fetchErr != nil:
 		return false, "source failing: " + a.fetchErr.Error()
+	case len(a.unobserved) > 0:
+		for id, err := range a.unobserved {
+			return false, fmt.Sprintf("cannot observe %s: %v", id, err) // one is named; status lists all
+		}
 	case !a.started:
 		return false, "the first reconcile is not done"
 	}
@@ -353,7 +358,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
-	keys := a.sess.Changed(old, d)
+	keys, scopes := a.sess.Changed(old, d)
 	a.sess.SetDesired(d)
 	a.mu.Lock()
 	if old != nil {
@@ -376,6 +381,13 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	}
 	a.begin(trigger, d.Revision(), start)
 	for _, id := range keys {
+		if paths := scopes[id]; len(paths) > 0 {
+			for _, p := range paths {
+				a.narrow(id, p) // what the commit changed in the tree, alone
+			}
+			a.queue.Add(id)
+			continue
+		}
 		a.enqueue(id)
 	}
 	w.sync(a.sess.Watches())
@@ -424,6 +436,7 @@ func (a *Agent) scan(ctx context.Context, t Trigger) {
 	a.mu.Unlock()
 	for _, c := range problems {
 		a.log.Error("cannot observe", "resource", c.ID, "error", c.Err)
+		a.opts.Metrics.ObserveError(c.Kind)
 	}
 	a.publish()
 	for _, id := range due {

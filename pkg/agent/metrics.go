@@ -79,6 +79,7 @@ type Metrics struct {
 	lastApply         prometheus.Gauge
 	revision          *prometheus.GaugeVec
 	restarts          *prometheus.CounterVec
+	observeErrors     *prometheus.CounterVec
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -166,13 +167,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_process_restarts_total",
 			Help: "Supervised process restarts by reason.",
 		}, []string{"reason"}),
+		observeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cortexsync_observe_errors_total",
+			Help: "Resources that could not be observed (their state on the host unknown, so not healed), by kind.",
+		}, []string{"kind"}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts)
+		m.revision, m.restarts, m.observeErrors)
 	// Known label values start at zero so rate() and absent() work from
 	// the first scrape.
 	for _, t := range triggers {
@@ -250,6 +255,10 @@ func (m *Metrics) ObserveApplied(revision string, at time.Time) {
 	}
 	m.rev = revision
 }
+
+// ObserveError counts a resource of kind that could not be observed (its
+// state on the host unknown: not healed until it can be).
+func (m *Metrics) ObserveError(kind string) { m.observeErrors.WithLabelValues(kind).Inc() }
 
 // ProcessRestarted counts one supervised process restart.
 func (m *Metrics) ProcessRestarted(reason RestartReason) {

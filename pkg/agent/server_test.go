@@ -336,15 +336,12 @@ func TestServeShutdownIsBounded(t *testing.T) {
 		}
 	}()
 	<-entered
-	start := time.Now()
 	cancel()
+	// The handler never returns: without the bound, Serve would not either.
 	select {
 	case <-served:
-		if d := time.Since(start); d > 4*time.Second {
-			t.Errorf("shutdown took %v", d)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return within 5s of its context ending")
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return within 30s of its context ending, with a 200ms shutdown bound")
 	}
 }
 

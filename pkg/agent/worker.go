@@ -79,8 +79,20 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		delete(a.held, id)
 	}
 	_, is := a.held[id]
+	// What cannot be observed is a condition until it can: never a
+	// silent stop of healing.
+	_, blind := a.unobserved[id]
+	cannot := c != nil && c.Err != nil && o.Verdict == diff.Failed
+	if cannot {
+		a.unobserved[id] = c.Err
+	} else if blind && o.Verdict != diff.Waiting {
+		delete(a.unobserved, id)
+	}
 	a.mu.Unlock()
-	if was || is {
+	if cannot {
+		a.opts.Metrics.ObserveError(c.Kind)
+	}
+	if was || is || cannot || blind {
 		a.publish()
 	}
 	if c == nil || c.Desired == nil && c.Record == nil {

@@ -106,10 +106,10 @@ type Outcome struct {
 func (o Outcome) Drift() bool { return o.Change != nil && o.Change.IsDrift() }
 
 // MadePaths reports whether the apply may have made paths on the host that
-// were not there (a creation, a tree that changed, a type replaced): what
-// watches follow.
+// were not there (a creation, a type replaced): what watches follow. A
+// directory made inside a watched tree is seen by its watch.
 func (o Outcome) MadePaths() bool {
 	c := o.Change
 	return o.Verdict == Applied && c != nil && c.Desired != nil &&
-		(c.Action == Create || len(c.Files) > 0 || c.Observed.WrongType != "" || !c.Observed.Exists)
+		(c.Action == Create || c.Observed.WrongType != "" || !c.Observed.Exists)
 }

@@ -378,8 +378,13 @@ func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	if ran && !prev.OK && prev.Hash == hash && time.Now().Before(prev.NextTry) {
 		// Failing again at full cost on every sync helps nobody: the retry
 		// waits for its backoff, or for a change of its spec.
-		return c.Record, fmt.Errorf("%s, %s in a row; not tried again before %s (in %s)",
-			prev.outcome(), countOf(prev.Failures, "failure"), prev.NextTry.UTC().Format(time.RFC3339), time.Until(prev.NextTry).Round(time.Second))
+		// What the failure printed still says why: shown until it next succeeds.
+		output := ""
+		if prev.Output != "" {
+			output = "; output: " + tailOf([]byte(prev.Output), 512)
+		}
+		return c.Record, fmt.Errorf("%s, %s in a row; not tried again before %s (in %s)%s",
+			prev.outcome(), countOf(prev.Failures, "failure"), prev.NextTry.UTC().Format(time.RFC3339), time.Until(prev.NextTry).Round(time.Second), output)
 	}
 	timeout := 5 * time.Minute
 	if spec.Timeout > 0 {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -39,42 +40,80 @@ func ControlProcess(ctx context.Context, env *Env, id resource.ID, op ProcessOp)
 		return health.Report{}, fmt.Errorf("%s is not in the inventory of %s: sync it first", id, env.State.Path())
 	}
 	name := id.Name()
+	began := time.Now()
+	var st *supervise.Status
 	var err error
 	switch op {
 	case OpRestart:
-		_, err = supervise.Restart(env.State.Path(), name)
+		st, err = supervise.Restart(env.State.Path(), name)
 	case OpStop:
-		_, err = supervise.Hold(env.State.Path(), name)
+		st, err = supervise.Hold(env.State.Path(), name)
 	case OpStart:
-		_, err = supervise.Release(env.State.Path(), name)
+		st, err = supervise.Release(env.State.Path(), name)
 	default:
 		return health.Report{}, fmt.Errorf("%q is not a process verb", op)
 	}
 	if errors.Is(err, supervise.ErrNoSpec) {
-		err = rebuild(env, id, op)
+		st, err = rebuild(env, id, op)
 	}
 	if err != nil {
 		return health.Report{}, fmt.Errorf("%s %s: %w", op, id, err)
 	}
+	if op == OpStop {
+		// How this stop ended it, or that nothing ran.
+		how := "it was not running"
+		if e := st.LastExit; e != nil && !e.Time.Before(began) {
+			cp := *e
+			cp.Reason = ""
+			how = cp.String()
+		}
+		return health.Report{Health: health.Suspended, Reason: how}, nil
+	}
 	return processDriver{}.health(ctx, env, rec), nil
+}
+
+// WaitStarted waits, up to timeout, until a process a verb started has
+// proven itself — ready, or up for its minUptime — or has ended, and
+// returns its health then: what is true after the fact, not the moment of
+// its fork. One still short of that at timeout is Progressing, "started,
+// not yet ready". Call it without the state lock: it may take minUptime.
+func WaitStarted(ctx context.Context, env *Env, id resource.ID, timeout time.Duration) (health.Report, error) {
+	rec := env.Snapshot.Find(string(id))
+	if rec == nil {
+		return health.Report{}, fmt.Errorf("%s is not in the inventory of %s", id, env.State.Path())
+	}
+	st, settled, err := supervise.Settle(ctx, env.State.Path(), id.Name(), timeout)
+	if err != nil {
+		return health.Report{}, fmt.Errorf("wait for %s: %w", id, err)
+	}
+	if settled || st == nil {
+		return processDriver{}.health(ctx, env, rec), nil
+	}
+	d := "started, not yet ready"
+	if st.Process.Alive() {
+		d += fmt.Sprintf(": running as pid %d for %s", st.Process.PID, time.Since(st.Started).Round(100*time.Millisecond))
+	}
+	if st.Probe != "" {
+		d += "; " + st.Probe
+	}
+	return health.Report{Health: health.Progressing, Reason: d}, nil
 }
 
 // rebuild starts a recorded process whose spec file is gone (an older
 // cortex-sync started it) from the spec the snapshot recalls.
-func rebuild(env *Env, id resource.ID, op ProcessOp) error {
+func rebuild(env *Env, id resource.ID, op ProcessOp) (*supervise.Status, error) {
 	rec := env.Snapshot.Find(string(id))
 	r, err := Host{Env: env}.Recall(rec)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	spec := r.Spec.(*ProcessSpec)
 	s, err := shimSpec(env, r, spec, extraOf(rec).Hash)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.Hold = op == OpStop
-	_, err = supervise.Run(env.State.Path(), s)
-	return err
+	return supervise.Run(env.State.Path(), s)
 }
 
 func past(op ProcessOp) string {

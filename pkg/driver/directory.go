@@ -153,6 +153,24 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	return c, nil
 }
 
+// changes: a mirror whose spec is the same and whose source tells which
+// of its entries changed (Git tree IDs) names those.
+func (directoryDriver) changes(env *Env, old source.Tree, prev, r *resource.Resource, limit int) ([]string, bool) {
+	spec, was := r.Spec.(*DirectorySpec), prev.Spec.(*DirectorySpec)
+	if !spec.tracksContent() || spec.sourcePath == "" || spec.sourcePath != was.sourcePath || specHash(prev) != specHash(r) || env.recalled() {
+		return nil, false
+	}
+	d, ok := env.Tree.(source.Differ)
+	if !ok {
+		return nil, false
+	}
+	paths, ok, err := d.Changes(old, spec.sourcePath, limit)
+	if err != nil || !ok {
+		return nil, false
+	}
+	return paths, true
+}
+
 // dirExtra is what the snapshot keeps of a directory beyond its record.
 type dirExtra struct {
 	Files int `json:"files"`

@@ -233,6 +233,23 @@ func (h Host) StateFiles(r *resource.Resource) []string {
 	return nil
 }
 
+// changer is a driver that can tell cheaply which parts of a resource
+// changed between two revisions (a mirrored tree, from its Git tree IDs).
+type changer interface {
+	changes(env *Env, old source.Tree, prev, r *resource.Resource, limit int) ([]string, bool)
+}
+
+// Changes tells which entries of r's tree changed since prev, its desired
+// state in the revision of tree old, when the kind can tell cheaply: ok
+// with no paths means nothing did. ok is false when it cannot say (then
+// compare digests) or more than limit did.
+func (h Host) Changes(old source.Tree, prev, r *resource.Resource, limit int) ([]string, bool) {
+	if c, ok := kinds[r.Kind].driver.(changer); ok && prev != nil && prev.Kind == r.Kind {
+		return c.changes(h.Env, old, prev, r, limit)
+	}
+	return nil, false
+}
+
 // recallable is a spec with fields derived at validation that a recalled
 // spec must derive again.
 type recallable interface{ recall() }

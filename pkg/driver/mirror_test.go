@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -506,5 +507,52 @@ func TestMirrorConvergedPlanAllocations(t *testing.T) {
 		t.Errorf("a converged plan: %.1f allocations a file (%.0f for 200 files, %.0f for 1,200), want 2 at most", per, small, large)
 	} else {
 		t.Logf("a converged plan: %.1f allocations a file", per)
+	}
+}
+
+// TestMirrorScope: a plan narrowed to the entries a watch event named
+// (Env.Scope) looks at those alone, and the directories on the way: drift
+// elsewhere in the tree waits for a whole look (the drift scan), and
+// nothing outside the scope is taken for an entry that is not desired.
+func TestMirrorScope(t *testing.T) {
+	h := newHost(t)
+	h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n")
+	for _, p := range []string{"a.md", "d/b.md", "d/c.md", "d/e/f.md", "g/h.md"} {
+		h.write(filepath.Join(h.repo, "kb", p), p+"\n")
+	}
+	if rep := h.sync(); rep.Failed() {
+		t.Fatalf("sync: %+v", rep.Results)
+	}
+	h.write(h.hostPath("srv/kb/a.md"), "edited\n")
+	h.write(h.hostPath("srv/kb/d/b.md"), "edited\n")
+	os.Remove(h.hostPath("srv/kb/d/c.md"))
+	os.RemoveAll(h.hostPath("srv/kb/d/e"))
+	plan := func(scope ...string) []string {
+		hst, set, snap, done := h.engine(false)
+		defer done()
+		hst.Env.Scope = scope
+		c := find(diff.Make(context.Background(), hst, set, snap, 2), "Directory/kb")
+		var got []string
+		for _, f := range c.Files {
+			got = append(got, fmt.Sprintf("%s %s", f.Action, f.Path))
+		}
+		slices.Sort(got)
+		return got
+	}
+	for _, tt := range []struct {
+		scope []string
+		want  []string
+	}{
+		{nil, []string{"create d/c.md", "create d/e", "create d/e/f.md", "update a.md", "update d/b.md"}},
+		{[]string{"d/b.md"}, []string{"update d/b.md"}},
+		{[]string{"d/c.md"}, []string{"create d/c.md"}},
+		{[]string{"d/e"}, []string{"create d/e", "create d/e/f.md"}},
+		{[]string{"d"}, []string{"create d/c.md", "create d/e", "create d/e/f.md", "update d/b.md"}},
+		{[]string{"g/h.md", "a.md"}, []string{"update a.md"}},
+		{[]string{"g/nothing.md"}, nil},
+	} {
+		if got := plan(tt.scope...); !slices.Equal(got, tt.want) {
+			t.Errorf("scope %q: planned %q, want %q", tt.scope, got, tt.want)
+		}
 	}
 }

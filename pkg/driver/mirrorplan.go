@@ -49,6 +49,9 @@ type treePlan struct {
 // are decided, and nothing is kept.
 func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
 	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
+	if top != nil && ix.x != nil && ix.x.Len() > 0 {
+		p.scope = env.Scope // what an event named, in a tree written before
+	}
 	var g errgroup.Group
 	g.SetLimit(max(1, env.Concurrency))
 	var failed atomic.Bool
@@ -73,6 +76,9 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	add := func(e source.Entry) error {
 		if failed.Load() {
 			return errStopped
+		}
+		if !p.relevant(e.Path) {
+			return nil
 		}
 		parent := path.Dir(e.Path)
 		if parent == "." {
@@ -213,6 +219,57 @@ type treePlanner struct {
 	// counted replaces shown beyond maxHeldOps when the plan is only to
 	// be applied (Env.CountFiles).
 	counted map[shownKey]int
+	// scope, when not nil, narrows the plan to these entries (each with
+	// what is below it) and the directories on the way to them: what a
+	// watch event named (Env.Scope).
+	scope []string
+}
+
+// relevant reports whether the entry at rel is looked at: in the scope,
+// or a directory on the way to it.
+func (p *treePlanner) relevant(rel string) bool {
+	if p.scope == nil || rel == "" {
+		return true
+	}
+	for _, s := range p.scope {
+		if rel == s || strings.HasPrefix(rel, s+"/") || strings.HasPrefix(s, rel+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// whole reports whether every entry of the directory at rel is looked at
+// (it is in the scope), rather than those on the way to it alone.
+func (p *treePlanner) whole(rel string) bool {
+	if p.scope == nil {
+		return true
+	}
+	for _, s := range p.scope {
+		if rel == s || strings.HasPrefix(rel, s+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// scoped are the names of the directory at rel on the way to the scope.
+func (p *treePlanner) scoped(rel string) []string {
+	var names []string
+	for _, s := range p.scope {
+		rest, ok := strings.CutPrefix(s, rel+"/")
+		if rel == "" {
+			rest, ok = s, true
+		}
+		if !ok {
+			continue
+		}
+		name, _, _ := strings.Cut(rest, "/")
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // shownKey is a kind of change, as counted.
@@ -319,11 +376,27 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 // index hold, then the host's that are not desired, and forgets recorded
 // entries that are on neither side.
 func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
-	live, err := listHost(host)
+	var live map[string]liveEntry
+	var err error
+	recorded := p.ix.children(rel)
+	if p.whole(rel) {
+		live, err = listHost(host)
+	} else {
+		// On the way to the scope: only its names are looked at.
+		names := p.scoped(rel)
+		for _, e := range desired {
+			names = append(names, path.Base(e.Path))
+		}
+		live, err = statHost(host, names)
+		for name := range recorded {
+			if !p.relevant(path.Join(rel, name)) {
+				delete(recorded, name)
+			}
+		}
+	}
 	if err != nil {
 		return err
 	}
-	recorded := p.ix.children(rel)
 	want := make(map[string]fs.FileMode, len(desired))
 	var ops []treeOp
 	for _, e := range desired {
@@ -553,6 +626,35 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	out := make(map[string]liveEntry, len(entries))
 	for _, e := range entries {
 		name := e.Name
+		st, err := d.Lstat(name)
+		if missing(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		le := liveEntry{Stat: st}
+		if st.Mode&fs.ModeSymlink != 0 {
+			if le.target, err = d.Readlink(name); err != nil {
+				return nil, err
+			}
+		}
+		out[name] = le
+	}
+	return out, nil
+}
+
+// statHost describes the named entries of a live directory, never
+// following symlinks; those missing are left out.
+func statHost(d *hostfs.Dir, names []string) (map[string]liveEntry, error) {
+	if d == nil {
+		return nil, nil
+	}
+	out := make(map[string]liveEntry, len(names))
+	for _, name := range names {
+		if _, ok := out[name]; ok {
+			continue
+		}
 		st, err := d.Lstat(name)
 		if missing(err) {
 			continue

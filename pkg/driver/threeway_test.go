@@ -180,7 +180,6 @@ spec: {command: [sh, -c, "true"]}
 			if rep := h.sync(); rep.Failed() {
 				t.Fatalf("first sync failed: %+v", rep.Results)
 			}
-			time.Sleep(10 * time.Millisecond) // out of the racy window of the snapshot's write
 			tt.change(h)
 			for _, recall := range []bool{false, true} {
 				c := find(h.plan(recall), tt.id)
@@ -195,7 +194,6 @@ spec: {command: [sh, -c, "true"]}
 			if rep := h.sync(); rep.Failed() {
 				t.Fatalf("healing sync failed: %+v", rep.Results)
 			}
-			time.Sleep(10 * time.Millisecond)
 			for _, recall := range []bool{false, true} {
 				if c := find(h.plan(recall), tt.id); c.Pending() || c.Err != nil {
 					t.Errorf("recall=%v: after sync, still %s (%s) %s", recall, c.Action, c.Reason, c.Err)

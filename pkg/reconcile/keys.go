@@ -15,10 +15,11 @@ import (
 
 // Changed lists the resources whose desired state differs between two
 // revisions (old nil: the first), and those in the inventory that left
-// Git; each once.
-func (s *Session) Changed(old, d *Desired) []resource.ID {
+// Git; each once. For a resource whose kind can tell which parts of it
+// changed (a mirror from Git), scopes holds those: converging it looks at
+// them alone.
+func (s *Session) Changed(old, d *Desired) (keys []resource.ID, scopes map[resource.ID][]string) {
 	seen := map[resource.ID]bool{}
-	var keys []resource.ID
 	add := func(id resource.ID) {
 		if !seen[id] {
 			seen[id] = true
@@ -26,22 +27,34 @@ func (s *Session) Changed(old, d *Desired) []resource.ID {
 		}
 	}
 	view := s.w.View()
-	digest := func(des *Desired, r *resource.Resource) string {
+	host := func(des *Desired) driver.Host {
 		env := *s.Env
 		env.Snapshot, env.Tree, env.Set = view, des.Checkout.Tree, des.Set
-		sum, err := driver.Host{Env: &env}.Digest(r)
+		return driver.Host{Env: &env}
+	}
+	digest := func(des *Desired, r *resource.Resource) string {
+		sum, err := host(des).Digest(r)
 		if err != nil {
 			// Cannot tell: look at it again, as a change.
 			return fmt.Sprintf("unknown %p", r)
 		}
 		return sum
 	}
+	scopes = map[resource.ID][]string{}
 	for _, r := range d.Set.Resources() {
 		if old == nil {
 			add(r.ID())
 			continue
 		}
-		if prev := old.Set.Get(r.ID()); prev == nil || digest(old, prev) != digest(d, r) {
+		prev := old.Set.Get(r.ID())
+		if paths, ok := host(d).Changes(old.Checkout.Tree, prev, r, scopeLimit); ok {
+			if len(paths) > 0 {
+				add(r.ID())
+				scopes[r.ID()] = paths
+			}
+			continue
+		}
+		if prev == nil || digest(old, prev) != digest(d, r) {
 			add(r.ID())
 		}
 	}
@@ -50,8 +63,12 @@ func (s *Session) Changed(old, d *Desired) []resource.ID {
 			add(id)
 		}
 	}
-	return keys
+	return keys, scopes
 }
+
+// scopeLimit bounds the entries a revision names for a converge in scope:
+// past it, the resource is looked at whole.
+const scopeLimit = 256
 
 // Scan observes everything, the full drift check beneath the watches, and
 // lists what is due; problems are the resources that could not be

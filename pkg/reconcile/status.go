@@ -60,7 +60,7 @@ func (s *Session) Status(ctx context.Context) *Status {
 	seen := map[string]bool{}
 	for _, c := range plan.Changes {
 		r := fromChange(c)
-		if f := view.LastAttempt.FailureOf(r.ID); f != nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
+		if f := view.LastAttempt.FailureOf(r.ID); f != nil && c.Err == nil && (r.LastApplied == nil || r.LastApplied.Error == "") {
 			r.Health = health.Worst(r.Health, health.Degraded)
 			r.Reason = strings.TrimPrefix(r.Reason+"; last sync failed: "+f.Error, "; ")
 		}

@@ -388,3 +388,89 @@ func (d *gitDir) ReadDir(n int) ([]fs.DirEntry, error) {
 	d.off += len(rest)
 	return out, nil
 }
+
+// Changes lists the entries below dir that differ between old, another
+// revision of the same repository, and t: a path for each file or symlink
+// added, removed or changed, and one for a directory added or removed
+// whole. Subtrees with the same ID are pruned unread, so a one-file commit
+// reads the trees on its path alone. ok is false when old is no Git tree,
+// dir is no directory in both, or more than limit entries changed: then
+// everything is to be looked at.
+func (t *gitTree) Changes(old Tree, dir string, limit int) (paths []string, ok bool, err error) {
+	o, isGit := old.(*gitTree)
+	if !isGit {
+		return nil, false, nil
+	}
+	a, err := o.subtree(dir)
+	if err != nil {
+		return nil, false, nil
+	}
+	b, err := t.subtree(dir)
+	if err != nil {
+		return nil, false, nil
+	}
+	var diff func(a, b *object.Tree, rel string) bool
+	diff = func(a, b *object.Tree, rel string) bool {
+		seen := make(map[string]bool, len(b.Entries))
+		was := make(map[string]object.TreeEntry, len(a.Entries))
+		for _, e := range a.Entries {
+			was[e.Name] = e
+		}
+		for _, e := range b.Entries {
+			seen[e.Name] = true
+			p := path.Join(rel, e.Name)
+			prev, had := was[e.Name]
+			switch {
+			case had && prev.Hash == e.Hash && prev.Mode == e.Mode:
+				continue
+			case had && prev.Mode == filemode.Dir && e.Mode == filemode.Dir:
+				sa, err1 := o.tree(prev.Hash)
+				sb, err2 := t.tree(e.Hash)
+				if err1 != nil || err2 != nil {
+					err = errors.Join(err1, err2)
+					return false
+				}
+				if !diff(sa, sb, p) {
+					return false
+				}
+				continue
+			}
+			if paths = append(paths, p); len(paths) > limit {
+				return false
+			}
+		}
+		for _, e := range a.Entries {
+			if !seen[e.Name] {
+				if paths = append(paths, path.Join(rel, e.Name)); len(paths) > limit {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	if !diff(a, b, "") || err != nil {
+		return nil, false, err
+	}
+	return paths, true, nil
+}
+
+// subtree is the tree at dir ("." the root).
+func (t *gitTree) subtree(dir string) (*object.Tree, error) {
+	t.mu.Lock()
+	e, err := t.entry("walk", dir)
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if e.Mode != filemode.Dir {
+		return nil, &fs.PathError{Op: "walk", Path: dir, Err: fs.ErrInvalid}
+	}
+	return t.tree(e.Hash)
+}
+
+// tree reads the tree object h.
+func (t *gitTree) tree(h plumbing.Hash) (*object.Tree, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return object.GetTree(t.s, h)
+}

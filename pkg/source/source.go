@@ -111,6 +111,13 @@ func (e *Entry) LegacyFunc() func() (string, error) {
 	return e.Legacy
 }
 
+// Differ is a tree that tells, from its IDs alone, which entries below dir
+// changed since old, another revision of the same source; ok is false when
+// it cannot say, or more than limit did.
+type Differ interface {
+	Changes(old Tree, dir string, limit int) (paths []string, ok bool, err error)
+}
+
 // LegacyTree is a tree whose content IDs had another form before content
 // IDs were Git blob IDs everywhere (a directory's: "sha256:…").
 type LegacyTree interface {

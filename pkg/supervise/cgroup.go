@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -156,7 +157,7 @@ func (c cgroup) populated() bool {
 	return bytes.Contains(b, []byte("populated 1"))
 }
 
-// procs lists the processes in the cgroup itself.
+// procs lists the processes in the cgroup and below it (its runs).
 func (c cgroup) procs() []int {
 	b, err := os.ReadFile(filepath.Join(string(c), "cgroup.procs"))
 	if err != nil {
@@ -168,10 +169,63 @@ func (c cgroup) procs() []int {
 			pids = append(pids, pid)
 		}
 	}
+	for _, child := range c.children() {
+		pids = append(pids, child.procs()...)
+	}
 	return pids
 }
 
-// signal sends sig to every process in the cgroup.
+// children are the cgroups directly below c.
+func (c cgroup) children() []cgroup {
+	entries, _ := os.ReadDir(string(c))
+	var out []cgroup
+	for _, e := range entries {
+		if e.IsDir() {
+			out = append(out, cgroup(filepath.Join(string(c), e.Name())))
+		}
+	}
+	return out
+}
+
+// A process runs in a cgroup of its own run, made fresh below its unit's
+// cgroup (which holds the limits) at every start: the kernel (Linux 6.18
+// here) kills at once, before its first instruction, a child started with
+// CLONE_INTO_CGROUP into a cgroup that cgroup.kill was ever written to,
+// even an empty one. So a cgroup that was killed is never started into
+// again; a fresh one below a killed parent is fine. Runs are numbered: the
+// unit's cgroup web holds web/1, then web/2, each removed once empty.
+
+// newRun makes the cgroup of the unit's next run.
+func (c cgroup) newRun() (cgroup, error) {
+	if err := os.MkdirAll(string(c), 0o755); err != nil {
+		return "", err
+	}
+	n := 0
+	for _, run := range c.children() {
+		if i, err := strconv.Atoi(filepath.Base(string(run))); err == nil {
+			n = max(n, i)
+		}
+	}
+	for {
+		n++
+		run := cgroup(filepath.Join(string(c), strconv.Itoa(n)))
+		err := os.Mkdir(string(run), 0o755)
+		if !errors.Is(err, fs.ErrExist) {
+			return run, err
+		}
+	}
+}
+
+// removeRuns deletes the cgroups of the unit's runs that are empty.
+func (c cgroup) removeRuns() {
+	for _, run := range c.children() {
+		if _, err := strconv.Atoi(filepath.Base(string(run))); err == nil {
+			unix.Rmdir(string(run))
+		}
+	}
+}
+
+// signal sends sig to every process in the cgroup and below it.
 func (c cgroup) signal(sig syscall.Signal) {
 	for _, pid := range c.procs() {
 		if pid > 1 {
@@ -205,12 +259,13 @@ func (c cgroup) waitEmpty(timeout time.Duration) bool {
 	return true
 }
 
-// remove deletes the (empty) cgroup, and its parents up to the
-// cortex-sync directory when nothing else is left in them.
+// remove deletes the (empty) cgroup with its runs, and its parents up to
+// the cortex-sync directory when nothing else is left in them.
 func (c cgroup) remove() error {
 	if c == "" {
 		return nil
 	}
+	c.removeRuns()
 	err := unix.Rmdir(string(c))
 	if errors.Is(err, unix.ENOENT) {
 		err = nil

@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -157,6 +158,42 @@ func ensureSupervisor(stateDir string) (Identity, error) {
 	// adopts it does.
 	go cmd.Wait()
 	return id, nil
+}
+
+// Settle waits, up to timeout, until the process of name, just started,
+// has proven itself: ready, for a spec with a readiness probe, else up for
+// its minUptime (a shorter run would be a quick failure). It returns the
+// status then, and whether it got there; a status in which nothing runs
+// any more (backing off, failed, exited, held, stopped) it returns at
+// once: that is what the start came to.
+func Settle(ctx context.Context, stateDir, name string, timeout time.Duration) (st *Status, settled bool, err error) {
+	spec, err := readSpec(specFile(procsDir(stateDir), name))
+	if err != nil || spec == nil {
+		return nil, false, err
+	}
+	up := spec.Backoff.WithDefaults().MinUptime
+	deadline := time.Now().Add(timeout)
+	for {
+		if st, err = Read(stateDir, name); err != nil || st == nil {
+			return st, false, err
+		}
+		switch {
+		case st.State != Running && st.State != Starting:
+			return st, true, nil
+		case st.State == Starting || !st.Process.Alive():
+			// Starting, or it ended and the status is about to say how.
+		case spec.Readiness != nil && st.Ready, spec.Readiness == nil && time.Since(st.Started) >= up:
+			return st, true, nil
+		}
+		if time.Now().After(deadline) {
+			return st, false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, false, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // Read is the status of a process, nil when it has none.

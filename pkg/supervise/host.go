@@ -31,7 +31,6 @@ var ErrNoContainment = errors.New("no writable cgroup v2 hierarchy to contain th
 type Host struct {
 	stateDir string
 	s        *supervisor
-	lock     *os.File
 	sigs     []chan os.Signal
 	leave    chan struct{}
 	done     chan struct{}
@@ -68,12 +67,12 @@ func NewHost(stateDir string) (*Host, error) {
 	signal.Notify(chld, syscall.SIGCHLD)
 	signal.Notify(wake, hostWake)
 	h.sigs = []chan os.Signal{chld, wake}
-	h.lock, err = h.takeLock()
-	if err != nil {
+	if err := h.takeLock(); err != nil {
 		h.stopSignals()
 		log.Close()
 		return nil, err
 	}
+	h.s.dir, _ = idOf(h.s.procs)
 	go func() {
 		for range chld {
 			h.s.reaper.reap()
@@ -89,27 +88,22 @@ func NewHost(stateDir string) (*Host, error) {
 	return h, nil
 }
 
-// takeLock takes procs/.lock, asking a re-executed supervisor that holds
-// it to leave. Another agent's supervisor is never asked: that is an
-// error.
-func (h *Host) takeLock() (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(h.s.procs, lockFile), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
+// takeLock takes the state dir's lock (dirLock), asking a re-executed
+// supervisor that holds it to leave. Another agent's supervisor is never
+// asked: that is an error.
+func (h *Host) takeLock() error {
 	// It leaves once its units let go: one stopping a process may take
 	// its stop timeout.
 	deadline := time.Now().Add(time.Minute)
 	var asked Identity
 	for {
-		if ok, err := tryLock(f); ok || err != nil {
-			return lockResult(f, err)
+		if ok, err := h.s.lk.try(); ok || err != nil {
+			return err
 		}
 		var info shimInfo
 		if ok, _ := readJSON(filepath.Join(h.s.procs, shimFile), &info); ok && info.Shim.Alive() && info.Shim != asked {
 			if info.Hosted {
-				f.Close()
-				return nil, fmt.Errorf("the agent pid %d already supervises %s", info.Shim.PID, h.stateDir)
+				return fmt.Errorf("the agent pid %d already supervises %s", info.Shim.PID, h.stateDir)
 			}
 			// An older cortex-sync dies of SIGUSR1 instead: as after a
 			// supervisor's death, its processes run on and are adopted.
@@ -117,8 +111,7 @@ func (h *Host) takeLock() (*os.File, error) {
 			asked = info.Shim
 		}
 		if time.Now().After(deadline) {
-			f.Close()
-			return nil, fmt.Errorf("the supervisor pid %d did not leave %s within a minute", asked.PID, f.Name())
+			return fmt.Errorf("the supervisor pid %d did not leave %s within a minute", asked.PID, h.s.procs)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -147,7 +140,7 @@ func (h *Host) handOver() error {
 	close(h.sigs[0]) // SIGCHLD: the reaping ends
 	defer h.s.log.Close()
 	// Unlocked only now: nothing of ours acts on a process any more.
-	h.lock.Close()
+	h.s.lk.Close()
 	if !h.anySpec() {
 		return nil
 	}
@@ -159,7 +152,7 @@ func (h *Host) handOver() error {
 	for {
 		var info shimInfo
 		if ok, _ := readJSON(filepath.Join(h.s.procs, shimFile), &info); ok && info.State == "running" && info.Shim.Alive() {
-			logLine(h.s.log, "handed the processes over to the supervisor pid %d", info.Shim.PID)
+			h.s.say("handed the processes over to the supervisor pid %d", info.Shim.PID)
 			return nil
 		}
 		if id.PID != 0 && !id.Alive() {

@@ -91,7 +91,7 @@ func TestHostReaping(t *testing.T) {
 			t.Errorf("crash%d: last exit %+v, want exit code 3", i, st.LastExit)
 		}
 	}
-	if pids := withMarker(ShimArg + "\x00" + procsDir(state)); len(pids) > 0 {
+	if pids := withMarker(ShimArg+"\x00"+procsDir(state), ""); len(pids) > 0 {
 		t.Errorf("a separate supervisor runs beside the hosted one: pids %v", pids)
 	}
 }
@@ -122,7 +122,7 @@ func TestHostHandover(t *testing.T) {
 	if st.Process != first.Process || !st.Adopted || !st.Process.Alive() {
 		t.Fatalf("after the agent started: %+v, want pid %d adopted by this process", st, first.Process.PID)
 	}
-	if n := len(withMarker("30217")); n != 1 {
+	if n := len(withMarker("30217", state)); n != 1 {
 		t.Fatalf("%d copies run, want 1", n)
 	}
 
@@ -131,18 +131,15 @@ func TestHostHandover(t *testing.T) {
 	for round, want := range []string{"", "SIGKILL"} {
 		st, _ := Read(state, "web")
 		eventually(t, 5*time.Second, "uptime", func() bool { return time.Since(st.Started) > 150*time.Millisecond })
-		killed := time.Now()
 		syscall.Kill(st.Process.PID, syscall.SIGKILL)
 		var now *Status
-		eventually(t, 5*time.Second, "not restarted", func() bool {
+		eventually(t, 10*time.Second, "not restarted", func() bool {
 			now, _ = Read(state, "web")
 			return now != nil && now.State == Running && now.Process.PID != st.Process.PID && now.Process.Alive()
 		})
-		if took := time.Since(killed); took > time.Second {
-			t.Errorf("round %d: restarted %s after the kill; it should be at once", round, took)
-		}
-		if now.LastExit == nil || now.LastExit.Signal != want || now.Shim != Self() {
-			t.Errorf("round %d: %+v, want the last exit's signal %q, supervised by this process", round, now, want)
+		// At once: no backoff (how soon is BenchmarkKillToServing's figure).
+		if now.QuickExits != 0 || now.LastExit == nil || now.LastExit.Signal != want || now.Shim != Self() {
+			t.Errorf("round %d: %+v, want no quick failure, the last exit's signal %q, supervised by this process", round, now, want)
 		}
 	}
 
@@ -159,7 +156,7 @@ func TestHostHandover(t *testing.T) {
 	if after.Shim == Self() || !after.Shim.Alive() || after.Process != before.Process || !after.Adopted {
 		t.Fatalf("after the handover: %+v, want pid %d adopted by a live re-executed supervisor", after, before.Process.PID)
 	}
-	if n := len(withMarker("30217")); n != 1 {
+	if n := len(withMarker("30217", state)); n != 1 {
 		t.Fatalf("%d copies run, want 1", n)
 	}
 	// It supervises: a death is acted on.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,27 +29,54 @@ import (
 type reaper struct {
 	all     bool
 	mu      sync.Mutex
-	waiters map[int]chan unix.WaitStatus
+	waiters map[int]*waiter
+	comm    string // this process's name, which a child has until it execs
 }
 
-func newReaper(all bool) *reaper { return &reaper{all: all, waiters: map[int]chan unix.WaitStatus{}} }
+// waiter is a registered child: its exit arrives on ch.
+type waiter struct {
+	ch   chan waited
+	comm string // the name it has once it has exec'd; "" when it is ours too
+}
+
+// waited is how a child ended. unborn: it died before it ran its program
+// (still under the supervisor's name, never exec'd).
+type waited struct {
+	ws     unix.WaitStatus
+	unborn bool
+}
+
+func newReaper(all bool) *reaper {
+	comm, _ := os.ReadFile("/proc/self/comm")
+	return &reaper{all: all, waiters: map[int]*waiter{}, comm: strings.TrimSpace(string(comm))}
+}
 
 // forkExec starts a child; its exit status arrives on the channel. Its
 // identity is read before anyone can reap it.
-func (r *reaper) forkExec(path string, argv []string, attr *syscall.ProcAttr) (Identity, <-chan unix.WaitStatus, error) {
+func (r *reaper) forkExec(path string, argv []string, attr *syscall.ProcAttr) (Identity, <-chan waited, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err != nil {
 		return Identity{}, nil, err
 	}
-	ch := make(chan unix.WaitStatus, 1)
-	r.waiters[pid] = ch
+	w := &waiter{ch: make(chan waited, 1), comm: commOf(path)}
+	if w.comm == r.comm {
+		w.comm = "" // its name cannot tell whether it exec'd
+	}
+	r.waiters[pid] = w
 	id := Of(pid)
 	if id.PID == 0 {
 		id.PID = pid
 	}
-	return id, ch, nil
+	return id, w.ch, nil
+}
+
+// commOf is the name the kernel gives a process that execs path (its base
+// name, cut at 15 bytes).
+func commOf(path string) string {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	return base[:min(len(base), 15)]
 }
 
 // reap collects the children that exited, on SIGCHLD: every one, or
@@ -56,18 +84,12 @@ func (r *reaper) forkExec(path string, argv []string, attr *syscall.ProcAttr) (I
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !r.all {
-		for pid, ch := range r.waiters {
-			var ws unix.WaitStatus
-			got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-			for err == unix.EINTR {
-				got, err = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-			}
-			if got == pid {
-				ch <- ws
-				delete(r.waiters, pid)
-			}
+	for pid, w := range r.waiters {
+		if r.collect(pid, w) {
+			delete(r.waiters, pid)
 		}
+	}
+	if !r.all {
 		return
 	}
 	for {
@@ -79,19 +101,46 @@ func (r *reaper) reap() {
 		if pid <= 0 || err != nil {
 			return
 		}
-		if ch, ok := r.waiters[pid]; ok {
-			ch <- ws
+		if w, ok := r.waiters[pid]; ok { // it ended since collect looked
+			w.ch <- waited{ws: ws}
 			delete(r.waiters, pid)
 		}
 	}
 }
 
+// collect reaps pid if it has exited, telling whether it did. Before
+// reaping, it reads the zombie's name: a child still named as the
+// supervisor died before it ran its program.
+func (r *reaper) collect(pid int, w *waiter) bool {
+	unborn := false
+	if w.comm != "" {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err == nil && info.Signo != 0 {
+			comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+			unborn = strings.TrimSpace(string(comm)) == r.comm
+		}
+	}
+	var ws unix.WaitStatus
+	got, err := unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	for err == unix.EINTR {
+		got, err = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
+	if got != pid {
+		return false
+	}
+	w.ch <- waited{ws: ws, unborn: unborn}
+	return true
+}
+
 // exitOf turns a wait status into an Exit.
-func exitOf(ws unix.WaitStatus) *Exit {
+func exitOf(w waited) *Exit {
+	ws := w.ws
 	e := &Exit{Code: ws.ExitStatus(), Time: time.Now().UTC()}
 	if ws.Signaled() {
 		e.Code, e.Signal = -1, unix.SignalName(ws.Signal())
 	}
+	e.unborn = w.unborn
 	return e
 }
 
@@ -157,18 +206,19 @@ func (r *reaper) runProbe(ctx context.Context, spec *Spec, argv []string) ([]byt
 			}
 		}
 	}()
-	var ws unix.WaitStatus
+	var w waited
 	select {
-	case ws = <-exited:
+	case w = <-exited:
 	case <-ctx.Done():
 		select {
-		case ws = <-exited:
+		case w = <-exited:
 		default:
 			// Not reaped yet, so its pid (its group's id) is not reused.
 			killGroup(pid, syscall.SIGKILL)
-			ws = <-exited
+			w = <-exited
 		}
 	}
+	ws := w.ws
 	// Whatever it left holding the pipe does not hold the probe up.
 	pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
 	b := <-out

@@ -201,6 +201,8 @@ type Exit struct {
 	Unknown bool `json:"unknown,omitempty"`
 	// Liveness: the supervisor stopped it because its liveness probe failed.
 	Liveness bool `json:"liveness,omitempty"`
+	// unborn: it died before it ran its program (see waited).
+	unborn bool
 }
 
 // Failed reports whether the exit was a failure; an unknown one counts.
@@ -298,16 +300,30 @@ func readJSON(file string, v any) (bool, error) {
 
 // writeJSON replaces a file atomically. It is not fsynced: specs and
 // statuses describe running processes, which a power loss ends anyway.
-func writeJSON(file string, v any) error {
+func writeJSON(file string, v any) error { return putJSON(file, v, true) }
+
+// putJSON writes a file whole, through a temp file: replacing it, or, not
+// replace, only when none is there (one that is stays).
+func putJSON(file string, v any, replace bool) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	tmp := file + ".tmp"
+	if !replace {
+		tmp = file + ".new"
+	}
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, file)
+	if replace {
+		return os.Rename(tmp, file)
+	}
+	defer os.Remove(tmp)
+	if err := os.Link(tmp, file); err != nil && !os.IsExist(err) {
+		return err
+	}
+	return nil
 }
 
 // Files are where a process's log and status live under the state dir.

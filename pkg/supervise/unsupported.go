@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -52,6 +53,11 @@ func Hold(string, string) (*Status, error) { return nil, errUnsupported }
 
 // Release cannot start a process here.
 func Release(string, string) (*Status, error) { return nil, errUnsupported }
+
+// Settle has nothing to wait for here.
+func Settle(context.Context, string, string, time.Duration) (*Status, bool, error) {
+	return nil, false, errUnsupported
+}
 
 // Read finds the status a Linux host left in the state dir, if any.
 func Read(stateDir, name string) (*Status, error) {
