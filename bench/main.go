@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command bench measures cortex-sync end to end against rsync and git on a
 // real tree of about eleven thousand files (GOROOT/src by default; -scale 4
 // for about 45,000): the initial sync against rsync -a, the diff of a

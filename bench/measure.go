@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -182,6 +184,7 @@ func spinIfAsked() {
 	if os.Getenv(spinEnv) == "" {
 		return
 	}
+	//lint:ignore SA5002 it spins on purpose: one core kept busy (-busy)
 	for {
 	}
 }

@@ -6,8 +6,9 @@ package fsclock
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // WaitPast waits until a file made in dir has a ctime later than the
@@ -16,24 +17,25 @@ import (
 // move in 100,000 writes.
 func WaitPast(t testing.TB, dir, than string) {
 	t.Helper()
-	fi, err := os.Stat(than)
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := fi.Sys().(*syscall.Stat_t).Ctim.Nano()
+	old := ctime(t, than)
 	probe := filepath.Join(dir, ".fsclock-probe")
 	defer os.Remove(probe)
 	for range 100000 {
 		if err := os.WriteFile(probe, nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		fi, err := os.Stat(probe)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fi.Sys().(*syscall.Stat_t).Ctim.Nano() > old {
+		if ctime(t, probe) > old {
 			return
 		}
 	}
 	t.Fatal("the filesystem's clock did not move")
+}
+
+func ctime(t testing.TB, p string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ctim.Nano()
 }
