@@ -65,6 +65,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			if err != nil {
 				failed.Store(true)
 			}
+			putEntries(f.entries)
 			return err
 		})
 	}
@@ -108,6 +109,9 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		}
 		f := stack[len(stack)-1]
 		de := desiredEntry{Entry: e, seq: seq}
+		if f.entries == nil {
+			f.entries = getEntries()
+		}
 		f.entries = append(f.entries, de)
 		seq++
 		if e.Mode.IsDir() {
@@ -306,6 +310,36 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 	}
 }
 
+// A tree's directories take their entries' slices, and compare its maps,
+// from pools: a walk of many directories reuses a few, where each
+// directory's own cost the collector as much as the rest of the plan.
+var (
+	entrySlices = sync.Pool{New: func() any { return new([]desiredEntry) }}
+	liveMaps    = sync.Pool{New: func() any { return map[string]liveEntry{} }}
+	wantMaps    = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
+)
+
+func getEntries() []desiredEntry { return (*entrySlices.Get().(*[]desiredEntry))[:0] }
+
+// putEntries gives a frame's entries back once compared, cleared of what
+// they point to.
+func putEntries(s []desiredEntry) {
+	if cap(s) == 0 || cap(s) > 1<<16 {
+		return
+	}
+	clear(s[:cap(s)])
+	s = s[:0]
+	entrySlices.Put(&s)
+}
+
+// putLive gives a map of listHost's back once its caller is done with it.
+func putLive(m map[string]liveEntry) {
+	if m != nil && len(m) <= 1<<16 {
+		clear(m)
+		liveMaps.Put(m)
+	}
+}
+
 // desiredEntry is an entry of the desired walk and its place in it: ops
 // run in that order.
 type desiredEntry struct {
@@ -397,7 +431,9 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	if err != nil {
 		return err
 	}
-	want := make(map[string]fs.FileMode, len(desired))
+	defer putLive(live)
+	want := wantMaps.Get().(map[string]fs.FileMode)
+	defer func() { clear(want); wantMaps.Put(want) }()
 	var ops []treeOp
 	for _, e := range desired {
 		name := path.Base(e.Path)
@@ -602,6 +638,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 	if err != nil {
 		return false, err
 	}
+	defer putLive(live)
 	for n, le := range live {
 		if hostfs.IsTemp(n) && le.Mode.IsRegular() {
 			continue // left by an interrupted write: it goes too
@@ -623,7 +660,7 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]liveEntry, len(entries))
+	out := liveMaps.Get().(map[string]liveEntry)
 	for _, e := range entries {
 		name := e.Name
 		st, err := d.Lstat(name)
