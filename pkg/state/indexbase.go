@@ -179,16 +179,22 @@ type blockCache struct {
 	buf  [cacheBlocks][]byte
 	ref  [cacheBlocks]bool
 	hand int
-	last int // the slot hit last
+	// The slots hit last and the one before: a walk reads a row, then its
+	// strings, in another part of the file.
+	last, prev int
 }
 
 func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 	if c.num[c.last] == blk+1 {
 		return c.buf[c.last], nil
 	}
+	if c.num[c.prev] == blk+1 {
+		c.last, c.prev = c.prev, c.last
+		return c.buf[c.last], nil
+	}
 	for i := range c.num {
 		if c.num[i] == blk+1 {
-			c.ref[i], c.last = true, i
+			c.ref[i], c.last, c.prev = true, i, c.last
 			return c.buf[i], nil
 		}
 	}
@@ -206,7 +212,7 @@ func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 	if k, err := f.ReadAt(c.buf[i][:n], blk*blockSize); k < int(n) {
 		return nil, cmp.Or(err, io.ErrUnexpectedEOF)
 	}
-	c.num[i], c.ref[i], c.last = blk+1, true, i
+	c.num[i], c.ref[i], c.last, c.prev = blk+1, true, i, c.last
 	c.buf[i] = c.buf[i][:n]
 	return c.buf[i], nil
 }
