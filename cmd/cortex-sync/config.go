@@ -33,6 +33,8 @@ func flagName(field string) string {
 		return "allowed-path"
 	case "labels":
 		return "label"
+	case "health-checks":
+		return "health-check"
 	}
 	return name
 }
@@ -103,6 +105,9 @@ func applyConfig(cmd *cobra.Command, file string) error {
 			values = keyValues(v) // labels: {role: web} is --label role=web
 		}
 		for _, item := range values {
+			if item.Kind == yaml.MappingNode && structFields[k.Value] {
+				item = flowScalar(item) // a host check: its flag takes it as YAML
+			}
 			if item.Kind != yaml.ScalarNode {
 				return where(item, field, "must be a value or a list of values")
 			}
@@ -118,6 +123,21 @@ func applyConfig(cmd *cobra.Command, file string) error {
 // mapFields are the fields that may be a mapping of KEY: VALUE, each set
 // as one KEY=VALUE of their flag.
 var mapFields = map[string]bool{"labels": true}
+
+// structFields are the fields whose values are mappings (a list of
+// them): their flag takes each as YAML.
+var structFields = map[string]bool{"healthChecks": true}
+
+// flowScalar writes a mapping as one line of YAML, keeping its line.
+func flowScalar(m *yaml.Node) *yaml.Node {
+	c := *m
+	c.Style = yaml.FlowStyle
+	b, err := yaml.Marshal(&c)
+	if err != nil {
+		return m // refused by the caller: not a value
+	}
+	return &yaml.Node{Kind: yaml.ScalarNode, Value: strings.TrimSpace(string(b)), Line: m.Line}
+}
 
 // keyValues turns a mapping into KEY=VALUE scalars, keeping lines.
 func keyValues(m *yaml.Node) []*yaml.Node {
@@ -153,6 +173,8 @@ func fieldName(flag string) string {
 		return "allowedPaths"
 	case "label":
 		return "labels"
+	case "health-check":
+		return "healthChecks"
 	}
 	words := strings.Split(flag, "-")
 	for i, w := range words[1:] {

@@ -97,7 +97,9 @@ var fieldExamples = map[string]string{
 	"hostName":          "web1", "labels": "{role: web, zone: eu-1}", "fleet": "prod",
 	"etcdEndpoints": "[https://etcd1.example.com:2379, https://etcd2.example.com:2379, https://etcd3.example.com:2379]",
 	"etcdCertFile":  "/etc/cortex-sync/etcd-client.pem", "etcdKeyFile": "/etc/cortex-sync/etcd-client-key.pem",
-	"etcdCaFile": "/etc/cortex-sync/etcd-ca.pem",
+	"etcdCaFile":   "/etc/cortex-sync/etcd-ca.pem",
+	"healthChecks": `[{name: ssh, tcp: {address: "127.0.0.1:22"}}]`, "onFailure": "halt",
+	"to": "main@sha1:4b825dc642cb",
 }
 
 func (a agentField) example() string {
@@ -175,7 +177,7 @@ JSON Schema of the file is [schema/agent.json](schema/agent.json).
 				def = "`" + f.Default + "`"
 			}
 			flag := "`--" + f.Flag + "`"
-			if f.Type == "stringArray" || f.Type == "stringSlice" {
+			if f.Type == "stringArray" || f.Type == "stringSlice" || f.Type == "check" {
 				flag += " (repeatable)"
 			}
 			fmt.Fprintf(&b, "| `%s` | %s | %s | %s | `%s` | %s |\n", f.Name, typeWord(f.Type), def, flag, f.example(), mdEscape(f.Usage))
@@ -204,6 +206,8 @@ func typeWord(t string) string {
 		return "boolean"
 	case "int":
 		return "integer"
+	case "check":
+		return "list of checks"
 	}
 	return t
 }

@@ -2,16 +2,17 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/cortex-sync/cortex-sync/pkg/agent"
 )
 
 type controlOptions struct {
@@ -33,39 +34,57 @@ func newControlCmd(g *globals, ios streams, verb, short string) *cobra.Command {
 			return controlRun(o, ios, verb)
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: the config's listen, else "+agent.DefaultAddr+")")
-	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "the agent's listen address (from --config)")
-	f.MarkHidden("listen")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the agent's bearer token")
+	addControlFlags(cmd, o)
 	return cmd
 }
 
 func controlRun(o *controlOptions, ios streams, verb string) error {
-	addr := o.address
+	addr, _, err := o.post(verb, nil)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(ios.Out, "%s: asked the agent at %s\n", verb, addr)
+	return nil
+}
+
+// errNoAgent: nothing answers at the agent's address.
+var errNoAgent = errors.New("no agent answers")
+
+// post asks the agent to do verb (POST /api/v1/VERB?query) and returns
+// where it asked and the agent's answer. Nothing answering is errNoAgent.
+func (o *controlOptions) post(verb string, query url.Values) (addr string, body []byte, err error) {
+	addr = o.address
 	if addr == "" {
 		addr = o.listen
 	}
-	req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/api/v1/"+verb, nil)
+	u := "http://" + addr + "/api/v1/" + verb
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequest(http.MethodPost, u, nil)
 	if err != nil {
-		return err
+		return addr, nil, err
 	}
 	if o.tokenFile != "" {
 		tok, err := os.ReadFile(o.tokenFile)
 		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
+			return addr, nil, fmt.Errorf("--token-file: %w", err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
-	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	// A rollback answers once its revision is fetched: allow for a fetch.
+	resp, err := (&http.Client{Timeout: 90 * time.Second}).Do(req)
 	if err != nil {
-		return fmt.Errorf("no agent answers at %s (is cortex-sync run running? pass --address): %w", addr, err)
+		return addr, nil, fmt.Errorf("%w at %s (is cortex-sync run running? pass --address): %w", errNoAgent, addr, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("the agent at %s refused %s: %s %s", addr, verb, resp.Status, bytes.TrimSpace(body))
+		var e struct{ Error string }
+		if json.Unmarshal(body, &e) == nil && e.Error != "" && resp.StatusCode == http.StatusConflict {
+			return addr, body, fmt.Errorf("the agent at %s: %s", addr, e.Error)
+		}
+		return addr, body, fmt.Errorf("the agent at %s refused %s: %s %s", addr, verb, resp.Status, bytes.TrimSpace(body))
 	}
-	fmt.Fprintf(ios.Out, "%s: asked the agent at %s\n", verb, addr)
-	return nil
+	return addr, body, nil
 }

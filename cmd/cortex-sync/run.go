@@ -36,6 +36,7 @@ type runOptions struct {
 	tokenFile         string
 	webhookSecretFile string
 	retention         state.Retention
+	gate              gateFlags
 }
 
 func newRunCmd(g *globals, io streams) *cobra.Command {
@@ -50,6 +51,12 @@ a full drift scan every --drift-interval as the safety net. Reconciliation
 is keyed by resource on a rate-limited work queue: a failed apply is retried
 with backoff, a resource waits for what it depends on, and one that keeps
 being undone on the host is reported as fighting.
+
+A new revision is on trial until every process it changed stays healthy
+(and every --health-check passes) for --min-ready, within
+--progress-deadline; then it is the last known good revision. A bad one is
+rolled back to the last good revision (--on-failure rollback), which the
+host is held on until a newer commit; see docs/rollback.md.
 
 It serves /metrics, /healthz, /readyz, /api/v1/status, POST
 /api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
@@ -87,6 +94,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token the control endpoints require (needed beyond loopback)")
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhooks' shared secret (serves POST /hooks/git)")
 	addRetentionFlags(cmd, &o.retention, "once a reconcile converged (at most hourly)")
+	o.gate.add(cmd, true)
 	return cmd
 }
 
@@ -201,11 +209,15 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err != nil {
 		return err
 	}
+	revisions, err := o.gate.policy()
+	if err != nil {
+		return err
+	}
 	a := agent.New(agent.Options{
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
-		Retention: o.retention, Metrics: metrics, Log: g.log,
+		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log,
 	})
 	opts := agent.ServerOptions{
 		Addr: o.listen, Registry: reg, TokenFile: o.tokenFile, Logger: g.log,
@@ -216,9 +228,12 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 			return nil
 		},
 		Status:    func(ctx context.Context) (any, error) { return a.Status(ctx), nil },
+		Observe:   func(ctx context.Context) { a.Status(ctx) },
 		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },
 		Suspend:   func(context.Context) error { a.Suspend(); return nil },
 		Resume:    func(context.Context) error { a.Resume(); return nil },
+		Rollback:  a.Rollback,
+		Retry:     a.Retry,
 	}
 	if o.webhookSecretFile != "" {
 		if opts.Webhook, err = agent.NewWebhook(agent.WebhookOptions{

@@ -12,6 +12,7 @@ import (
 	orderedmap "github.com/pb33f/ordered-map/v2"
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -229,6 +230,11 @@ func agentSchema() *jsonschema.Schema {
 				if mapFields[f.Name] { // labels: {role: web}
 					s.AnyOf = append(s.AnyOf, &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"}})
 				}
+			case "check": // healthChecks: a list of probes
+				r, _ := reflector()
+				item := r.Reflect(&reconcile.HostCheck{})
+				item.Version, item.Required = "", []string{"name"}
+				s = &jsonschema.Schema{Type: "array", Items: item}
 			default:
 				s = &jsonschema.Schema{Type: "string"}
 				if f.Default != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/spf13/cobra"
 )
 
@@ -29,9 +30,14 @@ Missing, Suspended, Unknown). It needs no source: the desired state is then
 what was last applied, judged exactly as diff and sync judge it. Given a
 source (--dir, --repo), it compares with that instead.
 
+It also says what the revision gate knows (docs/rollback.md): the verdict
+of the revision the host is on, the last good revision, and a rollback that
+holds the host on an earlier revision than its source's head.
+
 Exit codes: 0 when everything is Synced and Healthy (or Progressing or
-Suspended), 1 when something is OutOfSync, Missing, Degraded or Unknown or
-nothing was ever synced here, 2 when status could not be determined.`,
+Suspended), 1 when something is OutOfSync, Missing, Degraded or Unknown,
+nothing was ever synced here, a rollback holds the host, or the revision it
+is on was judged bad; 2 when status could not be determined.`,
 		Example: `  # What was applied, and does the host still match it?
   cortex-sync status
 
@@ -111,6 +117,7 @@ func statusText(io streams, doc *reconcile.Status) error {
 	if doc.RolledBack != "" {
 		fmt.Fprintf(&b, "Rollback:   prune is refused: %s\n", doc.RolledBack)
 	}
+	revisionText(&b, doc)
 	agentText(&b, doc.Agent)
 	fmt.Fprintf(&b, "Sync:       %s\nHealth:     %s\n", doc.Sync, doc.Health)
 	if len(doc.Resources) > 0 {
@@ -164,6 +171,9 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 	if f := r.Refused; f != nil {
 		fmt.Fprintf(b, "Refused:    revision %s, since %s; the host stays on %s: %s\n", shortRevision(f.Revision), f.Since.Format(time.RFC3339), shortRevision(r.Revision), oneLine(f.Error))
 	}
+	if h := r.HeldBack; h != nil {
+		fmt.Fprintf(b, "Held back:  revision %s, since %s: %s\n", shortRevision(h.Revision), h.Since.Format(time.RFC3339), oneLine(h.Error))
+	}
 	if r.SourceError != "" {
 		fmt.Fprintf(b, "Source:     failing: %s\n", oneLine(r.SourceError))
 	}
@@ -182,6 +192,35 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 	}
 	for _, h := range r.Unobserved {
 		fmt.Fprintf(b, "Unobserved: %s: %s\n", h.ID, oneLine(h.Reason))
+	}
+}
+
+// revisionText says what the revision gate knows: the verdict of the
+// revision the host is on, the last good one, and a rollback that holds
+// the host.
+func revisionText(b *strings.Builder, doc *reconcile.Status) {
+	if v := doc.Verdict; v != nil {
+		switch v.Verdict {
+		case state.Good:
+			fmt.Fprintf(b, "Verdict:    good, %s after its apply\n", v.ToGood().Round(100*time.Millisecond))
+		case state.Bad:
+			fmt.Fprintf(b, "Verdict:    bad: %s\n", oneLine(v.Reason))
+		default:
+			fmt.Fprintf(b, "Verdict:    %s (on trial since %s)\n", v.Verdict, v.AppliedAt.Format(time.RFC3339))
+		}
+	}
+	if g := doc.LastGood; g != nil {
+		fmt.Fprintf(b, "Last good:  %s (since %s)\n", shortRevision(g.Revision), g.Time.Format(time.RFC3339))
+	}
+	if p := doc.OnRollback; p != nil {
+		how, which := "rollback", ""
+		if p.Manual {
+			how = "rollback by hand"
+		}
+		if g := doc.LastGood; g != nil && g.Revision == p.Revision {
+			which = " (the last good revision)"
+		}
+		fmt.Fprintf(b, "Held on:    %s%s by a %s while the source's head is %s, %s%s\n", shortRevision(p.Revision), which, how, shortRevision(p.Head), heldUntil(p), because(p.Reason))
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 type syncOptions struct {
@@ -26,6 +28,8 @@ type syncOptions struct {
 	waitTimeout       time.Duration
 	plan              string
 	state             stateSyncFlags
+	gate              gateFlags
+	rollbackOnFailure bool
 }
 
 func newSyncCmd(g *globals, io streams) *cobra.Command {
@@ -42,6 +46,9 @@ file gone from a mirrored directory) always apply.`,
 
   # Apply a Git branch, then wait until every process is healthy
   cortex-sync sync --repo https://git.example.com/infra.git --branch main --path hosts/web1 --wait
+
+  # From cron: apply, judge the revision, and go back to the last good one if it is bad
+  cortex-sync sync --repo https://git.example.com/infra.git --branch main --rollback-on-failure --min-ready 10s
 
   # Print the plan and change nothing
   cortex-sync sync --dir ./repo --prune --dry-run
@@ -65,10 +72,12 @@ file gone from a mirrored directory) always apply.`,
 	f.BoolVar(&o.allowSourceChange, "allow-source-change", false, "prune even when the source differs from the last sync's")
 	f.BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json")
-	f.BoolVar(&o.wait, "wait", false, "after applying, wait until everything is healthy; exit 1 naming what is not")
+	f.BoolVar(&o.wait, "wait", false, "after applying, wait until what the sync changed is healthy (and the health checks pass); exit 1 naming what is not")
+	f.BoolVar(&o.rollbackOnFailure, "rollback-on-failure", false, "with --wait's health gate: a bad revision is rolled back to the last good one at once, and refused until a newer commit")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
 	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it relied on moved")
 	o.state.add(cmd)
+	o.gate.add(cmd, false)
 	return cmd
 }
 
@@ -93,8 +102,37 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	}
 	defer done()
 	s.Env.Verify = o.verify
+	revisions, err := o.gate.policy()
+	if err != nil {
+		return err
+	}
+	revisions.ProgressDeadline = o.waitTimeout
 	s.Policy = reconcile.Policy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
-		AcceptRollback: o.state.acceptRollback}
+		AcceptRollback: o.state.acceptRollback, Revisions: revisions}
+	head := s.Desired()
+	adm := s.Admit(ctx, head.Revision())
+	if adm.Stay == nil {
+		s.Unpin(head.Revision()) // a newer commit than the one a rollback held the host from
+	} else {
+		if adm.Pin == "" || s.Snapshot().Revision == adm.Pin {
+			return fmt.Errorf("revision %s is not applied: %w", head.Revision(), adm.Stay)
+		}
+		// A rollback recorded and not finished (its run was killed):
+		// this sync finishes it.
+		fmt.Fprintf(io.Err, "finishing the rollback to %s: %v\n", adm.Pin, adm.Stay)
+		src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
+		if err != nil {
+			return err
+		}
+		pinned, err := reconcile.LoadAt(ctx, src, adm.Pin, g.engine().Manifests(), g.log)
+		if err != nil {
+			return fmt.Errorf("load %s, the revision a rollback holds the host on: %w", adm.Pin, err)
+		}
+		defer pinned.Close()
+		s.SetDesired(pinned)
+		saved, o.wait, o.rollbackOnFailure = nil, false, false
+	}
+	start, wasOn := time.Now(), s.Snapshot().Revision == head.Revision()
 	var rep *apply.Report
 	if saved != nil {
 		rep, err = s.SyncSaved(ctx, saved, o.state.retention)
@@ -102,25 +140,72 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		s.Env.CountFiles = true // the report counts a tree's changes; it lists none
 		rep, err = s.Sync(ctx, s.Plan(ctx), o.state.retention)
 	}
-	if rep != nil {
-		if o.output == "json" {
-			rep.JSON(io.Out)
-		} else {
-			rep.Text(io.Out)
-		}
-	}
+	printReport(io, o.output, rep)
 	if err != nil {
 		return err
 	}
-	if rep.Failed() {
-		return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
-	}
-	if o.wait {
-		if bad := s.WaitHealthy(ctx, rep.Applied(), o.waitTimeout); len(bad) > 0 {
-			return &exitError{code: exitFailure, err: fmt.Errorf("not healthy after %s:\n  %s", o.waitTimeout, strings.Join(bad, "\n  "))}
+	if !o.wait && !o.rollbackOnFailure {
+		if rep.Failed() {
+			return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 		}
+		if adm.Stay == nil {
+			s.Note(s.Desired(), start) // applied, not judged
+		}
+		return nil
 	}
-	return nil
+	return judgeSync(ctx, g, o, io, s, rep, wasOn, start)
+}
+
+// judgeSync puts the revision a sync applied through the health gate:
+// every process it changed healthy (and every health check passing) for
+// --min-ready, within --wait-timeout; a bad one exits 1 naming what failed,
+// and with --rollback-on-failure goes back to the last good revision first.
+func judgeSync(ctx context.Context, g *globals, o *syncOptions, io streams, s *reconcile.Session, rep *apply.Report, wasOn bool, start time.Time) error {
+	d := s.Desired()
+	t := s.Begin(d, rep.Tried(), wasOn, start)
+	if t == nil {
+		t = &reconcile.Trial{Revision: d.Revision(), Start: start, Keys: rep.Tried()} // judged before, and on it: judged again
+	}
+	prev := s.Snapshot().LastGood
+	j := s.Await(ctx, t, nil)
+	s.Judge(t, j, j.At)
+	if err := s.Save(); err != nil {
+		return err
+	}
+	if j.Verdict == state.Good {
+		return nil
+	}
+	bad := fmt.Errorf("revision %s is bad: %s", orDirectory(d.Revision()), j.Why())
+	if j.Verdict == state.Pending {
+		bad = fmt.Errorf("revision %s was not judged: %s", orDirectory(d.Revision()), j.Why())
+	}
+	if !o.rollbackOnFailure || j.Verdict != state.Bad {
+		return &exitError{code: exitFailure, err: bad}
+	}
+	if prev == nil || prev.Revision == d.Revision() {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%w; no last good revision to roll back to, so the host stays on it", bad)}
+	}
+	src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
+	if err != nil {
+		return err
+	}
+	r := reconcile.Rollback{To: prev.Revision, From: d.Revision(), Head: d.Revision(), Reason: j.Why()}
+	g.log.Error("revision bad; rolling back to the last good revision", "revision", r.From, "to", r.To, "failing", j.Failing, "reason", j.Reason)
+	fmt.Fprintf(io.Out, "\nRevision %s is bad; rolling back to %s:\n", shortRevision(r.From), shortRevision(r.To))
+	back, err := rollbackNow(ctx, g, s, src, r, o.state.retention)
+	printReport(io, o.output, back)
+	if err != nil {
+		return fmt.Errorf("%w; and the rollback to %s failed: %w", bad, r.To, err)
+	}
+	return &exitError{code: exitFailure, err: fmt.Errorf("%w; rolled back to %s, and refused until a newer commit (cortex-sync retry applies it anyway)", bad, r.To)}
+}
+
+// orDirectory names a revision, or a directory source's, which has none.
+func orDirectory(rev string) string {
+	if rev == "" {
+		return "(a directory)"
+	}
+	return rev
 }
 
 // readSaved reads the plan sync --plan applies, and pins a branch source to

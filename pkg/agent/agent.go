@@ -47,6 +47,14 @@ type Options struct {
 	// converged and then at most every retentionEvery; the zero value
 	// keeps them all.
 	Retention state.Retention
+	// Revisions is the health gate on a new revision: minReady (zero:
+	// healthy once is enough; run's flag defaults to 10s), the progress
+	// deadline, host checks, and what becomes of a bad one (rollback.go).
+	Revisions reconcile.RevisionPolicy
+	// RevisionGates are asked before a new revision is applied (a fleet's
+	// rollout slot), and hear its verdict; never about the revision the
+	// host is on, which the agent goes on healing meanwhile.
+	RevisionGates []reconcile.RevisionGate
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
@@ -95,7 +103,7 @@ func (o *Options) defaults() {
 // policy is what the options let the engine do.
 func (o *Options) policy() reconcile.Policy {
 	return reconcile.Policy{Prune: o.Prune, AllowEmpty: o.AllowEmpty, AllowSourceChange: o.AllowSourceChange,
-		NoSelfHeal: !o.SelfHeal, WaitTimeout: o.WaitTimeout}
+		NoSelfHeal: !o.SelfHeal, WaitTimeout: o.WaitTimeout, Revisions: o.Revisions}
 }
 
 // Agent is the continuous reconciliation loop: it polls the source, keeps
@@ -107,6 +115,11 @@ type Agent struct {
 	log   *slog.Logger
 	queue workqueue.TypedRateLimitingInterface[resource.ID]
 	fetch chan Trigger // a fetch and full pass now
+	// do runs work on the poll loop, which fetches and adopts revisions:
+	// verdicts, rollbacks, retries.
+	do    chan func(context.Context)
+	quit  chan struct{} // closed when the poll loop ends
+	poke  chan struct{} // look at the revision on trial now
 	fight *FightDetector
 	ready chan struct{} // closed once the session is open
 
@@ -118,7 +131,19 @@ type Agent struct {
 	// refused is the newest revision, when it was refused (invalid).
 	refused   *reconcile.Refusal
 	fetchTime time.Time // the last successful fetch
-	started   bool      // the first reconcile is done
+	// head is the source's newest revision, as last fetched; heldBack
+	// says why it is not applied, when it is not.
+	head     string
+	heldBack *reconcile.Refusal
+	// trial is the revision on trial, and trialStop ends its look.
+	trial     *reconcile.Trial
+	trialStop context.CancelFunc
+	// rolledTo is the pin whose rollback was last said converged.
+	rolledTo *state.Pin
+	// followFails counts the failures in a row to load the revision a
+	// rollback holds the host on.
+	followFails int
+	started     bool // the first reconcile is done
 	// firstPass holds the keys of the first revision not yet reconciled
 	// once: the first reconcile is done when it empties (or when the
 	// queue settles), however busy the queue stays with other work.
@@ -132,7 +157,7 @@ type Agent struct {
 	// unobserved are the keys the last scan could not observe, with why.
 	unobserved map[resource.ID]error
 	watch      *watcher
-	rewatch    bool // an apply made paths: the watches follow
+	rewatch    []resource.ID // made paths (an apply, a parent came to be): their watches follow
 	history    []Reconcile
 	since      time.Time   // when Run started
 	publishing *time.Timer // a report to write soon
@@ -140,7 +165,6 @@ type Agent struct {
 	unpublished bool
 	wpub        sync.Mutex // one write of the report at a time
 
-	gauging atomic.Bool // the resources gauges are being refreshed
 	// inflight counts keys a worker took off the queue and has not
 	// finished: the queue's length leaves them out.
 	inflight atomic.Int32
@@ -157,6 +181,9 @@ func New(opts Options) *Agent {
 		log:        opts.Log,
 		queue:      workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
 		fetch:      make(chan Trigger, 1),
+		do:         make(chan func(context.Context), 4),
+		quit:       make(chan struct{}),
+		poke:       make(chan struct{}, 1),
 		fight:      NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
 		ready:      make(chan struct{}),
 		hints:      map[resource.ID]hintOf{},
@@ -177,11 +204,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	sess.Policy = a.opts.policy()
 	sess.Suspend(a.opts.Suspend)
 	sess.AddHold(a.fightHold)
+	for _, g := range a.opts.RevisionGates {
+		sess.AddRevisionGate(g)
+	}
 	w := sess.Writer()
 	w.Busy = func() bool { return a.queue.Len() > 0 }
 	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }
 	a.sess = sess
 	a.since = time.Now().UTC().Truncate(time.Second)
+	a.gaugeRolledBack()
 	close(a.ready)
 	defer a.close()
 	a.publishNow()
@@ -259,7 +290,10 @@ func (a *Agent) session() *reconcile.Session {
 	}
 }
 
-// Reconcile asks for a fetch and a full pass now.
+// Reconcile asks for a fetch now; asked by hand (TriggerManual), a full
+// drift scan as well. A webhook's push converges what the revision
+// changed, as a poll's would: the watches and the drift scan cover the
+// rest of the host.
 func (a *Agent) Reconcile(t Trigger) {
 	select {
 	case a.fetch <- t:
@@ -270,10 +304,11 @@ func (a *Agent) Reconcile(t Trigger) {
 // Suspend stops applying (observing and reporting go on); Resume undoes it.
 func (a *Agent) Suspend() { a.setSuspended(true) }
 
-// Resume applies again, and re-plans everything.
+// Resume applies again, and re-plans everything; it ends a rollback made
+// by hand (cortex-sync rollback).
 func (a *Agent) Resume() {
 	a.setSuspended(false)
-	a.Reconcile(TriggerManual)
+	go a.exec(context.Background(), a.resume)
 }
 
 func (a *Agent) setSuspended(v bool) {
@@ -308,6 +343,7 @@ func (a *Agent) Ready() (bool, string) {
 // poll fetches the source on its interval (and when asked), and scans for
 // drift on the drift interval.
 func (a *Agent) poll(ctx context.Context, w *watcher) {
+	defer close(a.quit)
 	a.refresh(ctx, TriggerRevision, w)
 	schedule := NewSchedule(a.opts.Interval)
 	next := time.NewTimer(schedule.Next())
@@ -320,6 +356,8 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 			return
 		case t := <-a.fetch:
 			a.refresh(ctx, t, w)
+		case f := <-a.do:
+			f(ctx)
 		case <-next.C:
 			a.refresh(ctx, TriggerInterval, w)
 			next.Reset(schedule.Next())
@@ -338,7 +376,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
 		a.refuse(err)
-		if t != TriggerInterval {
+		if t == TriggerManual {
 			a.scan(ctx, t) // still heal what is there
 		}
 		return
@@ -351,13 +389,44 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		a.publishNow()
 	}
 	old := a.sess.Desired()
+	a.mu.Lock()
+	a.head = d.Revision()
+	a.mu.Unlock()
 	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
 		d.Close()
-		if t != TriggerInterval {
+		a.unpin(d.Revision())
+		if t == TriggerManual {
 			a.scan(ctx, t)
 		}
 		return
 	}
+	if adm := a.sess.Admit(ctx, d.Revision()); adm.Stay != nil {
+		d.Close()
+		a.stay(ctx, t, d.Revision(), adm, w)
+		return
+	}
+	a.mu.Lock()
+	held := a.heldBack != nil
+	a.heldBack = nil
+	a.mu.Unlock()
+	if held {
+		a.publishNow()
+	}
+	trigger := t
+	if old != nil && t == TriggerInterval {
+		trigger = TriggerRevision
+	}
+	a.adopt(ctx, d, trigger, start, w, true)
+	if t == TriggerManual && old != nil {
+		a.scan(ctx, t)
+	}
+	a.settle()
+}
+
+// adopt makes d the revision the host converges to and queues what it
+// changes; a new revision of the source (try) goes on trial.
+func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger, start time.Time, w *watcher, try bool) {
+	old := a.sess.Desired()
 	keys, scopes := a.sess.Changed(old, d)
 	a.sess.SetDesired(d)
 	a.mu.Lock()
@@ -375,9 +444,9 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		a.log.Warn("not pruning", "reason", err)
 	}
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
-	trigger := t
-	if old != nil && t == TriggerInterval {
-		trigger = TriggerRevision
+	a.stopTrial()
+	if try {
+		a.try(ctx, d, keys)
 	}
 	a.begin(trigger, d.Revision(), start)
 	for _, id := range keys {
@@ -390,11 +459,19 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		a.enqueue(id)
 	}
-	w.sync(a.sess.Watches())
-	if t != TriggerInterval && old != nil {
-		a.scan(ctx, t)
+	if old == nil {
+		w.sync(a.sess.Watches())
+		return
 	}
-	a.settle()
+	// What changed whole is watched anew; entries changed in a tree keep
+	// its watches (a directory made in it is seen by them).
+	var whole []resource.ID
+	for _, id := range keys {
+		if len(scopes[id]) == 0 {
+			whole = append(whole, id)
+		}
+	}
+	w.update(whole, a.sess.WatchesOf(whole))
 }
 
 // refuse keeps a failed fetch, or a revision that does not validate: the

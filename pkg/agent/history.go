@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -114,14 +115,15 @@ func (a *Agent) settle() {
 	if s == nil {
 		return
 	}
+	a.lookNow() // the revision on trial may be good, or bad, now
 	busy := !s.Writer().Idle()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !busy && a.rewatch && a.watch != nil {
-		a.rewatch = false
-		w := a.watch
+	if !busy && len(a.rewatch) > 0 && a.watch != nil {
+		ids, w := a.rewatch, a.watch
+		a.rewatch = nil
 		a.mu.Unlock()
-		w.sync(s.Watches())
+		w.update(ids, s.WatchesOf(ids))
 		a.mu.Lock()
 	}
 	e := a.episode
@@ -138,12 +140,6 @@ func (a *Agent) settle() {
 	if len(a.history) > historyLen {
 		a.history = a.history[len(a.history)-historyLen:]
 	}
-	if a.gauging.CompareAndSwap(false, true) {
-		a.bg.Go(func() { // the resources gauges follow every reconcile
-			defer a.gauging.Store(false)
-			a.Status(context.Background())
-		})
-	}
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure
@@ -155,11 +151,14 @@ func (a *Agent) settle() {
 		}
 	}
 	converged := e.Errors == 0 && waiting == 0
+	d := s.Desired() // what this pass converged to
 	a.bg.Go(func() {
 		// The revision counts as applied once all of it converged, as a
 		// sync records it; the snapshot is saved, and the retention runs.
-		if s.Settle(converged) && converged {
+		if s.SettleFor(d, converged) && converged {
+			a.lookNow() // applied in full: the revision on trial may be judged
 			s.Writer().Retain(a.opts.Retention, retentionEvery)
+			a.rolledBackYet()
 		}
 		if err := s.Writer().Flush(context.Background()); err != nil {
 			a.log.Error("save snapshot", "error", err)
@@ -226,8 +225,13 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	if st.Conditions.Message == "" {
 		st.Conditions.Message = why
 	}
-	switch {
+	switch pin := st.OnRollback; {
 	case st.Conditions.Ready || st.Conditions.Message != "":
+	case pin != nil:
+		st.Conditions.Message = fmt.Sprintf("on a rollback: held on %s while the source's head is %s", pin.Revision, pin.Head)
+		if pin.Reason != "" {
+			st.Conditions.Message += " (" + pin.Reason + ")"
+		}
 	case st.Conditions.PruneHeld != "":
 		st.Conditions.Message = "prune held: " + st.Conditions.PruneHeld
 	default:
@@ -265,6 +269,7 @@ func (a *Agent) report() *reconcile.AgentReport {
 	}
 	a.mu.Lock()
 	r.Refused = a.refused
+	r.HeldBack = a.heldBack
 	if a.fetchErr != nil {
 		r.SourceError = a.fetchErr.Error()
 	}

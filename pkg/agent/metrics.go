@@ -24,9 +24,10 @@ const (
 	TriggerWebhook     Trigger = "webhook"      // a signed push webhook
 	TriggerManual      Trigger = "manual"       // POST /api/v1/reconcile, `cortex-sync reconcile`
 	TriggerInterval    Trigger = "interval"     // the poll schedule
+	TriggerRollback    Trigger = "rollback"     // a rollback to an earlier revision, automatic or by hand
 )
 
-var triggers = []Trigger{TriggerRevision, TriggerDrift, TriggerProcessExit, TriggerWebhook, TriggerManual, TriggerInterval}
+var triggers = []Trigger{TriggerRevision, TriggerDrift, TriggerProcessExit, TriggerWebhook, TriggerManual, TriggerInterval, TriggerRollback}
 
 // Result is the outcome label of a reconcile or an apply.
 type Result string
@@ -80,6 +81,9 @@ type Metrics struct {
 	revision          *prometheus.GaugeVec
 	restarts          *prometheus.CounterVec
 	observeErrors     *prometheus.CounterVec
+	rollbacks         *prometheus.CounterVec
+	goodSeconds       prometheus.Histogram
+	rolledBack        prometheus.Gauge
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -136,7 +140,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"kind", "action", "result"}),
 		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortexsync_resources",
-			Help: "Managed resources by kind, sync status and health, from the last status snapshot.",
+			Help: "Managed resources by kind, sync status and health, as observed when scraped.",
 		}, []string{"kind", "sync", "health"}),
 		fighting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "cortexsync_fighting_resources",
@@ -171,13 +175,26 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_observe_errors_total",
 			Help: "Resources that could not be observed (their state on the host unknown, so not healed), by kind.",
 		}, []string{"kind"}),
+		rollbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "cortexsync_rollbacks_total",
+			Help: "Rollbacks to an earlier revision, by why: apply_failed, unhealthy, host_check (a bad revision) or manual (cortex-sync rollback).",
+		}, []string{"reason"}),
+		goodSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "cortexsync_revision_good_seconds",
+			Help:    "Time from a new revision's apply to its health gate's good verdict (minReady included).",
+			Buckets: convergenceBuckets,
+		}),
+		rolledBack: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cortexsync_rolled_back",
+			Help: "1 while a rollback holds the host on an earlier revision than its source's head (its last good one, or one named by hand), else 0.",
+		}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts, m.observeErrors)
+		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack)
 	// Known label values start at zero so rate() and absent() work from
 	// the first scrape.
 	for _, t := range triggers {
@@ -186,6 +203,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range restartReasons {
 		m.restarts.WithLabelValues(string(r))
+	}
+	for _, r := range rollbackReasons {
+		m.rollbacks.WithLabelValues(r)
 	}
 	m.Workqueue = NewWorkqueueMetrics(reg)
 	return m

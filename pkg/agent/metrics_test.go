@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cortex-sync/cortex-sync/pkg/health"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 )
 
 // exercise gives every metric at least one series, so lint sees them all.
@@ -27,6 +28,9 @@ func exercise(m *Metrics) {
 	m.ObserveFetch(time.Second, errors.New("unreachable"))
 	m.ObserveApplied("0123456789abcdef0123456789abcdef01234567", time.Unix(1700000000, 0))
 	m.ProcessRestarted(RestartCrash)
+	m.RolledBack(reconcile.CauseUnhealthy)
+	m.ObserveGood(12 * time.Second)
+	m.SetRolledBack(true)
 	m.SetResources([]ResourceState{
 		{Kind: "File", Sync: health.Synced, Health: health.Healthy},
 		{Kind: "Process", Sync: health.OutOfSync, Health: health.Degraded, Fighting: true},
@@ -62,7 +66,7 @@ func TestMetricsLint(t *testing.T) {
 			ours++
 		}
 	}
-	if want := 21; ours != want {
+	if want := 24; ours != want {
 		t.Errorf("%d cortexsync_ metric families gathered, want %d", ours, want)
 	}
 }
@@ -187,7 +191,7 @@ func TestSetResourcesDeletesSeriesThatWent(t *testing.T) {
 # TYPE cortexsync_fighting_resources gauge
 cortexsync_fighting_resources{kind="File"} 0
 cortexsync_fighting_resources{kind="Process"} 1
-# HELP cortexsync_resources Managed resources by kind, sync status and health, from the last status snapshot.
+# HELP cortexsync_resources Managed resources by kind, sync status and health, as observed when scraped.
 # TYPE cortexsync_resources gauge
 cortexsync_resources{health="Degraded",kind="Process",sync="OutOfSync"} 1
 cortexsync_resources{health="Healthy",kind="File",sync="Synced"} 3

@@ -28,6 +28,11 @@ type ServerOptions struct {
 	Addr string // host:port; default DefaultAddr
 	// Registry is served on /metrics; nil serves no /metrics.
 	Registry *prometheus.Registry
+	// Observe, when set, runs before each /metrics is gathered: the gauges
+	// that are an observation of the host (resources by sync and health)
+	// are taken when asked for, so their cost follows the scrapes rather
+	// than every heal.
+	Observe func(ctx context.Context)
 	// Ready says whether the agent is ready (nil error) or why not.
 	// /readyz answers 503 with the reason.
 	Ready func(ctx context.Context) error
@@ -40,6 +45,11 @@ type ServerOptions struct {
 	// (POST /api/v1/suspend, /api/v1/resume).
 	Suspend func(ctx context.Context) error
 	Resume  func(ctx context.Context) error
+	// Rollback applies an earlier revision and holds the host there
+	// (POST /api/v1/rollback[?to=REV]); Retry applies a refused one
+	// (POST /api/v1/retry). Each answers with the revision.
+	Rollback func(ctx context.Context, to string) (string, error)
+	Retry    func(ctx context.Context) (string, error)
 	// TokenFile holds the bearer token the control endpoints (reconcile,
 	// suspend, resume) require; read again whenever it changes. Required
 	// to listen beyond loopback.
@@ -181,19 +191,31 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	if s.opts.Registry != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
+		metrics := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
 			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 			Registry:      s.opts.Registry, // counts its own errors
 			Timeout:       30 * time.Second,
 			ErrorHandling: promhttp.ContinueOnError,
-		}))
+		})
+		mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+			if s.opts.Observe != nil {
+				s.opts.Observe(r.Context())
+			}
+			metrics.ServeHTTP(w, r)
+		})
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /api/v1/status", s.status)
-	mux.Handle("POST /api/v1/reconcile", s.control("reconcile", s.opts.Reconcile, http.StatusAccepted, map[string]any{"status": "accepted"}))
-	mux.Handle("POST /api/v1/suspend", s.control("suspend", s.opts.Suspend, http.StatusOK, map[string]any{"suspended": true}))
-	mux.Handle("POST /api/v1/resume", s.control("resume", s.opts.Resume, http.StatusOK, map[string]any{"suspended": false}))
+	mux.Handle("POST /api/v1/reconcile", s.control("reconcile", plain(s.opts.Reconcile, map[string]any{"status": "accepted"}), http.StatusAccepted, http.StatusServiceUnavailable))
+	mux.Handle("POST /api/v1/suspend", s.control("suspend", plain(s.opts.Suspend, map[string]any{"suspended": true}), http.StatusOK, http.StatusServiceUnavailable))
+	mux.Handle("POST /api/v1/resume", s.control("resume", plain(s.opts.Resume, map[string]any{"suspended": false}), http.StatusOK, http.StatusServiceUnavailable))
+	mux.Handle("POST /api/v1/rollback", s.control("rollback", moves(s.opts.Rollback), http.StatusOK, http.StatusConflict))
+	var retry func(context.Context, string) (string, error)
+	if s.opts.Retry != nil {
+		retry = func(ctx context.Context, _ string) (string, error) { return s.opts.Retry(ctx) }
+	}
+	mux.Handle("POST /api/v1/retry", s.control("retry", moves(retry), http.StatusOK, http.StatusConflict))
 	if s.opts.Webhook != nil {
 		mux.Handle("/hooks/git", s.opts.Webhook) // answers 405 itself
 	}
@@ -234,8 +256,9 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request) {
 	w.Write(buf.Bytes())
 }
 
-// control is a POST endpoint that calls fn behind the bearer token.
-func (s *Server) control(name string, fn func(context.Context) error, code int, answer map[string]any) http.Handler {
+// control is a POST endpoint behind the bearer token: fn does the work
+// and says what to answer, with code; its error is answered failCode.
+func (s *Server) control(name string, fn func(*http.Request) (map[string]any, error), code, failCode int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(w, r) {
 			return
@@ -244,14 +267,35 @@ func (s *Server) control(name string, fn func(context.Context) error, code int, 
 			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": name + " is not available here"})
 			return
 		}
-		if err := fn(r.Context()); err != nil {
+		answer, err := fn(r)
+		if err != nil {
 			s.log.Warn("control request failed", "action", name, "error", err)
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+			writeJSON(w, failCode, map[string]string{"error": err.Error()})
 			return
 		}
 		s.log.Info("control request", "action", name, "remote", r.RemoteAddr)
 		writeJSON(w, code, answer)
 	})
+}
+
+// plain is a control that answers the same each time.
+func plain(fn func(context.Context) error, answer map[string]any) func(*http.Request) (map[string]any, error) {
+	if fn == nil {
+		return nil
+	}
+	return func(r *http.Request) (map[string]any, error) { return answer, fn(r.Context()) }
+}
+
+// moves is a control that moves the host to a revision (?to=REV, when fn
+// takes one) and answers with it; one that cannot is a conflict.
+func moves(fn func(context.Context, string) (string, error)) func(*http.Request) (map[string]any, error) {
+	if fn == nil {
+		return nil
+	}
+	return func(r *http.Request) (map[string]any, error) {
+		rev, err := fn(r.Context(), r.URL.Query().Get("to"))
+		return map[string]any{"revision": rev}, err
+	}
 }
 
 // authorized checks the bearer token when a TokenFile is set, answering

@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -90,6 +92,66 @@ func (w *watcher) sync(ws reconcile.Watches) {
 	w.watchShims()
 }
 
+// update watches what the engine says for these keys (ws: their watches
+// alone), and leaves every other key's watches as they are.
+func (w *watcher) update(ids []resource.ID, ws reconcile.Watches) {
+	if len(ids) == 0 {
+		return
+	}
+	gone := make(map[resource.ID]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for dir, keys := range w.dirs {
+		kept := slices.DeleteFunc(keys, func(id resource.ID) bool { return gone[id] })
+		if len(kept) > 0 {
+			w.dirs[dir] = kept
+			continue
+		}
+		delete(w.dirs, dir)
+		if _, ok := ws.Dirs[dir]; !ok {
+			w.fs.Remove(dir)
+		}
+	}
+	for _, m := range []map[string]resource.ID{w.paths, w.trees, w.files} {
+		maps.DeleteFunc(m, func(_ string, id resource.ID) bool { return gone[id] })
+	}
+	for id := range gone {
+		delete(w.tops, id)
+	}
+	for dir, keys := range ws.Dirs {
+		if _, ok := w.dirs[dir]; !ok {
+			w.watch(dir)
+		}
+		w.dirs[dir] = append(w.dirs[dir], keys...)
+	}
+	maps.Copy(w.paths, ws.Paths)
+	maps.Copy(w.trees, ws.Trees)
+	maps.Copy(w.files, ws.Files)
+	maps.Copy(w.tops, ws.Tops)
+	w.watchShims()
+}
+
+// watchTree watches a directory made inside id's mirrored tree, and every
+// directory below it: made with its contents (mkdir -p, a rename into
+// place), they were there before its watch was. Called with mu held.
+func (w *watcher) watchTree(dir string, id resource.ID) {
+	w.trees[dir] = id
+	w.dirs[dir] = append(w.dirs[dir], id)
+	w.watch(dir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			w.watchTree(filepath.Join(dir, e.Name()), id)
+		}
+	}
+}
+
 // watch adds one inotify watch; when the kernel has none left, the drift
 // scan covers the rest, and that is said once. Called with mu held.
 func (w *watcher) watch(dir string) {
@@ -156,16 +218,13 @@ func (w *watcher) event(ev fsnotify.Event) {
 	}
 	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() && ev.Has(fsnotify.Create) {
 		if id, ok := w.trees[dir]; ok {
-			// A directory made inside a mirror is watched too.
-			w.trees[ev.Name] = id
-			w.dirs[ev.Name] = append(w.dirs[ev.Name], id)
-			w.watch(ev.Name)
+			w.watchTree(ev.Name, id) // a directory made inside a mirror
 		} else {
-			// A parent of managed paths came to be: watch it instead
-			// of its ancestor, once things settle.
-			w.a.mu.Lock()
-			w.a.rewatch = true
-			w.a.mu.Unlock()
+			// A parent of managed paths came to be: the keys watching
+			// through its parent watch it instead, once things settle,
+			// and are looked at (what they manage may have come with it).
+			w.a.rewatchOf(w.dirs[dir]...)
+			ids = append(ids, w.dirs[dir]...)
 		}
 	}
 	w.mu.Unlock()

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
@@ -153,9 +154,7 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		a.fight.Forget(string(id)) // gone: no fight to report any more
 	}
 	if o.MadePaths() {
-		a.mu.Lock()
-		a.rewatch = true // new directories to watch
-		a.mu.Unlock()
+		a.rewatchOf(id) // new directories to watch
 	}
 	if drift {
 		m.DriftCorrected(c.Kind)
@@ -168,6 +167,18 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	}
 	for _, dep := range a.sess.Dependents(id) {
 		a.enqueue(dep) // it may have waited, or been blocked, on this one
+	}
+}
+
+// rewatchOf asks for these keys' watches to be listed again once things
+// settle: they made paths (or a parent of theirs came to be).
+func (a *Agent) rewatchOf(ids ...resource.ID) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, id := range ids {
+		if !slices.Contains(a.rewatch, id) {
+			a.rewatch = append(a.rewatch, id)
+		}
 	}
 }
 
@@ -215,7 +226,7 @@ func (a *Agent) passed(id resource.ID) {
 	}
 	a.firstPass = nil
 	w := a.watch
-	a.rewatch = false
+	a.rewatch = nil
 	a.mu.Unlock()
 	if w != nil {
 		w.sync(a.sess.Watches())

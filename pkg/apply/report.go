@@ -109,6 +109,18 @@ func (r *Report) Applied() []resource.ID {
 	return ids
 }
 
+// Tried lists what the run changed or tried to change (applied, failed,
+// blocked): what a revision's health gate judges it on. Never nil.
+func (r *Report) Tried() []resource.ID {
+	ids := []resource.ID{}
+	for _, res := range r.Results {
+		if res.Outcome == Applied || res.Outcome == Failed || res.Outcome == Blocked {
+			ids = append(ids, res.ID)
+		}
+	}
+	return ids
+}
+
 // past is an action done, in words.
 func past(a diff.Action) string {
 	switch a {

@@ -129,7 +129,13 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	case spec.sourcePath != "" && env.recalled():
 		srcErr = recalledWalk(ix.x, add)
 	case spec.sourcePath != "":
-		srcErr = env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
+		walk := env.Tree.Walk
+		if p.scope != nil {
+			walk = func(dir string, fn func(source.Entry) error) error {
+				return source.WalkScope(env.Tree, dir, p.scope, fn)
+			}
+		}
+		srcErr = walk(spec.sourcePath, func(e source.Entry) error {
 			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
 				return add(e)
 			}

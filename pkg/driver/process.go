@@ -585,7 +585,13 @@ func (processDriver) health(ctx context.Context, env *Env, rec *state.Entry) hea
 	var spec ProcessSpec
 	json.Unmarshal(rec.Spec, &spec)
 	h, d := describe(l, spec.RestartPolicy, id)
-	return health.Report{Health: h, Reason: d}
+	return health.Report{Health: h, Reason: d, Stuck: h == health.Degraded && stuck(l.status)}
+}
+
+// stuck reports whether a Degraded process stays so without a change: it
+// failed, exited for good, or fails fast and backs off.
+func stuck(st *supervise.Status) bool {
+	return st != nil && (st.State == supervise.Failed || st.State == supervise.Exited || st.State == supervise.BackingOff)
 }
 
 // shimSpec turns a Process into what its supervisor runs.

@@ -42,4 +42,8 @@ type Report struct {
 	Sync   Sync   `json:"sync"`
 	Health Status `json:"health"`
 	Reason string `json:"reason,omitempty"`
+	// Stuck: Degraded, and waiting will not make it better (a crash loop,
+	// a process failed or exited for good). A revision's health gate
+	// judges it bad at once rather than at its deadline.
+	Stuck bool `json:"stuck,omitempty"`
 }

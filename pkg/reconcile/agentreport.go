@@ -26,6 +26,10 @@ type AgentReport struct {
 	// Refused is the source's newest revision, when it does not validate:
 	// the host stays on Revision.
 	Refused *Refusal `json:"refused,omitempty"`
+	// HeldBack is the source's newest revision when it is not applied: it
+	// was refused after a rollback, a rollback holds the host, or a gate
+	// (a fleet's rollout) keeps it out for now.
+	HeldBack *Refusal `json:"heldBack,omitempty"`
 	// SourceError is why the last fetch failed.
 	SourceError string `json:"sourceError,omitempty"`
 	// PruneHold is why no prune runs for this revision.

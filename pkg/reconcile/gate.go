@@ -27,6 +27,8 @@ type Policy struct {
 	// WaitTimeout bounds how long a dependent waits for a dependency it
 	// follows to turn healthy after that dependency's apply.
 	WaitTimeout time.Duration
+	// Revisions is the health gate on a new revision (revisions.go).
+	Revisions RevisionPolicy
 }
 
 // The gate's reasons (see diff: the outcome's vocabulary). A waiting,

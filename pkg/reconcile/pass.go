@@ -92,8 +92,16 @@ func (s *Session) Save() error { return s.w.Save() }
 // attempt lists no failure) the revision counts as applied. It reports
 // whether it does.
 func (s *Session) Settle(converged bool) bool {
-	d := s.current()
-	if d == nil {
+	return s.SettleFor(s.current(), converged)
+}
+
+// SettleFor is Settle for desired state d, the one a pass converged to:
+// nothing when another was adopted since, so a revision never counts as
+// applied for its predecessor's pass.
+func (s *Session) SettleFor(d *Desired, converged bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d == nil || d != s.desired {
 		return false
 	}
 	applied := false

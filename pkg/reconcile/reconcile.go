@@ -89,6 +89,12 @@ func Load(ctx context.Context, src source.Source, opts resource.Options, log *sl
 	if err != nil {
 		return nil, err
 	}
+	return validate(src, co, opts, log)
+}
+
+// validate loads and validates the manifests of a fetched revision; it
+// closes the checkout when they do not validate.
+func validate(src source.Source, co *source.Checkout, opts resource.Options, log *slog.Logger) (*Desired, error) {
 	for _, n := range co.Notes {
 		log.Warn("source", "note", n)
 	}
@@ -115,6 +121,7 @@ type Session struct {
 	closed    bool
 	suspended atomic.Bool
 	holds     []Hold
+	gates     []RevisionGate
 
 	mu      sync.Mutex // guards desired and converged
 	desired *Desired

@@ -24,6 +24,14 @@ type Status struct {
 	// state dir wrote (a backup put back): prune is refused until the user
 	// accepts it.
 	RolledBack string `json:"rolledBack,omitempty"`
+	// LastGood is the last revision known good (revisions.go).
+	LastGood *state.Known `json:"lastGood,omitempty"`
+	// OnRollback: a rollback holds the host on an earlier revision than
+	// its source's head; status exits 1 while it does.
+	OnRollback *state.Pin `json:"onRollback,omitempty"`
+	// Verdict is the health verdict of the revision the host is on:
+	// pending, good, or bad and why; nil when it was not judged.
+	Verdict *state.Applied `json:"verdict,omitempty"`
 	// Agent is what the agent running on this state dir knows beyond the
 	// snapshot (a refused revision, suspended, what it holds back); nil
 	// when none runs.
@@ -56,6 +64,14 @@ func (s *Session) Status(ctx context.Context) *Status {
 		doc.LastSyncTime = &view.LastSyncTime
 	}
 	doc.Agent = ReadAgentReport(s.State)
+	doc.LastGood, doc.OnRollback = view.LastGood, view.Pin
+	rev := view.Revision
+	if doc.Agent != nil && doc.Agent.Revision != "" {
+		rev = doc.Agent.Revision
+	}
+	if a := view.Latest(rev); a != nil && a.Verdict != "" {
+		doc.Verdict = a
+	}
 	plan := s.Plan(ctx)
 	seen := map[string]bool{}
 	for _, c := range plan.Changes {
@@ -96,9 +112,10 @@ func (s *Session) Status(ctx context.Context) *Status {
 }
 
 // Converged is what status's exit code says: synced, and nothing missing,
-// degraded or unknown; and the agent, when one runs, refuses no revision.
+// degraded or unknown; the agent, when one runs, refuses no revision; no
+// rollback holds the host, and the revision it is on was not judged bad.
 func (d *Status) Converged() bool {
-	if d.Agent != nil && d.Agent.Refused != nil {
+	if d.Agent != nil && d.Agent.Refused != nil || d.OnRollback != nil || d.Verdict != nil && d.Verdict.Verdict == state.Bad {
 		return false
 	}
 	return d.Sync == health.Synced && (d.Health == health.Healthy || d.Health == health.Progressing || d.Health == health.Suspended)

@@ -34,13 +34,40 @@ type Watches struct {
 
 // Watches lists what to watch for the current desired state.
 func (s *Session) Watches() Watches {
-	w := Watches{Dirs: map[string][]resource.ID{}, Paths: map[string]resource.ID{}, Trees: map[string]resource.ID{}, Files: map[string]resource.ID{}, Tops: map[resource.ID]string{}}
 	d := s.current()
 	if d == nil {
-		return w
+		return newWatches()
 	}
+	return s.watches(d, d.Set.Resources())
+}
+
+// WatchesOf lists what to watch for these resources alone, as desired
+// now: one that is no longer desired has nothing. A mirrored tree's
+// directories are listed whole, so it costs what the tree holds; a
+// revision that changed entries inside a tree needs none of it (a
+// directory made in a watched tree is seen by its watch).
+func (s *Session) WatchesOf(ids []resource.ID) Watches {
+	d := s.current()
+	if d == nil {
+		return newWatches()
+	}
+	var rs []*resource.Resource
+	for _, id := range ids {
+		if r := d.Set.Get(id); r != nil {
+			rs = append(rs, r)
+		}
+	}
+	return s.watches(d, rs)
+}
+
+func newWatches() Watches {
+	return Watches{Dirs: map[string][]resource.ID{}, Paths: map[string]resource.ID{}, Trees: map[string]resource.ID{}, Files: map[string]resource.ID{}, Tops: map[resource.ID]string{}}
+}
+
+func (s *Session) watches(d *Desired, rs []*resource.Resource) Watches {
+	w := newWatches()
 	host := s.host(d)
-	for _, r := range d.Set.Resources() {
+	for _, r := range rs {
 		id := r.ID()
 		var paths []string
 		for _, c := range r.Spec.Claims() {

@@ -290,6 +290,9 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		if fresh && g.Commit == "" {
 			depth = 1
 		}
+		if g.Commit != "" && isShallow(c) {
+			depth = deepenAll // an older commit, behind a shallow cache's edge
+		}
 		spec := config.RefSpec("+" + want.ref.String() + ":" + want.ref.String())
 		g.Stats.Fetches++
 		opts := &git.FetchOptions{
@@ -358,7 +361,8 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	if _, err := fs.Stat(t, p); err != nil {
 		return nil, fmt.Errorf("path %q is not in %s at %s", g.Path, g.refName(), commit.Hash)
 	}
-	return &Checkout{Revision: want.name + "@sha1:" + want.commit.String(), Tree: t, Path: p, Notes: notes}, nil
+	subject, _, _ := strings.Cut(strings.TrimSpace(commit.Message), "\n")
+	return &Checkout{Revision: want.name + "@sha1:" + want.commit.String(), Tree: t, Path: p, Notes: notes, Subject: subject}, nil
 }
 
 // wanted is a resolved ref.

@@ -517,3 +517,56 @@ func TestTreeChanges(t *testing.T) {
 		t.Error("changes against a directory's tree were named")
 	}
 }
+
+// TestWalkScope: a narrowed walk of a Git tree and of a directory meets
+// what the whole walk meets in the scope and on the way to it, in the
+// same order, and nothing else.
+func TestWalkScope(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	repo.Commit("one", map[string]*string{
+		"kb/a.md": gittest.S("a\n"), "kb/d/b.md": gittest.S("b\n"), "kb/d/c.md": gittest.S("c\n"),
+		"kb/d/e/f.md": gittest.S("f\n"), "kb/d-x/g.md": gittest.S("g\n"), "kb/h/i.md": gittest.S("i\n"),
+	})
+	g, err := newGit(t, "file://"+repo.Dir).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	d, err := (&source.Dir{Dir: repo.Dir}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	scope := []string{"h/i.md", "d/e", "d/b.md", "missing/x", "d/e/f.md"}
+	in := func(rel string) bool {
+		for _, s := range scope {
+			if rel == s || strings.HasPrefix(rel, s+"/") || strings.HasPrefix(s, rel+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for name, tree := range map[string]source.Tree{"git": g.Tree, "dir": d.Tree} {
+		var whole, narrowed []string
+		tree.Walk("kb", func(e source.Entry) error {
+			if in(e.Path) {
+				whole = append(whole, e.Path)
+			}
+			return nil
+		})
+		err := source.WalkScope(tree, "kb", scope, func(e source.Entry) error {
+			id := ""
+			if e.Mode.IsRegular() {
+				id, _ = e.ContentID()
+			}
+			if e.Mode.IsRegular() && !strings.HasPrefix(id, "git:") {
+				t.Errorf("%s: %s has content ID %q", name, e.Path, id)
+			}
+			narrowed = append(narrowed, e.Path)
+			return nil
+		})
+		if err != nil || !slices.Equal(narrowed, whole) {
+			t.Errorf("%s: narrowed walk %q %v, want %q", name, narrowed, err, whole)
+		}
+	}
+}

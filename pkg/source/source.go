@@ -25,6 +25,9 @@ type Checkout struct {
 	Revision string // e.g. "main@sha1:…"; empty for a plain directory
 	Tree     Tree
 	Path     string // where the manifests are inside Tree
+	// Subject is the first line of the commit's message; empty for a
+	// plain directory.
+	Subject string
 	// Notes are things the user should hear about, such as a force-push.
 	Notes []string
 }

@@ -16,6 +16,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -615,5 +616,36 @@ func TestIndexWrittenWholeStaysFlat(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 {
 		t.Errorf("files beside the index: %v", left)
+	}
+}
+
+// TestIndexDamagedAfterLoad: a base checked whole once is not checked
+// again while it stays the same file, but a byte changed in place after
+// that is found all the same.
+func TestIndexDamagedAfterLoad(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
+	if err := sampleIndex().Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * racyMargin) // old enough to be remembered
+	for range 2 {
+		if _, err := LoadIndex(fileAt(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff}, headerSize+3); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// Both just after the damage and once it is old.
+	for _, wait := range []time.Duration{0, 2 * racyMargin} {
+		time.Sleep(wait)
+		if _, err := LoadIndex(fileAt(p)); !errors.Is(err, ErrCorruptIndex) {
+			t.Fatalf("index damaged in place, %v after: err = %v, want ErrCorruptIndex", wait, err)
+		}
 	}
 }

@@ -13,6 +13,10 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -435,11 +439,26 @@ func hexIs(s, prefix string, raw []byte) bool {
 // parseBase checks a base whole (checksums, every offset a row names, the
 // order of the paths) so that reading it later cannot fail; any fault is
 // an error wrapping ErrCorruptIndex. Only a checkpoint may carry marks.
-func parseBase(f *os.File, mem []byte, size int64, marked bool) (*base, error) {
+func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err error) {
 	b, err := newBase(f, mem, size, marked)
 	if err != nil {
 		return nil, err
 	}
+	id, known := checkedID(f, marked, time.Now())
+	if known {
+		if c, ok := checked.get(id); ok {
+			// This very file was checked whole before: a base is written
+			// once and renamed into place, so one that changed since has
+			// another identity.
+			b.live, b.changed = c.live, c.changed
+			return b, nil
+		}
+	}
+	defer func() {
+		if known && err == nil {
+			checked.put(id, checkedBase{b.live, b.changed})
+		}
+	}()
 	var h [headerSize]byte
 	b.read(0, h[:])
 	le := binary.LittleEndian
@@ -649,4 +668,68 @@ func namedThenRemoved(dir *hostfs.Dir) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// A base checked whole is remembered by its file's identity, so loading
+// the same index again (every observation of a tree, every save's reload)
+// costs no second pass over it.
+var checked = checkedBases{m: map[baseIdentity]checkedBase{}}
+
+// baseIdentity names one file's content for good: its inode, size and
+// change time move with any write.
+type baseIdentity struct {
+	dev, ino     uint64
+	size         int64
+	ctime, mtime int64
+	marked       bool
+}
+
+// checkedBase is what checking a base whole counts.
+type checkedBase struct{ live, changed int }
+
+type checkedBases struct {
+	mu sync.Mutex
+	m  map[baseIdentity]checkedBase
+}
+
+// maxChecked bounds the bases remembered: a state dir has one index a
+// tree, and a source stat cache.
+const maxChecked = 256
+
+func (c *checkedBases) get(id baseIdentity) (checkedBase, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v, ok := c.m[id]
+	return v, ok
+}
+
+func (c *checkedBases) put(id baseIdentity, v checkedBase) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) >= maxChecked {
+		clear(c.m)
+	}
+	c.m[id] = v
+}
+
+// racyMargin is how long before a check a file must have last changed
+// for its identity to be trusted: file times move in coarse ticks, so a
+// write in the very tick of the last one may leave them as they were (the
+// racy-clean case of Git's index); a write after the check is seen.
+const racyMargin = 100 * time.Millisecond
+
+// checkedID is f's identity as of now; false for no file (a base in
+// memory) and for one changed too recently to tell a later write by.
+func checkedID(f *os.File, marked bool, now time.Time) (baseIdentity, bool) {
+	if f == nil {
+		return baseIdentity{}, false
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return baseIdentity{}, false
+	}
+	if now.Sub(time.Unix(0, st.Ctim.Nano())) < racyMargin {
+		return baseIdentity{}, false
+	}
+	return baseIdentity{dev: uint64(st.Dev), ino: st.Ino, size: st.Size, ctime: st.Ctim.Nano(), mtime: st.Mtim.Nano(), marked: marked}, true
 }

@@ -58,6 +58,13 @@ type Snapshot struct {
 	// its state dir wrote; it stays, saved after save, until the user
 	// accepts the rollback, so no number of syncs launders it.
 	RolledBack string `json:"rolledBack,omitempty"`
+	// LastGood is the last revision known good (see revisions.go).
+	LastGood *Known `json:"lastGood,omitempty"`
+	// Pin holds the host on a revision other than its source's head: a
+	// rollback, recorded before it changes anything.
+	Pin *Pin `json:"pin,omitempty"`
+	// History lists the revisions applied here, the newest last.
+	History []Applied `json:"history,omitempty"`
 
 	// ref is state.json's mtime: fingerprints as new are racily clean. It
 	// is atomic because the agent saves while drivers judge.
@@ -138,6 +145,7 @@ func (s *Snapshot) WithInventory(inv []*Entry) *Snapshot {
 		Revision: s.Revision, LastAttempt: s.LastAttempt, LastSyncTime: s.LastSyncTime, Inventory: inv}
 	c.ref.Store(s.ref.Load())
 	c.Creating, c.RolledBack, c.rollback = s.Creating, s.RolledBack, s.rollback
+	c.LastGood, c.Pin, c.History = s.LastGood, s.Pin, s.History
 	return c
 }
 
