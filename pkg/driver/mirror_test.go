@@ -460,9 +460,11 @@ func TestMirrorFirstWriteUnrecorded(t *testing.T) {
 }
 
 // TestMirrorConvergedPlanAllocations: planning a converged tree costs at
-// most two allocations for each of its files (the directories' shares of
-// their listings, maps and slices), however large the tree: allocations
-// are counted, not timed, the same on any machine.
+// most three allocations for each of its files (a walked file's
+// ContentID, and the directories' shares of their listings, maps and
+// slices, some of them pooled: a collection empties the pools, so the
+// figure moves between 1.4 and 1.8), however large the tree: allocations
+// are counted, not timed, the same on any machine. It was 42.6 before.
 func TestMirrorConvergedPlanAllocations(t *testing.T) {
 	perPlan := func(n int) float64 {
 		h := newHost(t)
@@ -503,8 +505,8 @@ func TestMirrorConvergedPlanAllocations(t *testing.T) {
 		return testing.AllocsPerRun(3, func() { plan() })
 	}
 	small, large := perPlan(200), perPlan(1200)
-	if per := (large - small) / 1000; per > 2 {
-		t.Errorf("a converged plan: %.1f allocations a file (%.0f for 200 files, %.0f for 1,200), want 2 at most", per, small, large)
+	if per := (large - small) / 1000; per > 3 {
+		t.Errorf("a converged plan: %.1f allocations a file (%.0f for 200 files, %.0f for 1,200), want 3 at most", per, small, large)
 	} else {
 		t.Logf("a converged plan: %.1f allocations a file", per)
 	}

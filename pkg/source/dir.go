@@ -211,7 +211,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 			f := &files[0]
 			files = files[1:]
 			f.t, f.full, f.st, f.prev = t, full, st, cached[w.name].Entry
-			e.File = f
+			e.File, e.ContentID = f, f.ContentID
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
 				return err

@@ -66,10 +66,11 @@ type Entry struct {
 	// before content IDs were Git blob IDs everywhere: a record of then
 	// still compares.
 	Legacy func() (string, error)
-	// File, when not nil, answers for a regular file in place of the four
-	// functions above, which are then nil: a tree that knows its files as
-	// values (a directory's walk) spares an allocation per function per
-	// file. Use ID, OpenFunc, DigestedFunc and LegacyFunc, which ask
+	// File, when not nil, answers for a regular file in place of Open,
+	// Digested and Legacy, which are then nil: a tree that knows its files
+	// as values (a directory's walk) spares an allocation per function per
+	// file. ContentID is set all the same, for callers that ask it
+	// directly. Use ID, OpenFunc, DigestedFunc and LegacyFunc, which ask
 	// whichever is set.
 	File File
 }
