@@ -34,6 +34,9 @@ It also says what the revision gate knows (docs/rollback.md): the verdict
 of the revision the host is on, the last good revision, and a rollback that
 holds the host on an earlier revision than its source's head.
 
+A resource removed from Git that the last sync kept (no --prune) is
+OutOfSync: the host does not match Git until it goes.
+
 Exit codes: 0 when everything is Synced and Healthy (or Progressing or
 Suspended), 1 when something is OutOfSync, Missing, Degraded or Unknown,
 nothing was ever synced here, a rollback holds the host, or the revision it

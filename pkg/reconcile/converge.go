@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -118,20 +119,31 @@ func (s *Session) note(d *Desired, o diff.Outcome) diff.Outcome {
 		s.mu.Unlock()
 	}
 	var f *state.Failure
+	kept := false
 	switch o.Verdict {
 	case diff.Failed, diff.Blocked:
 		f = &state.Failure{ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: string(c.Action), Error: o.Err.Error(), BlockedBy: string(o.BlockedBy)}
 	case diff.Applied, diff.InSync:
+	case diff.Refused:
+		if !errors.Is(o.Err, ErrPruneOff) || s.w.Attempt().Keeps(d.Revision(), string(c.ID)) {
+			return o
+		}
+		kept = true // status says the host does not match Git
 	default:
-		return o // waiting or refused: nothing new to say of it
+		return o // waiting: nothing new to say of it
 	}
+	id := string(c.ID)
 	s.w.Update(func(snap *state.Snapshot) {
 		a := &state.Attempt{Revision: d.Revision(), Time: time.Now().UTC().Truncate(time.Millisecond)}
 		if old := snap.LastAttempt; old != nil && old.Revision == a.Revision {
-			a.Failed = slices.DeleteFunc(slices.Clone(old.Failed), func(x state.Failure) bool { return x.ID == string(c.ID) })
+			a.Failed = slices.DeleteFunc(slices.Clone(old.Failed), func(x state.Failure) bool { return x.ID == id })
+			a.Kept = slices.DeleteFunc(slices.Clone(old.Kept), func(x string) bool { return x == id })
 		}
 		if f != nil {
 			a.Failed = append(a.Failed, *f)
+		}
+		if kept {
+			a.Kept = append(a.Kept, id)
 		}
 		snap.LastAttempt = a
 	})

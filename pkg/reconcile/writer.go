@@ -87,6 +87,14 @@ func (w *Writer) View() *state.Snapshot {
 	return w.snap.WithInventory(append([]*state.Entry(nil), w.snap.Inventory...))
 }
 
+// Attempt is the snapshot's last attempt, to read: attempts are replaced,
+// never changed in place.
+func (w *Writer) Attempt() *state.Attempt {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.snap.LastAttempt
+}
+
 // Update changes the snapshot under the writer's lock; it is saved with
 // the next save.
 func (w *Writer) Update(fn func(*state.Snapshot)) {

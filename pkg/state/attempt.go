@@ -1,6 +1,9 @@
 package state
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // Attempt is the last sync that ran, whether or not all of it applied. It
 // is kept apart from the applied revision, so a failed sync never reads as
@@ -11,6 +14,9 @@ type Attempt struct {
 	Time     time.Time `json:"time"`
 	// Failed lists what did not apply: failed, or blocked by a failure.
 	Failed []Failure `json:"failed,omitempty"`
+	// Kept lists what left Git and stays on the host because prune was
+	// not allowed: the host does not match Git until it goes.
+	Kept []string `json:"kept,omitempty"`
 }
 
 // Failure is one resource that did not apply.
@@ -34,4 +40,10 @@ func (a *Attempt) FailureOf(id string) *Failure {
 		}
 	}
 	return nil
+}
+
+// Keeps reports whether the attempt at revision rev kept id: removed from
+// Git, and not pruned.
+func (a *Attempt) Keeps(rev, id string) bool {
+	return a != nil && a.Revision == rev && slices.Contains(a.Kept, id)
 }
