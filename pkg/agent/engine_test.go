@@ -111,6 +111,47 @@ func TestAgentRefusesPruneWithNoRecordedSource(t *testing.T) {
 	}
 }
 
+// TestAgentHoldsPruneWhenEveryManifestIsDeleted: a repository emptied of
+// manifests (a wrong path, a bad merge) deletes nothing; the hold is a
+// named condition with its reason, and the agent stays ready: the host is
+// healthy, and the hold waits for a person (--allow-empty, or the
+// manifests back).
+func TestAgentHoldsPruneWhenEveryManifestIsDeleted(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		writeFile(t, filepath.Join(repo, name+".yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: "+name+"}\nspec: {path: /etc/"+name+", content: x}\n")
+	}
+	a := runAgent(t, repo, agent.Options{Prune: true,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "both files applied", func() bool {
+		_, errA := os.Stat(filepath.Join(root, "etc/a"))
+		_, errB := os.Stat(filepath.Join(root, "etc/b"))
+		return errA == nil && errB == nil
+	})
+	os.Remove(filepath.Join(repo, "a.yaml"))
+	os.Remove(filepath.Join(repo, "b.yaml"))
+	a.Reconcile(agent.TriggerManual)
+	var st *agent.Status
+	waitFor(t, 30*time.Second, "the prune hold reported", func() bool {
+		st = a.Status(context.Background())
+		return st.Conditions.PruneHeld != ""
+	})
+	for _, name := range []string{"a", "b"} {
+		if _, err := os.Stat(filepath.Join(root, "etc", name)); err != nil {
+			t.Errorf("File/%s was pruned though the desired set is empty: %v", name, err)
+		}
+	}
+	if !strings.Contains(st.Conditions.PruneHeld, "the desired set is empty") || !strings.Contains(st.Conditions.PruneHeld, "--allow-empty") {
+		t.Errorf("pruneHeld %q: say the set is empty and what to do", st.Conditions.PruneHeld)
+	}
+	if st.Conditions.Ready || st.Conditions.Message != "prune held: "+st.Conditions.PruneHeld {
+		t.Errorf("conditions %+v: not converged, and the message names the hold", st.Conditions)
+	}
+	if ok, why := a.Ready(); !ok {
+		t.Errorf("/readyz would say 503 (%s): a prune hold leaves the host healthy", why)
+	}
+}
+
 // TestAgentBlocksAfterWaitTimeout: a dependent of a Process that never
 // gets ready is Blocked after the wait timeout, as under sync; the agent
 // waited for it forever.
