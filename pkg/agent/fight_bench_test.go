@@ -123,7 +123,7 @@ func BenchmarkConvergeAfterChurn(b *testing.B) {
 		b.ReportMetric(float64(writes.Load()), "hostile-writes")
 		b.ReportMetric(float64(fighting), "fighting-at-stop")
 		b.ReportMetric(float64(after), "fighting-reported-after")
-		b.ReportMetric(float64((cpuTime()-cpu0).Milliseconds()), "cpu-ms")
+		b.ReportMetric(float64((cpuTime() - cpu0).Milliseconds()), "cpu-ms")
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
