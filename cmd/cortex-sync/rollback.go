@@ -33,8 +33,9 @@ func newRollbackCmd(g *globals, io streams) *cobra.Command {
 		Use:   "rollback",
 		Short: "Apply the last good revision (or one named) and hold the host there",
 		Long: `rollback applies the last known good revision — or, with --to, any revision
-this host applied before (cortex-sync history lists them) — as any revision
-is applied: files, trees, processes and commands. The host is then held
+this host applied before (cortex-sync history lists them; one judged bad
+is applied with a warning) — as any revision is applied: files, trees,
+processes and commands. The host is then held
 there: the source's newest revision is not applied until a newer commit
 arrives, or cortex-sync resume.
 
@@ -71,8 +72,13 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 		if err != nil {
 			return err
 		}
-		_, err := fmt.Fprintf(io.Out, "rollback: the agent at %s rolls back to %s, and holds the host there until a newer commit or cortex-sync resume\n", addr, rev)
-		return err
+		if _, err := fmt.Fprintf(io.Out, "rollback: the agent at %s rolls back to %s, and holds the host there until a newer commit or cortex-sync resume\n", addr, rev); err != nil {
+			return err
+		}
+		if snap, err := stateDirOf(g).Load(); err == nil {
+			warnJudgedBad(io, snap, rev)
+		}
+		return nil
 	}
 	// No agent: the rollback runs here.
 	oneShot()
@@ -104,8 +110,18 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 	}
 	if o.output == "text" {
 		fmt.Fprintf(io.Out, "Rolled back to %s; held there until a newer commit or cortex-sync resume.\n", rev)
+		warnJudgedBad(io, snap, rev)
 	}
 	return nil
+}
+
+// warnJudgedBad says so when the revision asked for was judged bad when it
+// was applied: a rollback to it is allowed (it is what was asked), but
+// rarely what was meant.
+func warnJudgedBad(io streams, snap *state.Snapshot, rev string) {
+	if a := snap.Latest(rev); a != nil && a.Verdict == state.Bad {
+		fmt.Fprintf(io.Err, "warning: %s was judged bad when it was applied (%s); cortex-sync history lists the good ones\n", rev, a.Reason)
+	}
 }
 
 // askAgent asks the agent to move the host (rollback, retry) and returns
