@@ -326,3 +326,30 @@ func TestAgentConvergesOnceTheFightEnds(t *testing.T) {
 		t.Errorf("%d fighting once healed, want the fight still reported for all %d", got, n)
 	}
 }
+
+// TestAgentReportsWhatItKeeps: without prune, what left Git stays, and the
+// report says kept (the policy's choice), not refused (a revision's).
+func TestAgentReportsWhatItKeeps(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	for _, name := range []string{"a", "b"} {
+		writeFile(t, filepath.Join(repo, name+".yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: "+name+"}\nspec: {path: /etc/"+name+", content: x}\n")
+	}
+	a := runAgent(t, repo, agent.Options{
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "File/b applied", func() bool {
+		_, err := os.Stat(filepath.Join(root, "etc/b"))
+		return err == nil
+	})
+	os.Remove(filepath.Join(repo, "b.yaml"))
+	a.Reconcile(agent.TriggerManual)
+	waitFor(t, 30*time.Second, "File/b reported kept", func() bool {
+		h := heldAs(a, "File/b", "kept")
+		return h != nil && strings.Contains(h.Reason, "kept without --prune")
+	})
+	if _, err := os.Stat(filepath.Join(root, "etc/b")); err != nil {
+		t.Fatalf("File/b was pruned without --prune: %v", err)
+	}
+	if st := a.Status(context.Background()); st.Status.Sync != "OutOfSync" {
+		t.Errorf("status says %s with File/b kept: the host does not match Git", st.Status.Sync)
+	}
+}

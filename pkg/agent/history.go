@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -280,6 +281,9 @@ func (a *Agent) report() *reconcile.AgentReport {
 		h := reconcile.Held{ID: string(id), Verdict: string(o.Verdict), Until: o.Until}
 		if o.Err != nil {
 			h.Reason = o.Err.Error()
+		}
+		if errors.Is(o.Err, reconcile.ErrPruneOff) {
+			h.Verdict = "kept" // a policy's choice, not a refusal of the revision
 		}
 		r.Held = append(r.Held, h)
 	}

@@ -65,7 +65,7 @@ type Fight struct {
 // and why.
 type Held struct {
 	ID      string    `json:"id"`
-	Verdict string    `json:"verdict,omitempty"` // waiting, blocked or refused
+	Verdict string    `json:"verdict,omitempty"` // waiting, blocked, refused, or kept (left Git, no prune)
 	Reason  string    `json:"reason"`
 	Until   time.Time `json:"until,omitzero"`
 }
