@@ -2,7 +2,9 @@ package agent_test
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,5 +79,24 @@ spec:
 	}
 	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %v", err, problems)
+	}
+}
+
+// TestStartCountsEachKeyOnce: an agent started on a state dir whose
+// inventory holds the desired resources (any restart) looks at each once:
+// the revision it adopts says it changed two keys for two resources, not
+// four (each listed as desired and again as inventory).
+func TestStartCountsEachKeyOnce(t *testing.T) {
+	h := newParityHost(t)
+	writeFile(t, filepath.Join(h.repo, "all.yaml"), file("a", "/etc/a", "")+"---\n"+file("b", "/etc/b", ""))
+	if _, err := syncHost(t, h, reconcile.Policy{}); err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncedBuffer{}
+	a := runAgent(t, h.repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
+		Engine: reconcile.Config{Root: h.root, StateDir: h.state, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "the agent ready", func() bool { ok, _ := a.Ready(); return ok })
+	if !strings.Contains(logs.String(), "msg=revision revision=\"\" changed=2\n") {
+		t.Errorf("the revision adopted on start does not say changed=2:\n%s", logs)
 	}
 }
