@@ -80,7 +80,7 @@ func (s *Session) Status(ctx context.Context) *Status {
 			r.Health = health.Worst(r.Health, health.Degraded)
 			r.Reason = strings.TrimPrefix(r.Reason+"; last sync failed: "+f.Error, "; ")
 		}
-		if c.Action == diff.NoOp && view.LastAttempt.Keeps(view.LastAttempt.Revision, r.ID) {
+		if a := view.LastAttempt; c.Action == diff.NoOp && a != nil && a.Keeps(a.Revision, r.ID) {
 			// Judged against what was applied it matches; Git no longer has it.
 			r.Sync, r.Reason = health.OutOfSync, "removed from Git; kept without --prune: sync --prune deletes it"
 		}
