@@ -8,13 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
-	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // TestDigestErrorStaysAnError: a resource whose desired state cannot be
@@ -27,31 +23,18 @@ func TestDigestErrorStaysAnError(t *testing.T) {
 	h.write(h.repo, "kb/note", "note\n")
 	h.run(false, reconcile.Policy{})
 
-	ctx := context.Background()
-	load := func() *reconcile.Desired {
-		d, err := reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, resource.Options{}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { d.Close() })
-		return d
-	}
-	old, d := load(), load()
+	old, d := h.desired(), h.desired()
 	if err := os.RemoveAll(filepath.Join(h.repo, "kb")); err != nil {
 		t.Fatal(err)
 	}
-	s, err := reconcile.Open(ctx, reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := h.engine()
 	s.SetDesired(old)
 	keys, _ := s.Changed(old, d)
 	if !slices.Contains(keys, "Directory/kb") {
 		t.Fatalf("keys %v: a resource whose digest fails is not looked at again", keys)
 	}
 	s.SetDesired(d)
-	o := s.Converge(ctx, "Directory/kb")
+	o := s.Converge(context.Background(), "Directory/kb")
 	if o.Verdict != diff.Failed || !errors.Is(o.Err, fs.ErrNotExist) {
 		t.Fatalf("%s: %v (%T); want failed with an error that is fs.ErrNotExist", o.Verdict, o.Err, o.Err)
 	}

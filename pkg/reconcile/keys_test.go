@@ -28,20 +28,34 @@ func TestChangedListsEachKeyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx := context.Background()
-	d, err := reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, resource.Options{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	s, err := reconcile.Open(ctx, reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	d, s := h.desired(), h.engine()
 	keys, _ := s.Changed(nil, d)
 	slices.Sort(keys)
 	if want := []resource.ID{"File/a", "File/b", "File/gone"}; !slices.Equal(keys, want) {
 		t.Errorf("keys on start: %v, want %v, each once", keys, want)
 	}
+}
+
+// desired loads the repository as it is now; it is closed when the test
+// ends.
+func (h *host) desired() *reconcile.Desired {
+	h.t.Helper()
+	d, err := reconcile.Load(context.Background(), &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, resource.Options{}, nil)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// engine opens a session on the host as the agent does: no desired state
+// yet, the state lock taken per change. It is closed when the test ends.
+func (h *host) engine() *reconcile.Session {
+	h.t.Helper()
+	s, err := reconcile.Open(context.Background(), reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, nil, false)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() { s.Close() })
+	return s
 }

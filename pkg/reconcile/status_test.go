@@ -3,7 +3,6 @@ package reconcile_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -26,12 +25,7 @@ func TestStatusWithNoAttempt(t *testing.T) {
 	if err := dir.Save(snap); err != nil {
 		t.Fatal(err)
 	}
-	s, err := reconcile.Open(context.Background(), reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second}, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	st := s.Status(context.Background())
+	st := h.engine().Status(context.Background())
 	if st.Sync != health.Synced || len(st.Resources) != 1 {
 		t.Fatalf("status %s with %d resources, want Synced with 1", st.Sync, len(st.Resources))
 	}
