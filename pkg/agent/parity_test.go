@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -35,8 +37,14 @@ func newParityHost(t *testing.T) parityHost {
 // and returns its report and refusal.
 func syncHost(t *testing.T, h parityHost, p reconcile.Policy) (*apply.Report, error) {
 	t.Helper()
+	return syncFrom(t, h, &source.Dir{Dir: h.repo, Path: "."}, p)
+}
+
+// syncFrom runs one sync of h from src with policy p.
+func syncFrom(t *testing.T, h parityHost, src source.Source, p reconcile.Policy) (*apply.Report, error) {
+	t.Helper()
 	ctx := context.Background()
-	d, err := reconcile.Load(ctx, &source.Dir{Dir: h.repo, Path: "."}, resource.Options{}, nil)
+	d, err := reconcile.Load(ctx, src, resource.Options{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +227,144 @@ func TestParity(t *testing.T) {
 		t.Fatalf("the agent pruned from a rolled-back snapshot: %v", err)
 	}
 	_ = ctx
+}
+
+// TestParitySourceSwitch: the source-switch story through sync and
+// through the agent, on two hosts fed from one repository: first applied
+// from a --dir checkout, then from Git at the commit of exactly that
+// content, then from the checkout again with a resource removed. Both end
+// in the same inventory, the same recorded source, the same applies (none
+// for the switch to the same content), and refuse the same prune.
+func TestParitySourceSwitch(t *testing.T) {
+	bySync, byAgent := newParityHost(t), newParityHost(t)
+	policy := reconcile.Policy{Prune: true, WaitTimeout: time.Second}
+	repo := gittest.NewRepo(t)
+	repo.Commit("first", map[string]*string{
+		"a.yaml":    gittest.S("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: a}\nspec: {path: /etc/a, source: a.conf}\n"),
+		"a.conf":    gittest.S("a\n"),
+		"kb.yaml":   gittest.S("apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n"),
+		"kb/one":    gittest.S("one\n"),
+		"kb/d/two":  gittest.S("two\n"),
+		"gone.yaml": gittest.S(file("gone", "/etc/gone", "")),
+	})
+	url, stop := repo.Daemon(t)
+	t.Cleanup(stop)
+	checkout := func() source.Source { return &source.Dir{Dir: repo.Dir, Path: "."} }
+	git := func(h parityHost) source.Source {
+		return &source.Git{URL: url, Branch: "main", Path: ".", Cache: state.At(filepath.Join(h.state, "cache")), Timeout: 10 * time.Second}
+	}
+
+	// sync runs one sync of h from src: the IDs it applied, and its refusal.
+	sync := func(h parityHost, src source.Source) ([]string, error) {
+		t.Helper()
+		rep, err := syncFrom(t, h, src, policy)
+		var ids []string
+		if rep != nil {
+			for _, id := range rep.Applied() {
+				ids = append(ids, string(id))
+			}
+		}
+		slices.Sort(ids)
+		return ids, err
+	}
+	// run runs an agent on h from src until the step ends: it returns the
+	// agent, and a stop that returns the IDs it applied.
+	run := func(h parityHost, src source.Source) (*agent.Agent, func() []string) {
+		t.Helper()
+		logs := &syncedBuffer{}
+		a := agent.New(agent.Options{Source: src, Log: slog.New(slog.NewTextHandler(logs, nil)),
+			Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true, WaitTimeout: time.Second,
+			RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+			Engine: reconcile.Config{Root: h.root, StateDir: h.state, Concurrency: 2, LockTimeout: 10 * time.Second}})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		return a, func() []string {
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, m := range regexp.MustCompile(`msg=applied resource=(\S+)`).FindAllStringSubmatch(logs.String(), -1) {
+				if !slices.Contains(ids, m[1]) {
+					ids = append(ids, m[1])
+				}
+			}
+			slices.Sort(ids)
+			return ids
+		}
+	}
+	// same checks that both hosts saved the same inventory, attempt and
+	// source, once the agent is ready.
+	same := func(step string, a *agent.Agent) {
+		t.Helper()
+		waitFor(t, 30*time.Second, step+": the agent ready", func() bool { ok, _ := a.Ready(); return ok })
+		for _, what := range []func(parityHost) []string{
+			func(h parityHost) []string { return inventory(t, h) },
+			func(h parityHost) []string { return failures(t, h) },
+			func(h parityHost) []string { return []string{recorded(t, h)} },
+		} {
+			if got, want := what(byAgent), what(bySync); !slices.Equal(got, want) {
+				t.Fatalf("%s: the agent saved\n  %s\nsync saved\n  %s", step, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+			}
+		}
+	}
+
+	// From the checkout: everything created alike.
+	applied, err := sync(bySync, checkout())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, stopAgent := run(byAgent, checkout())
+	same("first apply from the checkout", a)
+	if got := stopAgent(); !slices.Equal(got, applied) {
+		t.Fatalf("first apply: the agent applied %v, sync %v", got, applied)
+	}
+
+	// To Git at the commit of exactly that content: nothing to do on
+	// either host, and the Git source recorded by both.
+	if applied, err = sync(bySync, git(bySync)); err != nil || len(applied) > 0 {
+		t.Fatalf("switch to Git: sync applied %v (%v), want nothing", applied, err)
+	}
+	a, stopAgent = run(byAgent, git(byAgent))
+	same("switch to Git", a)
+	if got := stopAgent(); len(got) > 0 {
+		t.Fatalf("switch to Git: the agent applied %v, want nothing", got)
+	}
+	if r := recorded(t, bySync); !strings.HasPrefix(r, url+" path") {
+		t.Fatalf("switch to Git: the snapshot records %q, want %s", r, url)
+	}
+
+	// Back to the checkout, with a resource removed there: prune across the
+	// source change is refused alike, and nothing else moves.
+	if err := os.Remove(filepath.Join(repo.Dir, "gone.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sync(bySync, checkout()); !errors.Is(err, reconcile.ErrSourceChange) {
+		t.Fatalf("back to the checkout with File/gone removed: sync %v, want a source-change refusal", err)
+	}
+	a, stopAgent = run(byAgent, checkout())
+	waitFor(t, 30*time.Second, "the agent refusing the prune of File/gone", func() bool {
+		h := heldAs(a, "File/gone", "refused")
+		return h != nil && strings.Contains(h.Reason, "--allow-source-change")
+	})
+	same("back to the checkout", a)
+	if got := stopAgent(); len(got) > 0 {
+		t.Fatalf("back to the checkout: the agent applied %v, want nothing", got)
+	}
+	for _, h := range []parityHost{bySync, byAgent} {
+		if _, err := os.Stat(filepath.Join(h.root, "etc/gone")); err != nil {
+			t.Fatalf("File/gone pruned across the source change: %v", err)
+		}
+	}
+}
+
+// recorded is the source a host's saved snapshot records.
+func recorded(t *testing.T, h parityHost) string {
+	t.Helper()
+	snap, err := state.At(h.state).Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return snap.Source.URL + " path " + snap.Source.Path
 }
