@@ -49,13 +49,10 @@ func NewHost(stateDir string) (*Host, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrNoContainment, why)
 	}
 	procs := procsDir(stateDir)
-	if err := os.MkdirAll(procs, 0o700); err != nil {
+	if err := makeDir(procs); err != nil {
 		return nil, err
 	}
 	logf := supervisorLog(stateDir)
-	if err := os.MkdirAll(filepath.Dir(logf), 0o700); err != nil {
-		return nil, err
-	}
 	CapLog(logf, 1<<20)
 	log, err := openLog(logf)
 	if err != nil {
@@ -167,7 +164,7 @@ func (h *Host) handOver() error {
 
 // anySpec reports whether a spec is left to supervise.
 func (h *Host) anySpec() bool {
-	entries, _ := os.ReadDir(h.s.procs)
+	entries, _ := readDir(h.s.procs)
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".spec") && !strings.HasPrefix(e.Name(), ".") {
 			return true
