@@ -34,8 +34,9 @@ func TestPlantedLinks(t *testing.T) {
 
 func plantedLink(t *testing.T, hosted bool, kind string) {
 	st8, spec := newSpec(t, "loop", "sh", "-c", "while :; do echo tick; sleep 0.05; done")
+	var h *Host
 	if hosted {
-		host(t, st8)
+		h = host(t, st8)
 	}
 	spec.Backoff = Backoff{MinUptime: 100 * time.Millisecond}
 	if _, err := Run(st8, spec); err != nil {
@@ -129,6 +130,9 @@ func plantedLink(t *testing.T, hosted bool, kind string) {
 		restarted(spec.LogFile) // supervised still, from memory
 		_, err := Run(st8, spec)
 		refused(err, procs)
+		if h != nil { // the agent leaving: no supervisor could take them on
+			refused(h.Handover(), procs)
+		}
 	case "logs":
 		swapDir(logs)
 		kill()

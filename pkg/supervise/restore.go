@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // The state dir removed under a running supervisor (rm -rf, or moved
@@ -51,7 +54,10 @@ func (s *supervisor) restore() bool {
 	if _, ok := idOf(s.procs); !ok && len(s.units) == 0 {
 		return false // nothing to keep: the state dir stays gone until a starter makes it
 	}
-	if err := makeDir(s.procs); err != nil {
+	if err := makeDir(s.procs); errors.Is(err, state.ErrSymlink) {
+		s.sayOnce("the state dir's procs directory %s is a symlink now, which the supervisor never follows: %v; it supervises what it holds in memory meanwhile", s.procs, err)
+		return false
+	} else if err != nil {
 		s.sayOnce("the state dir's procs directory %s was removed or moved away under the supervisor and cannot be made again: %v", s.procs, err)
 		return false
 	}

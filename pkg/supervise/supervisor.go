@@ -229,7 +229,9 @@ func (s *supervisor) announce(state string) {
 	if s.hosted {
 		info.Wake, info.Hosted = int(hostWake), true
 	}
-	writeJSON(filepath.Join(s.procs, shimFile), info)
+	if err := writeJSON(filepath.Join(s.procs, shimFile), info); err != nil {
+		s.sayOnce("announce itself: %v", err) // starters cannot wake it: they find it every 30s
+	}
 }
 
 // idle ends the supervisor once nothing is left to supervise. A starter
