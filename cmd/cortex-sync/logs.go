@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -72,13 +71,14 @@ func logsRun(cmd *cobra.Command, g *globals, o *logsOptions, io streams, id reso
 // printLog writes the log's last lines to out, then, following, what is
 // appended.
 func printLog(cmd *cobra.Command, g *globals, o *logsOptions, file string, out io.Writer, id resource.ID) error {
-	// Logs are capped (10 MiB), so reading one whole is fine.
-	b, err := os.ReadFile(file)
+	// Logs are capped (10 MiB), so reading one whole is fine; a symlink
+	// in the state dir is refused, never read through.
+	b, err := supervise.ReadLog(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%s has no log in %s: it never ran here, or was pruned", id, g.stateDir)
 	}
 	if err != nil {
-		return err
+		return fmt.Errorf("read the log of %s: %w", id, err)
 	}
 	if _, err := out.Write(lastLines(b, o.tail)); err != nil {
 		return err

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // The starter's side. A starter (sync, the agent, an operator's verb)
@@ -37,10 +39,10 @@ func procsDir(stateDir string) string {
 // restart an operator asked for is kept.
 func Run(stateDir string, spec Spec) (*Status, error) {
 	procs := procsDir(stateDir)
-	if err := os.MkdirAll(procs, 0o700); err != nil {
+	if err := makeDir(procs); err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(spec.LogFile), 0o700); err != nil {
+	if err := makeDir(filepath.Dir(spec.LogFile)); err != nil {
 		return nil, err
 	}
 	if prev, _ := readSpec(specFile(procs, spec.Name)); prev != nil {
@@ -82,7 +84,10 @@ func control(stateDir, name string, change func(*Spec)) (*Status, error) {
 func submit(stateDir string, spec *Spec) (*Status, error) {
 	procs := procsDir(stateDir)
 	file := statusFile(procs, spec.Name)
-	prev, _ := ReadStatus(file)
+	prev, err := ReadStatus(file)
+	if errors.Is(err, state.ErrSymlink) {
+		return nil, err // the supervisor could never say it took the spec on
+	}
 	spec.Gen = uint64(time.Now().UnixNano())
 	if prev != nil && spec.Gen <= prev.Gen {
 		spec.Gen = prev.Gen + 1
@@ -135,9 +140,6 @@ func ensureSupervisor(stateDir string) (Identity, error) {
 		return Identity{}, err
 	}
 	logf := supervisorLog(stateDir)
-	if err := os.MkdirAll(filepath.Dir(logf), 0o700); err != nil {
-		return Identity{}, err
-	}
 	CapLog(logf, 1<<20)
 	out, err := openLog(logf)
 	if err != nil {
@@ -207,7 +209,7 @@ func Read(stateDir, name string) (*Status, error) {
 func Remove(stateDir, name string, sig syscall.Signal, timeout time.Duration) error {
 	procs := procsDir(stateDir)
 	file := statusFile(procs, name)
-	if err := os.Remove(specFile(procs, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := removeFile(specFile(procs, name)); err != nil {
 		return err
 	}
 	st, err := ReadStatus(file)
@@ -242,11 +244,11 @@ func Remove(stateDir, name string, sig syscall.Signal, timeout time.Duration) er
 	}
 	logFile, _ := Files(stateDir, name)
 	for _, f := range []string{file, file + ".tmp", specFile(procs, name) + ".tmp", logFile, logFile + ".1", logFile + ".1.tmp"} {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := removeFile(f); err != nil {
 			return err
 		}
 	}
-	return nil
+	return removeTemps(logFile + ".1") // a rotation's, killed
 }
 
 // StopAll stops the supervisor of a state dir and every process it had,
@@ -264,7 +266,7 @@ func StopAll(stateDir string) {
 		info.Shim.Signal(syscall.SIGTERM)
 		info.Shim.WaitGone(30 * time.Second)
 	}
-	entries, _ := os.ReadDir(procs)
+	entries, _ := readDir(procs)
 	for _, e := range entries {
 		name, ok := strings.CutSuffix(e.Name(), ".json")
 		if !ok {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // The agent as the supervisor. The agent's binary and runtime are paid
@@ -49,13 +51,10 @@ func NewHost(stateDir string) (*Host, error) {
 		return nil, fmt.Errorf("%w (%s)", ErrNoContainment, why)
 	}
 	procs := procsDir(stateDir)
-	if err := os.MkdirAll(procs, 0o700); err != nil {
+	if err := makeDir(procs); err != nil {
 		return nil, err
 	}
 	logf := supervisorLog(stateDir)
-	if err := os.MkdirAll(filepath.Dir(logf), 0o700); err != nil {
-		return nil, err
-	}
 	CapLog(logf, 1<<20)
 	log, err := openLog(logf)
 	if err != nil {
@@ -141,8 +140,8 @@ func (h *Host) handOver() error {
 	defer h.s.log.Close()
 	// Unlocked only now: nothing of ours acts on a process any more.
 	h.s.lk.Close()
-	if !h.anySpec() {
-		return nil
+	if left, err := h.anySpec(); err != nil || !left {
+		return err
 	}
 	id, err := ensureSupervisor(h.stateDir)
 	if err != nil {
@@ -165,13 +164,17 @@ func (h *Host) handOver() error {
 	}
 }
 
-// anySpec reports whether a spec is left to supervise.
-func (h *Host) anySpec() bool {
-	entries, _ := os.ReadDir(h.s.procs)
+// anySpec reports whether a spec is left to supervise; a procs directory
+// that is a symlink now is an error: no supervisor can take them on.
+func (h *Host) anySpec() (bool, error) {
+	entries, err := readDir(h.s.procs)
+	if errors.Is(err, state.ErrSymlink) {
+		return false, fmt.Errorf("hand the processes over: %w (they run on unsupervised)", err)
+	}
 	for _, e := range entries {
 		if strings.HasSuffix(e.Name(), ".spec") && !strings.HasPrefix(e.Name(), ".") {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -96,8 +95,7 @@ func (u *unit) start() error {
 	u.mu.Lock()
 	u.dropOrphan() // what starts now writes to the log that is there
 	u.mu.Unlock()
-	os.MkdirAll(filepath.Dir(spec.LogFile), 0o700) // gone with the state dir, say
-	log, err := openLog(spec.LogFile)
+	log, err := openLog(spec.LogFile) // and logs/, gone with the state dir, say
 	if err != nil {
 		return fmt.Errorf("open the log: %w", err)
 	}

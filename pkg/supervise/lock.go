@@ -52,7 +52,7 @@ func (l *dirLock) try() (bool, error) {
 // again (the socket still held).
 func (l *dirLock) tryFile() (bool, error) {
 	name := filepath.Join(l.procs, lockFile)
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openFile(name, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return false, fmt.Errorf("lock %s: %w", name, err)
 	}

@@ -3,11 +3,14 @@ package supervise
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // DefaultLogMax is the size at which a log is rotated to one ".1" copy.
@@ -21,43 +24,24 @@ const DefaultLogMax = 10 << 20
 // end. What is written between the copy and the truncate is lost; the
 // window is a few microseconds.
 
-// openLog opens a log for appending, making it if needed.
+// openLog opens a log for appending, making it and the logs directory if
+// needed (confine.go: a symlink there is refused).
 func openLog(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	return openFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND)
 }
 
-// CapLog rotates path when it has grown past max bytes.
+// CapLog rotates path, a log in a state dir (Files), when it has grown
+// past max bytes; a symlink there is left alone.
 func CapLog(path string, max int64) error {
 	if max <= 0 {
 		max = DefaultLogMax
 	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Size() <= max {
-		return nil
-	}
-	src, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	tmp := path + ".1.tmp"
-	dst, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(dst, src)
-	if cerr := dst.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path+".1")
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Truncate(path, 0)
+	d, name := door(path)
+	return d.CapLog(name, max)
 }
+
+// ReadLog reads a log in a state dir (Files) whole: logs are capped.
+func ReadLog(path string) ([]byte, error) { return readFile(path) }
 
 // logLine writes one of the supervisor's own lines, timestamped, to a log.
 func logLine(w io.Writer, format string, args ...any) {
@@ -67,7 +51,7 @@ func logLine(w io.Writer, format string, args ...any) {
 // Tail is the last n lines of a log (fewer when it holds fewer), read
 // from at most its last 64 KiB.
 func Tail(path string, n int) ([]string, error) {
-	f, err := os.Open(path)
+	f, err := openFile(path, os.O_RDONLY)
 	if err != nil {
 		return nil, err
 	}
@@ -97,13 +81,17 @@ func Tail(path string, n int) ([]string, error) {
 	return lines, nil
 }
 
-// Follow copies what is appended to path to w from offset from, until ctx
-// ends; a log that shrank (rotated) is followed from its start.
+// Follow copies what is appended to path, a log in a state dir (Files), to
+// w from offset from, until ctx ends; a log that shrank (rotated) is
+// followed from its start.
 func Follow(ctx context.Context, path string, from int64, w io.Writer) error {
 	buf := make([]byte, 32<<10)
 	off := from
 	for {
-		f, err := os.Open(path)
+		f, err := openFile(path, os.O_RDONLY)
+		if errors.Is(err, state.ErrSymlink) {
+			return err // planted while followed
+		}
 		if err == nil {
 			fi, serr := f.Stat()
 			if serr == nil && fi.Size() < off {

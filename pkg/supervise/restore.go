@@ -3,6 +3,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // The state dir removed under a running supervisor (rm -rf, or moved
@@ -27,9 +30,11 @@ import (
 // dirID names a directory for good: its device and inode.
 type dirID struct{ dev, ino uint64 }
 
+// idOf names dir; a symlink planted in its place is not it (nor any
+// directory: restore refuses it).
 func idOf(dir string) (dirID, bool) {
 	var st unix.Stat_t
-	if unix.Stat(dir, &st) != nil {
+	if unix.Lstat(dir, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return dirID{}, false
 	}
 	return dirID{uint64(st.Dev), st.Ino}, true
@@ -49,7 +54,10 @@ func (s *supervisor) restore() bool {
 	if _, ok := idOf(s.procs); !ok && len(s.units) == 0 {
 		return false // nothing to keep: the state dir stays gone until a starter makes it
 	}
-	if err := os.MkdirAll(s.procs, 0o700); err != nil {
+	if err := makeDir(s.procs); errors.Is(err, state.ErrSymlink) {
+		s.sayOnce("the state dir's procs directory %s is a symlink now, which the supervisor never follows: %v; it supervises what it holds in memory meanwhile", s.procs, err)
+		return false
+	} else if err != nil {
 		s.sayOnce("the state dir's procs directory %s was removed or moved away under the supervisor and cannot be made again: %v", s.procs, err)
 		return false
 	}
@@ -84,9 +92,7 @@ func (s *supervisor) sayOnce(format string, args ...any) {
 // relog opens the supervisor's log again where it was: the re-executed
 // supervisor's stderr is that file, so a panic goes there too.
 func (s *supervisor) relog() {
-	name := supervisorLog(filepath.Dir(s.procs))
-	os.MkdirAll(filepath.Dir(name), 0o700)
-	f, err := openLog(name)
+	f, err := openLog(supervisorLog(filepath.Dir(s.procs)))
 	if err != nil {
 		return
 	}
@@ -122,7 +128,6 @@ func (u *unit) restore() {
 		u.orphan, _ = os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(u.log.Fd())), os.O_RDWR, 0)
 		u.orphanAt = 0
 	}
-	os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
 	if f, err := openLog(spec.LogFile); err == nil {
 		u.log.Close()
 		u.log = f

@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -285,7 +284,7 @@ func readSpec(file string) (*Spec, error) {
 }
 
 func readJSON(file string, v any) (bool, error) {
-	b, err := os.ReadFile(file)
+	b, err := readFile(file)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -301,30 +300,6 @@ func readJSON(file string, v any) (bool, error) {
 // writeJSON replaces a file atomically. It is not fsynced: specs and
 // statuses describe running processes, which a power loss ends anyway.
 func writeJSON(file string, v any) error { return putJSON(file, v, true) }
-
-// putJSON writes a file whole, through a temp file: replacing it, or, not
-// replace, only when none is there (one that is stays).
-func putJSON(file string, v any, replace bool) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	tmp := file + ".tmp"
-	if !replace {
-		tmp = file + ".new"
-	}
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	if replace {
-		return os.Rename(tmp, file)
-	}
-	defer os.Remove(tmp)
-	if err := os.Link(tmp, file); err != nil && !os.IsExist(err) {
-		return err
-	}
-	return nil
-}
 
 // Files are where a process's log and status live under the state dir.
 func Files(stateDir, name string) (logFile, statusFile string) {

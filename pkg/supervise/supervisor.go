@@ -173,7 +173,7 @@ func (s *supervisor) serve(wake, term <-chan os.Signal, leave <-chan struct{}) (
 			s.scan() // a spec may have come while it finished
 		case <-term:
 			s.stopAll()
-			os.Remove(filepath.Join(s.procs, shimFile))
+			removeFile(filepath.Join(s.procs, shimFile))
 			return false
 		case <-leave:
 			s.leave()
@@ -197,7 +197,7 @@ func (s *supervisor) leave() {
 	s.wmu.Unlock()
 	var info shimInfo
 	if ok, _ := readJSON(filepath.Join(s.procs, shimFile), &info); ok && info.Shim == s.self {
-		os.Remove(filepath.Join(s.procs, shimFile))
+		removeFile(filepath.Join(s.procs, shimFile))
 	}
 }
 
@@ -229,7 +229,9 @@ func (s *supervisor) announce(state string) {
 	if s.hosted {
 		info.Wake, info.Hosted = int(hostWake), true
 	}
-	writeJSON(filepath.Join(s.procs, shimFile), info)
+	if err := writeJSON(filepath.Join(s.procs, shimFile), info); err != nil {
+		s.sayOnce("announce itself: %v", err) // starters cannot wake it: they find it every 30s
+	}
 }
 
 // idle ends the supervisor once nothing is left to supervise. A starter
@@ -242,7 +244,7 @@ func (s *supervisor) idle() bool {
 		s.announce("running")
 		return false
 	}
-	os.Remove(filepath.Join(s.procs, shimFile))
+	removeFile(filepath.Join(s.procs, shimFile))
 	return true
 }
 
@@ -252,7 +254,7 @@ func (s *supervisor) scan() {
 	if !s.intact() {
 		return
 	}
-	entries, err := os.ReadDir(s.procs)
+	entries, err := readDir(s.procs)
 	if err != nil {
 		s.say("read %s: %v", s.procs, err)
 		return

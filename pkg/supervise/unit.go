@@ -4,7 +4,6 @@ package supervise
 
 import (
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 )
@@ -36,6 +35,7 @@ type unit struct {
 	stop     chan struct{} // closed to end the probes of this run
 	sick     chan string   // a liveness probe gave up
 	runID    int           // which run the probes report on (guarded by mu)
+	capErr   string        // what capping the log last failed on (the serve loop's), said once
 }
 
 func newUnit(s *supervisor, name string, spec *Spec) *unit {
@@ -93,9 +93,14 @@ func (u *unit) capLog() {
 	file, max := u.spec.LogFile, u.spec.LogMax
 	u.copyOrphan()
 	u.mu.Unlock()
+	msg := ""
 	if err := CapLog(file, max); err != nil {
-		u.s.say("%s: cap the log: %v", u.name, err)
+		msg = err.Error()
 	}
+	if msg != "" && msg != u.capErr { // once, not every second
+		u.s.say("%s: cap the log: %s", u.name, msg)
+	}
+	u.capErr = msg
 }
 
 func (u *unit) running() bool { return u.exited != nil || u.gone != nil }
@@ -230,7 +235,6 @@ func (u *unit) useSpec(spec *Spec) {
 		if u.log != nil {
 			u.log.Close()
 		}
-		os.MkdirAll(filepath.Dir(spec.LogFile), 0o700)
 		u.log, _ = openLog(spec.LogFile)
 	}
 	u.mu.Unlock()
