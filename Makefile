@@ -77,7 +77,7 @@ lint:
 # run) healing an edit and applying a webhook's commit at 1,000 files and
 # the whole tree. BENCH="-scale 4" for 45,912 files, BENCH=-busy to keep one
 # core busy with a spinning process, BENCH=-agent-only for the agent's rows
-# alone. About 7 minutes; 15 with -scale 4.
+# alone. About 10 minutes on the 2-core build machine; 35 with -scale 4.
 BENCH ?=
 bench: build
 	$(GO) run ./bench -bin $(BIN) $(BENCH)
