@@ -73,8 +73,11 @@ lint:
 	$(GO) run $(STATICCHECK) ./...
 
 # End-to-end speed (wall and CPU, alternated pairs) and memory against rsync
-# and git on an 11,478-file tree (GOROOT/src). BENCH="-scale 4" for 45,912
-# files, BENCH=-busy to keep one core busy with a spinning process.
+# and git on an 11,478-file tree (GOROOT/src), then the agent (cortex-sync
+# run) healing an edit and applying a webhook's commit at 1,000 files and
+# the whole tree. BENCH="-scale 4" for 45,912 files, BENCH=-busy to keep one
+# core busy with a spinning process, BENCH=-agent-only for the agent's rows
+# alone. About 10 minutes on the 2-core build machine; 35 with -scale 4.
 BENCH ?=
 bench: build
 	$(GO) run ./bench -bin $(BIN) $(BENCH)

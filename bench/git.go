@@ -13,49 +13,68 @@ import (
 	"time"
 )
 
-// gitBench commits the repository, serves it with git daemon, and measures
-// cortex-sync's Git source against the git command.
-func gitBench(bin, work, repo string, runs int, t *table) error {
-	git := func(args ...string) error {
-		cmd := exec.Command("git", args...)
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-		return nil
+// git runs the git command, with an identity for its commits.
+func git(args ...string) error {
+	cmd := exec.Command("git", args...)
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=b", "GIT_AUTHOR_EMAIL=b@b", "GIT_COMMITTER_NAME=b", "GIT_COMMITTER_EMAIL=b@b")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("git %s: %v: %s", strings.Join(args, " "), err, out)
 	}
-	if err := git("init", "-q", "-b", "main", repo); err != nil {
+	return nil
+}
+
+// commitAll makes dir a repository on branch main holding all it has.
+func commitAll(dir string) error {
+	if err := git("init", "-q", "-b", "main", dir); err != nil {
 		return err
 	}
-	if err := git("-C", repo, "add", "-A"); err != nil {
+	if err := git("-C", dir, "add", "-A"); err != nil {
 		return err
 	}
-	if err := git("-C", repo, "commit", "-q", "-m", "tree"); err != nil {
-		return err
-	}
+	return git("-C", dir, "commit", "-q", "-m", "tree")
+}
+
+// serveGit serves every repository under base with git daemon on
+// 127.0.0.1; it returns the URL of base and what stops the daemon.
+func serveGit(base string) (string, func(), error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return err
+		return "", nil, err
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	daemon := exec.Command("git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
-		fmt.Sprintf("--port=%d", port), "--base-path="+work, work)
+		fmt.Sprintf("--port=%d", port), "--base-path="+base, base)
 	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := daemon.Start(); err != nil {
-		return err
+		return "", nil, err
 	}
-	defer func() { syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL); daemon.Wait() }()
+	stop := func() { syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL); daemon.Wait() }
 	for i := 0; ; i++ {
 		if c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
 			c.Close()
 			break
 		} else if i > 200 {
-			return fmt.Errorf("git daemon did not start")
+			stop()
+			return "", nil, fmt.Errorf("git daemon did not start")
 		}
 		time.Sleep(20 * time.Millisecond) // polling for the daemon's port, bounded
 	}
-	url := fmt.Sprintf("git://127.0.0.1:%d/repo", port)
+	return fmt.Sprintf("git://127.0.0.1:%d", port), stop, nil
+}
+
+// gitBench commits the repository, serves it with git daemon, and measures
+// cortex-sync's Git source against the git command.
+func gitBench(bin, work, repo string, runs int, t *table) error {
+	if err := commitAll(repo); err != nil {
+		return err
+	}
+	base, stop, err := serveGit(work)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	url := base + "/repo"
 	clone := filepath.Join(work, "clone")
 	dst := filepath.Join(work, "git-rsync-dst")
 	root := filepath.Join(work, "git-root")

@@ -11,6 +11,13 @@
 // for), peak RSS, and the load average before and after. CPU time is the
 // figure a shared machine does not move; -busy keeps one core busy
 // throughout to show what wall time becomes when the other core is taken.
+//
+// Then the agent, cortex-sync run, on a mirror of the first 1,000 files
+// of the tree and of the whole tree (11,478 files; 45,912 with -scale 4),
+// measured from outside: a hand edit healed beside rsync -a healing the
+// same edit in a copy, and a one-file commit applied on a signed webhook
+// beside git pull + rsync -a of the same commit; -events of each, with
+// the latencies' median, p95 and p99 and the CPU of an event.
 package main
 
 import (
@@ -29,6 +36,8 @@ import (
 var (
 	scale   int  // how many copies of the tree the source holds
 	gitRows bool // whether to measure the Git source
+	agent   bool // whether to measure the agent
+	events  int  // events a row of the agent's
 	busy    bool // a spinning process keeps one core busy
 )
 
@@ -42,6 +51,9 @@ func main() {
 	flag.IntVar(&scale, "scale", 1, "copies of the tree side by side in the source (4: about 45,000 files)")
 	flag.BoolVar(&busy, "busy", false, "keep one core busy with a spinning process during the runs")
 	gitOnly := flag.Bool("git-only", false, "measure only the rows served from git daemon")
+	flag.BoolVar(&agent, "agent", true, "measure the agent (cortex-sync run) too")
+	agentOnly := flag.Bool("agent-only", false, "measure only the agent's rows")
+	flag.IntVar(&events, "events", 30, "events a row of the agent's; medians and percentiles are reported")
 	flag.Parse()
 	if *tree == "" {
 		out, err := exec.Command("go", "env", "GOROOT").Output()
@@ -51,10 +63,21 @@ func main() {
 		}
 		*tree = filepath.Join(strings.TrimSpace(string(out)), "src")
 	}
-	if err := run(*bin, *tree, *runs, *keep, *gitOnly); err != nil {
+	if err := run(*bin, *tree, *runs, *keep, *gitOnly, *agentOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// writeManifests writes the one manifest of repo: a Directory mirroring
+// its kb/ at /srv/kb.
+func writeManifests(repo string) error {
+	manifest := "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n"
+	if err := os.WriteFile(filepath.Join(repo, "kb.yaml"), []byte(manifest), 0o644); err != nil {
+		return err
+	}
+	// The tree holds YAML of its own: it is data, not manifests.
+	return os.WriteFile(filepath.Join(repo, ".cortexignore"), []byte("kb/\n"), 0o644)
 }
 
 // fresh is a setup step: it empties dirs and leaves an empty root.
@@ -95,7 +118,7 @@ func machine() string {
 	return fmt.Sprintf("%s, %d cores, %s, %s", model, runtime.NumCPU(), kernel, time.Now().Format("2006-01-02 15:04"))
 }
 
-func run(bin, tree string, runs int, keep, gitOnly bool) error {
+func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 	if _, err := exec.LookPath("rsync"); err != nil {
 		return fmt.Errorf("rsync is needed to compare against (apt-get install -y rsync)")
 	}
@@ -118,12 +141,7 @@ func run(bin, tree string, runs int, keep, gitOnly bool) error {
 	if err := copyTree(tree, kb, scale); err != nil {
 		return err
 	}
-	manifest := "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb}\n"
-	if err := os.WriteFile(filepath.Join(repo, "kb.yaml"), []byte(manifest), 0o644); err != nil {
-		return err
-	}
-	// The tree holds YAML of its own: it is data, not manifests.
-	if err := os.WriteFile(filepath.Join(repo, ".cortexignore"), []byte("kb/\n"), 0o644); err != nil {
+	if err := writeManifests(repo); err != nil {
 		return err
 	}
 	files, size := 0, int64(0)
@@ -163,7 +181,7 @@ func run(bin, tree string, runs int, keep, gitOnly bool) error {
 		diffWall = 1.0
 	}
 	t := newTable()
-	if !gitOnly {
+	if !gitOnly && !agentOnly {
 		p, err := pair(runs,
 			job{fresh(root, dst), "rsync", []string{"-a", kb + "/", dst + "/"}},
 			job{fresh(root, root, state), bin, cs("sync")})
@@ -183,9 +201,14 @@ func run(bin, tree string, runs int, keep, gitOnly bool) error {
 		}
 	}
 
-	if gitRows {
+	if gitRows && !agentOnly {
 		fmt.Printf("\nthe same tree from git daemon on 127.0.0.1\n")
 		if err := gitBench(bin, work, repo, runs, t); err != nil {
+			return err
+		}
+	}
+	if agent && !gitOnly {
+		if err := agentRows(bin, tree, work, events, t); err != nil {
 			return err
 		}
 	}

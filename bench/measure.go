@@ -40,24 +40,40 @@ type pairs struct {
 // the machine (disk writeback, another process's burst, caches warmed by
 // the one before) fall on both sides alike. Ratios are taken pair by pair.
 func pair(runs int, a, b job) (*pairs, error) {
+	return alternate(runs, 0, nil,
+		func(int) (sample, error) { return measure(a) },
+		func(int) (sample, error) { return measure(b) })
+}
+
+// alternate runs warmup pairs, unrecorded, then n pairs: setup (when
+// given), then a run of base and one of ours, the first of each pair
+// alternating.
+func alternate(n, warmup int, setup func(int) error, base, ours func(int) (sample, error)) (*pairs, error) {
 	p := &pairs{loadBefore: loadAvg()}
-	for i := range runs {
-		first, second := a, b
-		if i%2 == 1 {
-			first, second = b, a
+	for i := range warmup + n {
+		if setup != nil {
+			if err := setup(i); err != nil {
+				return nil, err
+			}
 		}
-		s1, err := measure(first)
+		first, second := base, ours
+		if i%2 == 1 {
+			first, second = ours, base
+		}
+		s1, err := first(i)
 		if err != nil {
 			return nil, err
 		}
-		s2, err := measure(second)
+		s2, err := second(i)
 		if err != nil {
 			return nil, err
 		}
 		if i%2 == 1 {
 			s1, s2 = s2, s1
 		}
-		p.base, p.ours = append(p.base, s1), append(p.ours, s2)
+		if i >= warmup {
+			p.base, p.ours = append(p.base, s1), append(p.ours, s2)
+		}
 	}
 	p.loadAfter = loadAvg()
 	return p, nil
@@ -131,22 +147,30 @@ func summarize(p *pairs) summary {
 
 // target is what a row must reach; a zero field is not checked.
 type target struct {
-	wall, cpu float64 // ratios to the baseline
-	rssMB     float64
+	wall, cpu   float64 // ratios to the baseline
+	rssMB       float64
+	median, p99 time.Duration // latencies of ours (the agent's rows)
 }
 
-// table prints the rows and keeps whether every target held.
-type table struct{ ok bool }
+// table prints the rows, under a header printed with the first, and keeps
+// whether every target held.
+type table struct{ ok, headed bool }
 
-func newTable() *table {
+func newTable() *table { return &table{ok: true} }
+
+func (t *table) header() {
+	if t.headed {
+		return
+	}
+	t.headed = true
 	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s  %s\n",
 		"measurement", "base", "cortex", "wall", "base", "cortex", "CPU", "peak", "load", "targets")
 	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s\n",
 		"(medians; ratios: median of the pairs')", "wall", "wall", "ratio", "CPU", "CPU", "ratio", "RSS", "before→after")
-	return &table{ok: true}
 }
 
 func (t *table) row(name string, p *pairs, want target) {
+	t.header()
 	s := summarize(p)
 	var verdicts []string
 	check := func(what string, got, limit float64, unit string) {
