@@ -1,3 +1,5 @@
+//go:build linux
+
 package main
 
 import (
@@ -5,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -36,55 +37,55 @@ func copyTree(tree, kb string, scale int) error {
 // host file (--verify) against rsync -a -c -n, which hashes both sides, and
 // what a one-file change costs in the state dir. It runs after the diff rows,
 // with both destinations converged.
-func treeRows(bin, kb, dst, state string, runs int, cs func(...string) []string, row func(string, []sample, []sample, float64) bool) (bool, error) {
-	rsyncC, csVerify, err := pair(runs,
+func treeRows(bin, kb, dst, state string, runs int, cs func(...string) []string, t *table) error {
+	p, err := pair(runs,
 		job{nil, "rsync", []string{"-a", "-c", "--dry-run", kb + "/", dst + "/"}},
 		job{nil, bin, cs("diff", "--exit-code", "--verify")})
 	if err != nil {
-		return false, err
+		return err
 	}
-	ok := row("diff --verify (vs rsync -a -c -n)", rsyncC, csVerify, 1.0)
+	t.row("diff --verify (vs rsync -a -c -n)", p, target{cpu: 1.0, rssMB: 30})
 
 	// One file of the source changes, then a sync: what the state dir gained
 	// is counted from its files, a file with a new inode whole, one that
 	// grew in place by its growth (an append). Writes through a temp file
 	// and rename always show as new inodes, so nothing written is missed.
 	var written, wchar []int64
-	var files []int
-	p := firstFile(kb)
-	if p == "" {
-		return ok, fmt.Errorf("no file in %s", kb)
+	var files []int64
+	file := firstFile(kb)
+	if file == "" {
+		return fmt.Errorf("no file in %s", kb)
 	}
 	for n := range runs {
-		f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+		f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
-			return false, err
+			return err
 		}
 		fmt.Fprintf(f, "\n// change %d\n", n)
 		f.Close()
 		before, err := statTree(state)
 		if err != nil {
-			return false, err
+			return err
 		}
 		// The shell reads its own I/O counters after the sync: they
 		// include those of the child it waited for.
 		script := `"$@" >/dev/null 2>&1 || exit $?; grep '^wchar' /proc/$$/io`
 		out, err := exec.Command("sh", append([]string{"-c", script, "sh", bin}, cs("sync")...)...).Output()
 		if err != nil {
-			return false, fmt.Errorf("one-file sync: %v", err)
+			return fmt.Errorf("one-file sync: %v", err)
 		}
 		after, err := statTree(state)
 		if err != nil {
-			return false, err
+			return err
 		}
 		b, k := grew(before, after)
-		written, files = append(written, b), append(files, k)
+		written, files = append(written, b), append(files, int64(k))
 		w, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimPrefix(string(out), "wchar:")), 10, 64)
 		wchar = append(wchar, w)
 	}
-	fmt.Printf("%-34s %10s %10s   state dir: %s in %d files; all writes of the process (wchar): %s\n",
-		"one-file sync, bytes written", "-", "-", kB(medianInt(written)), files[len(files)/2], kB(medianInt(wchar)))
-	return ok, nil
+	fmt.Printf("%-44s state dir: %s in %d files; all writes of the process (wchar): %s\n",
+		"one-file sync, bytes written", kB(medianOf(written)), medianOf(files), kB(medianOf(wchar)))
+	return nil
 }
 
 type fileID struct {
@@ -137,17 +138,4 @@ func firstFile(dir string) string {
 	return found
 }
 
-func medianInt(v []int64) int64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 func kB(n int64) string { return fmt.Sprintf("%.1f kB", float64(n)/1000) }
-
-func verdict(ok bool) error {
-	if !ok {
-		return fmt.Errorf("a target was missed")
-	}
-	return nil
-}

@@ -13,12 +13,18 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 type controlOptions struct {
 	address   string
 	listen    string // the config's listen, when --address is not given
 	tokenFile string
+	// state is the state dir whose agent is asked: where it listens, it
+	// says in its report.
+	state state.Dir
 }
 
 // newControlCmd is a command that asks a running agent to do something:
@@ -31,6 +37,7 @@ func newControlCmd(g *globals, ios streams, verb, short string) *cobra.Command {
 		Example: fmt.Sprintf("  cortex-sync %s\n  cortex-sync %s --address 127.0.0.1:9797 --token-file /etc/cortex-sync/token", verb, verb),
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			o.state = stateDirOf(g)
 			return controlRun(o, ios, verb)
 		},
 	}
@@ -51,11 +58,16 @@ func controlRun(o *controlOptions, ios streams, verb string) error {
 var errNoAgent = errors.New("no agent answers")
 
 // post asks the agent to do verb (POST /api/v1/VERB?query) and returns
-// where it asked and the agent's answer. Nothing answering is errNoAgent.
+// where it asked and the agent's answer: the agent --address names, else
+// the one running on the state dir where its report says it listens, else
+// the config's listen address. Nothing answering is errNoAgent.
 func (o *controlOptions) post(verb string, query url.Values) (addr string, body []byte, err error) {
 	addr = o.address
 	if addr == "" {
 		addr = o.listen
+		if r := reconcile.ReadAgentReport(o.state); r != nil && r.Address != "" {
+			addr = r.Address
+		}
 	}
 	u := "http://" + addr + "/api/v1/" + verb
 	if len(query) > 0 {

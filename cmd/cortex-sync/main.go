@@ -12,8 +12,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	profiled := startMemProfile()
+	profiled, cpuProfiled := startMemProfile(), startCPUProfile()
 	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	cpuProfiled()
 	profiled()
 	stop()
 	os.Exit(code)

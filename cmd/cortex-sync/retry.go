@@ -41,7 +41,7 @@ func retryRun(ctx context.Context, g *globals, o *controlOptions, io streams) er
 		_, err := fmt.Fprintf(io.Out, "retry: the agent at %s applies %s again\n", addr, rev)
 		return err
 	}
-	rev, err = release(ctx, g, true)
+	rev, _, err = release(ctx, g, true)
 	if err != nil {
 		return err
 	}
@@ -54,17 +54,22 @@ func retryRun(ctx context.Context, g *globals, o *controlOptions, io streams) er
 
 // release ends the rollback that holds the host, without an agent: a
 // manual one (resume), or any, with the refusal of its revision (retry,
-// all). It returns the revision held back, "" when nothing was.
-func release(ctx context.Context, g *globals, all bool) (string, error) {
+// all). It returns the revision held back, "" when nothing was, and
+// whether it stays refused (judged bad before: only retry lets it in).
+func release(ctx context.Context, g *globals, all bool) (rev string, refused bool, err error) {
 	if err := checkRoot(g.root); err != nil {
-		return "", err
+		return "", false, err
 	}
 	s, err := reconcile.Open(ctx, g.engine(), nil, true)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer s.Close()
-	return s.Release(ctx, all)
+	rev, err = s.Release(ctx, all)
+	if a := s.View().Latest(rev); a != nil && rev != "" {
+		refused = a.Refused
+	}
+	return rev, refused, err
 }
 
 // withLocalResume lets resume end a rollback by hand where no agent runs.
@@ -79,12 +84,15 @@ and the next sync applies the newest revision.`
 		if !errors.Is(err, errNoAgent) || c.Flags().Changed("address") || reconcile.ReadAgentReport(stateDirOf(g)) != nil {
 			return err
 		}
-		rev, rerr := release(c.Context(), g, false)
+		rev, refused, rerr := release(c.Context(), g, false)
 		switch {
 		case rerr != nil:
 			return rerr
 		case rev == "":
 			return fmt.Errorf("%w, and no rollback by hand holds the host here: nothing to resume", err)
+		case refused:
+			_, werr := fmt.Fprintf(io.Out, "resume: the rollback by hand ends; %s was judged bad and stays refused: the next sync applies a newer commit (cortex-sync retry applies it anyway)\n", rev)
+			return werr
 		}
 		_, werr := fmt.Fprintf(io.Out, "resume: the rollback by hand ends; the next sync applies %s or newer\n", rev)
 		return werr
@@ -95,7 +103,7 @@ and the next sync applies the newest revision.`
 // addControlFlags adds the flags that reach a running agent.
 func addControlFlags(cmd *cobra.Command, o *controlOptions) {
 	f := cmd.Flags()
-	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: the config's listen, else "+agent.DefaultAddr+")")
+	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: where the agent running on --state-dir listens, else the config's listen, else "+agent.DefaultAddr+")")
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "the agent's listen address (from --config)")
 	f.MarkHidden("listen")
 	f.StringVar(&o.tokenFile, "token-file", "", "file holding the agent's bearer token")

@@ -114,6 +114,7 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 // itself. (An agent of another state dir listening where this one would
 // is never asked.)
 func askAgent(g *globals, o *controlOptions, verb string, query url.Values) (rev, addr string, err error) {
+	o.state = stateDirOf(g)
 	if o.address == "" && reconcile.ReadAgentReport(stateDirOf(g)) == nil {
 		return "", "", fmt.Errorf("%w on %s", errNoAgent, g.stateDir)
 	}

@@ -177,7 +177,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	for {
 		gen, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- runOnce(gen, g, o, reg, metrics, outlive) }()
+		go func() { done <- runOnce(gen, g, o, reg, metrics, alock, outlive) }()
 		for reloaded := false; !reloaded; {
 			select {
 			case err := <-done:
@@ -227,7 +227,7 @@ func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 }
 
 // runOnce runs one configuration of the agent and its HTTP server.
-func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Registry, metrics *agent.Metrics, outlive func() error) (err error) {
+func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Registry, metrics *agent.Metrics, alock *state.Lock, outlive func() error) (err error) {
 	// Like sync, the agent never creates the root: a typo there must stop
 	// it at start (systemd says why), not scatter a host into a new tree.
 	if err := checkRoot(g.root); err != nil {
@@ -245,7 +245,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
-		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log,
+		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log, Lock: alock,
 	}
 	link, err := o.etcd.link(g, o.singletonTTL, outlive)
 	if err != nil {
@@ -294,6 +294,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err != nil {
 		return err
 	}
+	a.Listening(srv.Addr().String())
 	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
 	// Either ending ends the other: an agent that cannot run must not
 	// leave its server answering.

@@ -23,7 +23,11 @@ type Options struct {
 	Engine reconcile.Config
 	// Source is fetched every Interval; it stays open between polls, so a
 	// Git cache is reused and a no-op poll is one ref listing.
-	Source   source.Source
+	Source source.Source
+	// Lock is the state dir's agent lock (state.Dir.LockAgent), taken by
+	// the caller: the agent takes it again should the state dir be
+	// removed under it. Nil: none is checked.
+	Lock     *state.Lock
 	Interval time.Duration // default 1m, with ±10% jitter
 	// DriftInterval is the full drift scan, the safety net under the
 	// watches; default 5m.
@@ -121,11 +125,16 @@ type Agent struct {
 	fetch chan Trigger // a fetch and full pass now
 	// do runs work on the poll loop, which fetches and adopts revisions:
 	// verdicts, rollbacks, retries.
-	do    chan func(context.Context)
-	quit  chan struct{} // closed when the poll loop ends
-	poke  chan struct{} // look at the revision on trial now
-	fight *FightDetector
-	ready chan struct{} // closed once the session is open
+	do   chan func(context.Context)
+	quit chan struct{} // closed when the poll loop ends
+	poke chan struct{} // look at the revision on trial now
+	// stateCheck asks for a look at the state dir (its procs went);
+	// stateLost: the writer found state.json gone and saved it again.
+	stateCheck chan struct{}
+	stateLost  atomic.Bool
+	address    atomic.Pointer[string] // where the API listens, for the report
+	fight      *FightDetector
+	ready      chan struct{} // closed once the session is open
 
 	sess *reconcile.Session // set before ready is closed, then never again
 
@@ -195,6 +204,7 @@ func New(opts Options) *Agent {
 		do:         make(chan func(context.Context), 4),
 		quit:       make(chan struct{}),
 		poke:       make(chan struct{}, 1),
+		stateCheck: make(chan struct{}, 1),
 		fight:      NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
 		ready:      make(chan struct{}),
 		hints:      map[resource.ID]hintOf{},
@@ -227,6 +237,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	w := sess.Writer()
 	w.Busy = func() bool { return a.queue.Len() > 0 }
 	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }
+	w.Lost = func() { a.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
 	a.since = time.Now().UTC().Truncate(time.Second)
 	a.gaugeRolledBack()
@@ -252,6 +263,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { watch.run(ctx) })
 	wg.Go(func() { a.poll(ctx, watch) })
+	wg.Go(func() { a.keepStateDir(ctx, watch) })
 	if a.opts.Fleet != nil {
 		wg.Go(func() { a.fleetLoop(ctx) })
 	}
@@ -321,6 +333,16 @@ func (a *Agent) Reconcile(t Trigger) {
 	select {
 	case a.fetch <- t:
 	default: // one is already pending
+	}
+}
+
+// Listening tells the agent where its API listens: the report names it,
+// so that a command run on the state dir reaches this agent, not the
+// default address.
+func (a *Agent) Listening(addr string) {
+	a.address.Store(&addr)
+	if a.session() != nil {
+		a.publishNow()
 	}
 }
 

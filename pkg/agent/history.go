@@ -261,6 +261,9 @@ func (a *Agent) Status(ctx context.Context) *Status {
 func (a *Agent) report() *reconcile.AgentReport {
 	s := a.session()
 	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
+	if addr := a.address.Load(); addr != nil {
+		r.Address = *addr
+	}
 	if s == nil {
 		return r
 	}

@@ -62,11 +62,17 @@ func newWatcher(a *Agent) (*watcher, error) {
 	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, procs: procs,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
 		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}}
-	if h, err := a.sess.State.Sub("procs").Open(true); err == nil { // made through the state dir's door
+	w.watchProcs()
+	return w, nil
+}
+
+// watchProcs watches the directory supervisors write their status in,
+// making it if need be (through the state dir's door).
+func (w *watcher) watchProcs() {
+	if h, err := w.a.sess.State.Sub("procs").Open(true); err == nil {
 		h.Close()
 		w.fs.Add(w.procs)
 	}
-	return w, nil
 }
 
 func (w *watcher) close() {
@@ -183,6 +189,10 @@ func (w *watcher) run(ctx context.Context) {
 }
 
 func (w *watcher) event(ev fsnotify.Event) {
+	if ev.Name == w.procs && ev.Has(fsnotify.Remove) {
+		w.a.stateGone() // the state dir removed, most likely
+		return
+	}
 	dir := filepath.Dir(ev.Name)
 	if dir == w.procs {
 		w.mu.Lock()

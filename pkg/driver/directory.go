@@ -276,12 +276,13 @@ func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	err := env.Tree.Walk(spec.sourcePath, func(e source.Entry) error {
 		id := e.Target
 		if e.Mode.IsRegular() {
-			name := e.ContentID
-			if env.legacyIDs && e.Legacy != nil {
-				name = e.Legacy
-			}
 			var err error
-			if id, err = name(); err != nil {
+			if legacy := e.LegacyFunc(); env.legacyIDs && legacy != nil {
+				id, err = legacy()
+			} else {
+				id, err = e.ID()
+			}
+			if err != nil {
 				return err
 			}
 		}

@@ -65,6 +65,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			if err != nil {
 				failed.Store(true)
 			}
+			putEntries(f.entries)
 			return err
 		})
 	}
@@ -108,6 +109,9 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		}
 		f := stack[len(stack)-1]
 		de := desiredEntry{Entry: e, seq: seq}
+		if f.entries == nil {
+			f.entries = getEntries()
+		}
 		f.entries = append(f.entries, de)
 		seq++
 		if e.Mode.IsDir() {
@@ -312,6 +316,36 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 	}
 }
 
+// A tree's directories take their entries' slices, and compare its maps,
+// from pools: a walk of many directories reuses a few, where each
+// directory's own cost the collector as much as the rest of the plan.
+var (
+	entrySlices = sync.Pool{New: func() any { return new([]desiredEntry) }}
+	liveMaps    = sync.Pool{New: func() any { return map[string]liveEntry{} }}
+	wantMaps    = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
+)
+
+func getEntries() []desiredEntry { return (*entrySlices.Get().(*[]desiredEntry))[:0] }
+
+// putEntries gives a frame's entries back once compared, cleared of what
+// they point to.
+func putEntries(s []desiredEntry) {
+	if cap(s) == 0 || cap(s) > 1<<16 {
+		return
+	}
+	clear(s[:cap(s)])
+	s = s[:0]
+	entrySlices.Put(&s)
+}
+
+// putLive gives a map of listHost's back once its caller is done with it.
+func putLive(m map[string]liveEntry) {
+	if m != nil && len(m) <= 1<<16 {
+		clear(m)
+		liveMaps.Put(m)
+	}
+}
+
 // desiredEntry is an entry of the desired walk and its place in it: ops
 // run in that order.
 type desiredEntry struct {
@@ -403,7 +437,9 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	if err != nil {
 		return err
 	}
-	want := make(map[string]fs.FileMode, len(desired))
+	defer putLive(live)
+	want := wantMaps.Get().(map[string]fs.FileMode)
+	defer func() { clear(want); wantMaps.Put(want) }()
 	var ops []treeOp
 	for _, e := range desired {
 		name := path.Base(e.Path)
@@ -436,6 +472,12 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
+			if converged, err := asRecorded(p.env, e.Entry, le, prev, intents, p.ix); converged || err != nil {
+				if err != nil {
+					return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
+				}
+				continue
+			}
 			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
@@ -503,14 +545,13 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	// forgotten.
 	p.ix.mu.Lock()
 	for name, c := range recorded {
-		sub := path.Join(rel, name)
 		le, isLive := live[name]
 		mode, isWanted := want[name]
 		if c.Entry != nil && !isLive && !isWanted {
-			p.ix.x.Delete(sub)
+			p.ix.x.Delete(path.Join(rel, name))
 		}
 		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
-			p.ix.x.DeleteBelow(sub)
+			p.ix.x.DeleteBelow(path.Join(rel, name))
 		}
 	}
 	p.ix.mu.Unlock()
@@ -603,6 +644,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 	if err != nil {
 		return false, err
 	}
+	defer putLive(live)
 	for n, le := range live {
 		if hostfs.IsTemp(n) && le.Mode.IsRegular() {
 			continue // left by an interrupted write: it goes too
@@ -620,13 +662,13 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	if d == nil {
 		return nil, nil
 	}
-	entries, err := d.ReadDir()
+	entries, err := d.List()
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]liveEntry, len(entries))
+	out := liveMaps.Get().(map[string]liveEntry)
 	for _, e := range entries {
-		name := e.Name()
+		name := e.Name
 		st, err := d.Lstat(name)
 		if missing(err) {
 			continue
@@ -743,13 +785,13 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		return nil, nil, false, err
 	}
 	o.Desired, o.Recorded, o.Exists = true, prev != nil, true
-	id, err := e.ContentID()
+	id, err := e.ID()
 	if err != nil {
 		return nil, nil, false, err
 	}
 	same := false
 	if prev != nil {
-		if same, err = source.SameContent(prev.ContentID, id, e.Legacy); err != nil {
+		if same, err = source.SameContent(prev.ContentID, id, e.LegacyFunc()); err != nil {
 			return nil, nil, false, err
 		}
 	}
@@ -781,6 +823,18 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		return nil, nil, false, err
 	}
 	return nil, entry, racy, nil
+}
+
+// asRecorded reports a file that is exactly as its index entry records
+// it, the desired content and mode included: what planFile would find
+// with nothing to do and the entry standing as it is, decided without
+// the observation's allocations (most files of a converged tree).
+func asRecorded(env *Env, e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, ix *treeIndex) (bool, error) {
+	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev) {
+		return false, nil
+	}
+	id, err := e.ID()
+	return err == nil && id == prev.ContentID, err
 }
 
 // decide turns an entry's observation into its op; false when nothing is

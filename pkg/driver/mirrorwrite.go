@@ -348,8 +348,8 @@ func (t *treeWriter) stage(ctx context.Context, host *hostfs.Dir, files []*treeO
 		op := files[i]
 		var src io.ReadCloser
 		var err error
-		if op.entry.Open != nil {
-			src, err = op.entry.Open()
+		if open := op.entry.OpenFunc(); open != nil {
+			src, err = open()
 		} else {
 			src, err = t.env.Tree.Open(path.Join(t.spec.sourcePath, op.rel))
 		}
@@ -553,7 +553,7 @@ func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	id, err := op.entry.ContentID()
+	id, err := op.entry.ID()
 	if err != nil {
 		return nil, err
 	}
@@ -581,8 +581,8 @@ func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*state.In
 // contentIDOf names an entry's content after it was copied with the given
 // SHA-256: a tree whose IDs are digests learns it without a second read.
 func contentIDOf(e source.Entry, sum string) (string, error) {
-	if e.Digested != nil {
-		return e.Digested(sum), nil
+	if digested := e.DigestedFunc(); digested != nil {
+		return digested(sum), nil
 	}
-	return e.ContentID()
+	return e.ID()
 }

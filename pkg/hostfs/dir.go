@@ -20,9 +20,10 @@ import (
 // Dir is an open directory inside a Root. Names passed to its methods are
 // single path elements; the last element is never followed.
 type Dir struct {
-	root *Root
-	fd   int
-	path string // in-root path the directory really resolved to
+	root   *Root
+	fd     int
+	path   string     // in-root path the directory really resolved to
+	listMu sync.Mutex // List reads from the descriptor's own offset
 }
 
 // Path is the in-root path of the directory, after symlinks.
@@ -92,7 +93,7 @@ func (d *Dir) pathErr(op, name string, err error) error {
 // Lstat describes name without following it.
 func (d *Dir) Lstat(name string) (Stat, error) {
 	var st unix.Stat_t
-	if err := unix.Fstatat(d.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := lstatAt(d.fd, name, &st); err != nil {
 		return Stat{}, d.pathErr("lstat", name, err)
 	}
 	return statOf(&st), nil
@@ -123,17 +124,6 @@ func (d *Dir) OpenPath(name string) (*os.File, error) {
 		return nil, d.pathErr("open", name, err)
 	}
 	return os.NewFile(uintptr(fd), path.Join(d.path, name)), nil
-}
-
-// ReadDir lists the directory's entries.
-func (d *Dir) ReadDir() ([]fs.DirEntry, error) {
-	fd, err := unix.Openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, d.pathErr("readdir", ".", err)
-	}
-	f := os.NewFile(uintptr(fd), d.path)
-	defer f.Close()
-	return f.ReadDir(-1)
 }
 
 // Readlink returns the target of the symlink name.
@@ -418,9 +408,10 @@ func (d *Dir) Chown(name string, uid, gid int) error {
 	return nil
 }
 
-// Dup is another descriptor of the same directory, closed on its own.
+// Dup is another descriptor of the same directory, closed on its own. It
+// is opened anew, not duplicated, so that each lists from its own offset.
 func (d *Dir) Dup() (*Dir, error) {
-	fd, err := unix.FcntlInt(uintptr(d.fd), unix.F_DUPFD_CLOEXEC, 0)
+	fd, err := openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("dup %s: %w", d.path, err)
 	}

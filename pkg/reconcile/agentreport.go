@@ -20,6 +20,9 @@ type AgentReport struct {
 	Agent   supervise.Identity `json:"agent"` // the agent that wrote it
 	Since   time.Time          `json:"since"` // when that agent started
 	Written time.Time          `json:"written"`
+	// Address is where the agent's API listens (host:port): where
+	// commands run on this state dir reach it.
+	Address string `json:"address,omitempty"`
 	// Revision is the revision the agent converges to.
 	Revision  string `json:"revision,omitempty"`
 	Suspended bool   `json:"suspended,omitempty"`

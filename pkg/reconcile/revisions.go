@@ -480,6 +480,9 @@ func (s *Session) RecordRollback(ctx context.Context, r Rollback, now time.Time)
 				}
 			})
 		}
+		if r.From == r.To {
+			return // on it already: held there, no rollback to tell
+		}
 		subject := ""
 		if a := snap.Latest(r.To); a != nil {
 			subject = a.Subject
@@ -514,9 +517,13 @@ func (s *Session) Release(ctx context.Context, all bool) (string, error) {
 	return released, err
 }
 
+// minAbbrev is the shortest commit prefix taken, as Git's own.
+const minAbbrev = 4
+
 // ResolveApplied names the revision a rollback --to means: the last known
 // good one for "", else a revision this host applied that rev names in
-// full, or by a unique prefix of its name or commit.
+// full, or by a unique prefix of its name or of its commit (minAbbrev hex
+// digits at least).
 func ResolveApplied(snap *state.Snapshot, rev string) (string, error) {
 	if rev == "" {
 		if snap.LastGood == nil {
@@ -543,14 +550,16 @@ func ResolveApplied(snap *state.Snapshot, rev string) (string, error) {
 		if r == rev {
 			return r, nil
 		}
-		if strings.HasPrefix(r, rev) || sha != "" && len(rev) >= 7 && strings.HasPrefix(sha, rev) {
+		if strings.HasPrefix(r, rev) || sha != "" && len(rev) >= minAbbrev && strings.HasPrefix(sha, rev) {
 			match = append(match, r)
 		}
 	}
-	switch len(match) {
-	case 1:
+	switch {
+	case len(match) == 1:
 		return match[0], nil
-	case 0:
+	case len(match) == 0 && len(rev) < minAbbrev:
+		return "", fmt.Errorf("%w: %s (give at least %d hex digits of a commit; cortex-sync history lists those it did)", ErrNotApplied, rev, minAbbrev)
+	case len(match) == 0:
 		return "", fmt.Errorf("%w: %s (cortex-sync history lists those it did)", ErrNotApplied, rev)
 	}
 	return "", fmt.Errorf("%q names %d revisions applied here (%s): give more of it", rev, len(match), strings.Join(match, ", "))

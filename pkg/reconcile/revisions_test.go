@@ -239,13 +239,16 @@ func TestAdmit(t *testing.T) {
 	if adm := s.Admit(ctx, r2); adm.Stay != nil {
 		t.Fatalf("after retry: %v", adm.Stay)
 	}
-	for in, want := range map[string]string{"": r1, r1: r1, "main@sha1:1111111": r1, "1111111": r1} {
+	for in, want := range map[string]string{"": r1, r1: r1, "main@sha1:1111111": r1, "1111111": r1, "111111": r1, "1111": r1} {
 		if got, err := reconcile.ResolveApplied(s.View(), in); err != nil || got != want {
 			t.Errorf("ResolveApplied(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
 	if _, err := reconcile.ResolveApplied(s.View(), r3); !errors.Is(err, reconcile.ErrNotApplied) {
 		t.Errorf("a revision never applied: %v", err)
+	}
+	if _, err := reconcile.ResolveApplied(s.View(), "111"); !errors.Is(err, reconcile.ErrNotApplied) || !strings.Contains(err.Error(), "at least 4 hex digits") {
+		t.Errorf("too short a prefix: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(h.stdir, "state.json")); err != nil {
 		t.Fatal(err)

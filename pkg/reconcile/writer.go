@@ -23,6 +23,10 @@ type Writer struct {
 	// Reloaded is called, with the writer's lock held, after a snapshot
 	// another cortex-sync saved was read again.
 	Reloaded func(*state.Snapshot)
+	// Lost is called, with the writer's lock held, when state.json was
+	// found gone and this writer's snapshot saved again: the state dir
+	// may have been removed.
+	Lost func()
 	// Busy reports whether more work is on its way, so a burst keeps the
 	// lock (and saves at most every saveEvery) instead of saving per change.
 	Busy func() bool
@@ -125,8 +129,23 @@ func (w *Writer) Acquire(ctx context.Context) error {
 // this writer's snapshot saved in its place. Called with wmu held and the
 // lock taken.
 func (w *Writer) foreign() error {
-	if w.dir.Stamp() == w.stamp {
+	now := w.dir.Stamp()
+	if now == w.stamp {
 		return nil
+	}
+	if now == (state.Stamp{}) {
+		// Gone, not replaced: the state dir (or state.json) removed under
+		// a running cortex-sync. What it holds in memory is the truth, and
+		// saved again; read as an empty snapshot it would forget what
+		// cortex-sync created, and the source it came from.
+		w.stamp, w.dirty = state.Stamp{}, true
+		if w.Lost != nil {
+			w.Lost() // says so, with what else it makes again
+		} else {
+			w.log.Error("state.json was removed under a running cortex-sync: the snapshot it holds in memory is saved again",
+				"state_dir", w.dir.Path(), "resources", len(w.snap.Inventory))
+		}
+		return w.save()
 	}
 	err := w.reload()
 	if !errors.Is(err, state.ErrCorruptSnapshot) {
@@ -140,6 +159,24 @@ func (w *Writer) foreign() error {
 		"damaged", aside, "error", err)
 	w.stamp, w.dirty = state.Stamp{}, true
 	return w.save()
+}
+
+// Check reads state.json again when another writer saved it, and saves
+// this writer's snapshot again when it is gone: a stat when nothing
+// changed. A writer that only reads from time to time (an idle agent)
+// calls it, so that neither waits for its next change.
+func (w *Writer) Check(ctx context.Context) error {
+	w.wmu.Lock()
+	stamp := w.stamp
+	w.wmu.Unlock()
+	if w.dir.Stamp() == stamp {
+		return nil
+	}
+	if err := w.Acquire(ctx); err != nil {
+		return err
+	}
+	w.Release()
+	return nil
 }
 
 // Release ends a change. The last one out saves and lets go of the lock,

@@ -132,7 +132,10 @@ func explain(err error, timeout time.Duration) error {
 		return errors.New("the server's SSH host key is not in the known_hosts file; add it (ssh-keyscan) to --known-hosts-file")
 	case errors.As(err, &ke):
 		return errors.New("the server's SSH host key does not match the known_hosts file: it changed, or someone is in the middle; refusing")
-	case strings.Contains(err.Error(), "unable to authenticate"):
+	case strings.Contains(err.Error(), "ssh: unable to authenticate"):
+		// x/crypto/ssh's client gives no type or sentinel for a refused
+		// key (only this message, stable since 2012): the one error of a
+		// library matched by text, at the boundary where it enters.
 		return fmt.Errorf("SSH authentication failed: the server refused the key (%v)", err)
 	}
 	return err

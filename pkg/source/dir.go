@@ -143,35 +143,77 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 	return t.walk(d, dir, "", fn)
 }
 
+// walk lists each directory once (getdents64: names and types without a
+// stat), stats each entry, and yields them in Git's order, a directory's
+// contents right after it: the order of the paths in a tree index. A
+// directory's paths, files and stat cache entries are a few allocations,
+// whatever the number of its entries.
 func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) error {
-	entries, err := d.ReadDir()
+	listed, err := d.List()
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(entries))
-	for i, e := range entries {
-		names[i] = e.Name()
-	}
-	slices.Sort(names)
-	for _, name := range names {
-		if name == ".git" && rel == "" {
+	entries := make([]walked, 0, len(listed))
+	for _, e := range listed {
+		if e.Name == ".git" && rel == "" {
 			continue
 		}
-		st, err := d.Lstat(name)
+		st, err := d.Lstat(e.Name)
 		if err != nil {
 			return err
 		}
-		p := name
-		if rel != "" {
-			p = rel + "/" + name
+		entries = append(entries, walked{name: e.Name, st: st})
+	}
+	slices.SortFunc(entries, func(a, b walked) int {
+		return hostfs.ComparePathOrder(a.name, a.st.Mode.IsDir(), b.name, b.st.Mode.IsDir())
+	})
+	// top/rel/name in one string; the entry's path is the end of it.
+	prefix := rel + "/"
+	switch {
+	case top == "" || top == ".":
+		if rel == "" {
+			prefix = ""
 		}
+	case rel != "":
+		prefix = top + "/" + rel + "/"
+	default:
+		prefix = top + "/"
+	}
+	// What the stat cache holds for the directory, read in one go.
+	t.mu.Lock()
+	cached := t.cache.Children(strings.TrimSuffix(prefix, "/"))
+	t.mu.Unlock()
+	// The directory's paths in one string, its files in one slice: a
+	// walked file costs no allocation of its own.
+	var paths strings.Builder
+	size, nfiles := 0, 0
+	for _, w := range entries {
+		size += len(prefix) + len(w.name)
+		if w.st.Mode.IsRegular() {
+			nfiles++
+		}
+	}
+	paths.Grow(size)
+	for _, w := range entries {
+		paths.WriteString(prefix)
+		paths.WriteString(w.name)
+	}
+	all := paths.String()
+	files := make([]dirFile, nfiles)
+	for _, w := range entries {
+		full := all[:len(prefix)+len(w.name)]
+		all = all[len(full):]
+		p := full[len(full)-len(w.name)-len(rel)-min(len(rel), 1):]
+		st := w.st
 		e := Entry{Path: p, Mode: st.Mode, Size: st.Size}
 		switch {
 		case st.Mode.IsRegular():
-			f := &dirFile{t: t, top: top, rel: p, st: st}
-			e.ContentID, e.Digested, e.Open, e.Legacy = f.contentID, f.learn, f.open, f.legacyID
+			f := &files[0]
+			files = files[1:]
+			f.t, f.full, f.st, f.prev = t, full, st, cached[w.name].Entry
+			e.File, e.ContentID = f, f.ContentID
 		case st.Mode&fs.ModeSymlink != 0:
-			if e.Target, err = d.Readlink(name); err != nil {
+			if e.Target, err = d.Readlink(w.name); err != nil {
 				return err
 			}
 		}
@@ -179,7 +221,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 			return err
 		}
 		if st.Mode.IsDir() {
-			sub, err := d.OpenDir(name)
+			sub, err := d.OpenDir(w.name)
 			if err != nil {
 				return err
 			}
@@ -193,26 +235,40 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	return nil
 }
 
-// dirFile is a walked file: one allocation holds what its entry's
-// ContentID, Open and Digested need, a tree of many files being mostly
-// these.
+// walked is a listed entry and its stat.
+type walked struct {
+	name string
+	st   hostfs.Stat
+}
+
+// dirFile is a walked file, its entry's File: the files of a directory
+// are one allocation, a tree of many files being mostly these.
 type dirFile struct {
-	t        *dirTree
-	top, rel string
-	st       hostfs.Stat
+	t    *dirTree
+	full string // its path in the repository
+	st   hostfs.Stat
+	prev *state.IndexEntry // the stat cache's entry when the walk listed it
 
 	mu   sync.Mutex
 	read *namingReader // the last Open, hashing what it reads
 }
 
-func (f *dirFile) full() string               { return path.Join(f.top, f.rel) }
-func (f *dirFile) contentID() (string, error) { return f.t.contentID(f.full(), f.st) }
-func (f *dirFile) legacyID() (string, error)  { return f.t.legacyID(f.full(), f.st) }
+// ContentID is the file's Git blob ID, from the stat cache while the
+// file's stat holds.
+func (f *dirFile) ContentID() (string, error) {
+	if e := f.t.stands(f.prev, f.st); e != nil {
+		return e.ContentID, nil
+	}
+	return f.t.contentID(f.full, f.st)
+}
 
-// open reads the file, naming its content as it goes: a copy of it then
-// learns its ID without a second read (learn).
-func (f *dirFile) open() (io.ReadCloser, error) {
-	file, err := f.t.root.OpenFile(f.full())
+// LegacyID names the content as before content IDs were Git blob IDs.
+func (f *dirFile) LegacyID() (string, error) { return f.t.legacyID(f.full, f.st) }
+
+// Open reads the file, naming its content as it goes: a copy of it then
+// learns its ID without a second read (Digested).
+func (f *dirFile) Open() (io.ReadCloser, error) {
+	file, err := f.t.root.OpenFile(f.full)
 	if err != nil {
 		return nil, err
 	}
@@ -223,21 +279,21 @@ func (f *dirFile) open() (io.ReadCloser, error) {
 	return r, nil
 }
 
-// learn records the content ID of a file its caller copied whole through
-// open, with the SHA-256 it took of what it read. Should the file have
+// Digested records the content ID of a file its caller copied whole
+// through Open, with the SHA-256 it took of what it read. Should the file have
 // changed meanwhile, its stat moved too, and the next look-up hashes it
 // afresh; one not read whole through open is hashed now.
-func (f *dirFile) learn(sum string) string {
+func (f *dirFile) Digested(sum string) string {
 	f.mu.Lock()
 	r := f.read
 	f.mu.Unlock()
 	id, ok := r.id()
 	if !ok {
-		id, _ = f.contentID()
+		id, _ = f.ContentID()
 		return id
 	}
 	f.t.mu.Lock()
-	f.t.cache.Set(f.full(), &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
+	f.t.cache.Set(f.full, &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
 	f.t.mu.Unlock()
 	return id
 }
@@ -314,14 +370,28 @@ func (t *dirTree) legacyID(full string, st hostfs.Stat) (string, error) {
 	return "sha256:" + e.SHA256, nil
 }
 
+// stands is e when it names the content of a file with stat st: its stat
+// has not moved, it is not racily clean, and it holds both IDs.
+func (t *dirTree) stands(e *state.IndexEntry, st hostfs.Stat) *state.IndexEntry {
+	if e == nil || !e.Stat.Same(st) || e.SHA256 == "" {
+		return nil
+	}
+	t.mu.Lock()
+	racy := t.cache.Racy(e)
+	t.mu.Unlock()
+	if racy {
+		return nil
+	}
+	return e
+}
+
 // cached is the cache's entry for a file with stat st: its Git blob ID
 // and SHA-256, hashed afresh when the stat moved.
 func (t *dirTree) cached(full string, st hostfs.Stat) (*state.IndexEntry, error) {
 	t.mu.Lock()
 	e := t.cache.Get(full)
-	racy := e != nil && t.cache.Racy(e)
 	t.mu.Unlock()
-	if e != nil && e.Stat.Same(st) && !racy && e.SHA256 != "" {
+	if e := t.stands(e, st); e != nil {
 		return e, nil
 	}
 	f, err := t.root.OpenFile(full)

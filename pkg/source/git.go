@@ -335,7 +335,11 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		return nil, &corruptCacheError{err}
 	}
 	var notes []string
-	if old != nil && old.Hash() != want.tip && !g.descends(c, want.tip, old.Hash()) {
+	// A force-push is told from the tip the cache fetched: a pinned commit
+	// it held already fetched nothing, and the tip it does not have says
+	// nothing of the branch's history.
+	_, tipErr := object.GetCommit(c.storage, want.tip)
+	if old != nil && old.Hash() != want.tip && tipErr == nil && !g.descends(c, want.tip, old.Hash()) {
 		notes = append(notes, fmt.Sprintf("%s was force-pushed: %s replaced %s, which is not in its history; following it", want.ref.Short(), want.tip, old.Hash()))
 		markRebuild(dir) // go-git never collects the orphaned objects
 	} else if outgrown(dir) {

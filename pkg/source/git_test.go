@@ -190,6 +190,31 @@ func TestForcePushIsFollowed(t *testing.T) {
 	}
 }
 
+// TestPinnedCommitBehindTheBranch: a commit pinned (sync --plan) that the
+// cache holds, while the branch moved on: nothing to fetch, and no
+// force-push seen in the branch's tip the cache does not have. It was
+// reported as one, and the whole cache marked to be rebuilt.
+func TestPinnedCommitBehindTheBranch(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	c1 := repo.Commit("one", map[string]*string{"a": gittest.S("one")})
+	url, _ := repo.Daemon(t)
+	cache := t.TempDir()
+	g := &source.Git{URL: url, Branch: "main", Cache: state.At(cache), Timeout: 20 * time.Second}
+	fetchFile(t, g, "a")
+	repo.Commit("two", map[string]*string{"a": gittest.S("two")})
+	g.Commit = c1
+	co, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(co.Notes) != 0 {
+		t.Errorf("notes for a pinned commit behind its branch: %q", co.Notes)
+	}
+	if marks, _ := filepath.Glob(filepath.Join(cache, "*", "cortex-sync-rebuild")); len(marks) != 0 {
+		t.Errorf("the cache was marked to be rebuilt: %v", marks)
+	}
+}
+
 func TestAuthFailures(t *testing.T) {
 	repo := gittest.NewRepo(t)
 	repo.Commit("one", map[string]*string{"a": gittest.S("a")})

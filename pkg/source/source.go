@@ -66,6 +66,53 @@ type Entry struct {
 	// before content IDs were Git blob IDs everywhere: a record of then
 	// still compares.
 	Legacy func() (string, error)
+	// File, when not nil, answers for a regular file in place of Open,
+	// Digested and Legacy, which are then nil: a tree that knows its files
+	// as values (a directory's walk) spares an allocation per function per
+	// file. ContentID is set all the same, for callers that ask it
+	// directly. Use ID, OpenFunc, DigestedFunc and LegacyFunc, which ask
+	// whichever is set.
+	File File
+}
+
+// File is what a tree knows of one of its regular files (see Entry).
+type File interface {
+	ContentID() (string, error)
+	Open() (io.ReadCloser, error)
+	Digested(sum string) string
+	LegacyID() (string, error)
+}
+
+// ID is the content ID of a regular file.
+func (e *Entry) ID() (string, error) {
+	if e.File != nil {
+		return e.File.ContentID()
+	}
+	return e.ContentID()
+}
+
+// OpenFunc is Open, or the File's; nil when the tree has no faster way.
+func (e *Entry) OpenFunc() func() (io.ReadCloser, error) {
+	if e.File != nil {
+		return e.File.Open
+	}
+	return e.Open
+}
+
+// DigestedFunc is Digested, or the File's; nil when there is none.
+func (e *Entry) DigestedFunc() func(string) string {
+	if e.File != nil {
+		return e.File.Digested
+	}
+	return e.Digested
+}
+
+// LegacyFunc is Legacy, or the File's; nil when there is none.
+func (e *Entry) LegacyFunc() func() (string, error) {
+	if e.File != nil {
+		return e.File.LegacyID
+	}
+	return e.Legacy
 }
 
 // Differ is a tree that tells, from its IDs alone, which entries below dir

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"encoding/binary"
@@ -12,6 +13,7 @@ import (
 	"iter"
 	"math"
 	"os"
+	"slices"
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -555,6 +557,34 @@ func readFrames(data []byte, off int, fn func(payload []byte) error) int {
 	}
 	return off
 }
+
+// streamFrames is readFrames over a reader, holding one frame at a time:
+// it passes the payload of each frame to fn, up to the first that is cut
+// short, fails its checksum or fn refuses.
+func streamFrames(r *bufio.Reader, fn func(payload []byte) error) {
+	var payload []byte
+	for {
+		n, err := binary.ReadUvarint(r)
+		if err != nil || n > maxFrame {
+			return
+		}
+		var sum [4]byte
+		if _, err := io.ReadFull(r, sum[:]); err != nil {
+			return
+		}
+		payload = slices.Grow(payload[:0], int(n))[:n]
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return
+		}
+		if crc32.Checksum(payload, crcTable) != binary.BigEndian.Uint32(sum[:]) || fn(payload) != nil {
+			return
+		}
+	}
+}
+
+// maxFrame bounds a frame streamFrames reads: a length beyond it is
+// damage, not a frame to allocate for.
+const maxFrame = 256 << 20
 
 // applyFrame decodes a whole frame first, then applies it: a frame counts
 // whole or not at all.

@@ -438,6 +438,80 @@ func TestIndexBytesPerEntry(t *testing.T) {
 	runtime.KeepAlive(y)
 }
 
+// TestIndexConvergedLookups: what a converged check asks of a loaded
+// index for each unchanged file, setting the entry it found again, costs
+// no allocation and leaves nothing to save; a look-up makes the entry and
+// its two strings, nothing more. (A count of allocations, not of time: it
+// is the same on any machine.)
+func TestIndexConvergedLookups(t *testing.T) {
+	x := NewIndex()
+	kinds := []*IndexEntry{
+		{Stat: hostfs.Stat{Ino: 1, Size: 5, Mtime: 7, Ctime: 8, Mode: 0o644}, SHA256: fmt.Sprintf("%064x", 1), ContentID: fmt.Sprintf("git:%040x", 2)},
+		{Stat: hostfs.Stat{Ino: 2, Size: 5, Mode: 0o644}, SHA256: fmt.Sprintf("%064x", 3), ContentID: "sha256:" + fmt.Sprintf("%064x", 3)},
+		{Stat: hostfs.Stat{Ino: 3, Mode: fs.ModeSymlink | 0o777}, Target: "../elsewhere", ContentID: fmt.Sprintf("git:%040x", 4)},
+		{Stat: hostfs.Stat{Ino: 4, Mode: fs.ModeDir | 0o755}},
+		{Stat: hostfs.Stat{Ino: 5, Size: 1, Mode: 0o600}, SHA256: "not hex", ContentID: "other:id"},
+	}
+	const n = 5000
+	for i := range n {
+		e := *kinds[i%len(kinds)]
+		e.Ino = uint64(i)
+		x.Set(fmt.Sprintf("src/pkg%d/file%d", i/40, i), &e)
+	}
+	p := filepath.Join(t.TempDir(), "x.idx")
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range len(kinds) {
+		path := fmt.Sprintf("src/pkg%d/file%d", i/40, i)
+		e := y.Get(path)
+		want := *kinds[i]
+		want.Ino = uint64(i)
+		if e == nil || *e != want {
+			t.Fatalf("Get(%s) = %+v, want %+v", path, e, want)
+		}
+		if allocs := testing.AllocsPerRun(20, func() { y.Set(path, e) }); allocs != 0 {
+			t.Errorf("setting %s's entry as it is: %.0f allocations, want none", path, allocs)
+		}
+		if allocs := testing.AllocsPerRun(20, func() { y.Get(path) }); allocs > 3 {
+			t.Errorf("Get(%s): %.0f allocations, want the entry and its strings (3 at most)", path, allocs)
+		}
+	}
+	if y.Dirty() {
+		t.Error("entries set as they were: the index is dirty")
+	}
+	// The 40 entries of a directory, or 5,000 of one: the allocations of
+	// Children do not grow with the entries (the map's buckets aside).
+	few := testing.AllocsPerRun(5, func() { y.Children("src/pkg0") })
+	big := NewIndex()
+	for i := range n {
+		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
+	}
+	q := filepath.Join(t.TempDir(), "big.idx")
+	if err := big.Save(fileAt(q)); err != nil {
+		t.Fatal(err)
+	}
+	if big, err = LoadIndex(fileAt(q)); err != nil {
+		t.Fatal(err)
+	}
+	if kids := big.Children("dir"); len(kids) != n || *kids["file2"].Entry != *kinds[2] {
+		t.Fatalf("Children: %d names, file2 %+v", len(kids), kids["file2"].Entry)
+	}
+	if many := testing.AllocsPerRun(5, func() { big.Children("dir") }); many > few+n/100 {
+		t.Errorf("Children: %.0f allocations for %d entries, %.0f for 40", many, n, few)
+	}
+	changed := *y.Get("src/pkg0/file0")
+	changed.Size++
+	y.Set("src/pkg0/file0", &changed)
+	if !y.Dirty() || y.Get("src/pkg0/file0").Size != changed.Size {
+		t.Error("an entry set anew was not recorded")
+	}
+}
+
 // encodeV1 is x in the index format 1, which cortex-sync wrote before
 // format 2.
 func encodeV1(x *Index) []byte {

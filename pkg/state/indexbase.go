@@ -114,6 +114,7 @@ type base struct {
 	marked  bool  // a checkpoint: rows may carry marks
 	strOff  int64 // where the string table starts
 	hint    int   // the row found last: look-ups come mostly in order
+	at      int   // where the last search ended
 	cache   blockCache
 	scratch [2][]byte // paths compared, without allocating
 	err     error     // the first read that failed (the file changed under it); Save reports it
@@ -182,16 +183,22 @@ type blockCache struct {
 	buf  [cacheBlocks][]byte
 	ref  [cacheBlocks]bool
 	hand int
-	last int // the slot hit last
+	// The slots hit last and the one before: a walk reads a row, then its
+	// strings, in another part of the file.
+	last, prev int
 }
 
 func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 	if c.num[c.last] == blk+1 {
 		return c.buf[c.last], nil
 	}
+	if c.num[c.prev] == blk+1 {
+		c.last, c.prev = c.prev, c.last
+		return c.buf[c.last], nil
+	}
 	for i := range c.num {
 		if c.num[i] == blk+1 {
-			c.ref[i], c.last = true, i
+			c.ref[i], c.last, c.prev = true, i, c.last
 			return c.buf[i], nil
 		}
 	}
@@ -209,7 +216,7 @@ func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 	if k, err := f.ReadAt(c.buf[i][:n], blk*blockSize); k < int(n) {
 		return nil, cmp.Or(err, io.ErrUnexpectedEOF)
 	}
-	c.num[i], c.ref[i], c.last = blk+1, true, i
+	c.num[i], c.ref[i], c.last, c.prev = blk+1, true, i, c.last
 	c.buf[i] = c.buf[i][:n]
 	return c.buf[i], nil
 }
@@ -239,7 +246,10 @@ func (b *base) strBytes(off uint32, dst []byte) []byte {
 	return dst
 }
 
-func (b *base) str(off uint32) string { return string(b.strBytes(off, nil)) }
+func (b *base) str(off uint32) string {
+	var buf [128]byte // most strings: read on the stack, then copied once
+	return string(b.strBytes(off, buf[:0]))
+}
 
 // path reads row i's path into scratch k.
 func (b *base) path(i, k int) []byte {
@@ -249,31 +259,89 @@ func (b *base) path(i, k int) []byte {
 	return b.scratch[k]
 }
 
+// view is the n bytes at off as they lie in the block cache (or in
+// memory), without a copy; nil when they straddle two blocks or a read
+// failed. A view is good until the next read.
+func (b *base) view(off int64, n int) []byte {
+	if b.err != nil || off < 0 || off+int64(n) > b.size {
+		return nil
+	}
+	if b.f == nil {
+		return b.mem[off : off+int64(n)]
+	}
+	blk := off / blockSize
+	if (off+int64(n)-1)/blockSize != blk && n > 0 {
+		return nil
+	}
+	buf, err := b.cache.block(b.f, b.size, blk)
+	at := int(off - blk*blockSize)
+	if err != nil || at+n > len(buf) {
+		return nil
+	}
+	return buf[at : at+n]
+}
+
+// pathView is row i's path: a view into the cache where it lies in one
+// block, else a copy in scratch 0. It is good until the next read.
+func (b *base) pathView(i int) []byte {
+	ob := b.view(headerSize+int64(i)*rowSize+64, 4)
+	if ob == nil {
+		return b.path(i, 0)
+	}
+	at := b.strOff + int64(binary.LittleEndian.Uint32(ob))
+	if h := b.view(at, int(min(binary.MaxVarintLen32, b.size-at))); h != nil {
+		if l, k := binary.Uvarint(h); k > 0 && int64(l) <= b.size-at-int64(k) {
+			if v := b.view(at+int64(k), int(l)); v != nil {
+				return v
+			}
+		}
+	}
+	return b.path(i, 0)
+}
+
 // find is p's row, tried first just after the one found last.
 func (b *base) find(p string) (int, bool) {
-	if i := b.hint + 1; i < b.n && string(b.path(i, 0)) == p {
+	if i := b.hint + 1; i < b.n && string(b.pathView(i)) == p {
 		b.hint = i
 		return i, true
 	}
 	i := b.search(p)
-	if i < b.n && string(b.path(i, 0)) == p {
+	if i < b.n && string(b.pathView(i)) == p {
 		b.hint = i
 		return i, true
 	}
 	return i, false
 }
 
-// search is the first row whose path is not below p.
+// search is the first row whose path is not below p. Searches come
+// mostly in path order (a walk's directories, each listed as the walk
+// meets it): one that starts past where the last ended gallops forward
+// from there, a few steps, rather than halving the whole base.
 func (b *base) search(p string) int {
 	lo, hi := 0, b.n
+	if at := b.at; at > 0 && at <= b.n && string(b.pathView(at-1)) < p {
+		lo = at
+		for step := 1; ; step *= 2 {
+			if at+step-1 >= b.n {
+				hi = b.n
+				break
+			}
+			if string(b.pathView(at+step-1)) >= p {
+				hi = at + step - 1
+				break
+			}
+			lo = at + step
+		}
+	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		if string(b.path(m, 0)) < p {
+		if string(b.pathView(m)) < p {
 			lo = m + 1
 		} else {
 			hi = m
 		}
 	}
+	b.at = lo
 	return lo
 }
 
@@ -288,6 +356,84 @@ func (b *base) item(i int) item {
 		it.cid = b.str(r.cid)
 	}
 	return it
+}
+
+// entry is row r's entry, its strings read into place without the copies
+// an item makes.
+func (b *base) entry(r *row) *IndexEntry {
+	it := item{r: *r}
+	if r.flags&fStr != 0 {
+		it.str = b.str(r.str)
+	}
+	var cid [32]byte
+	switch {
+	case r.flags&fCidGit != 0:
+		if raw := b.strBytes(r.cid, cid[:0]); len(raw) == 20 {
+			return it.entryWith(raw)
+		}
+		it.cid = b.str(r.cid) // as it is, should it not be 20 bytes
+	case r.flags&fCidStr != 0:
+		it.cid = b.str(r.cid)
+	}
+	return it.entry()
+}
+
+// same reports whether row r's entry (as entry would make it) is e,
+// reading its strings in place: no allocation.
+func (b *base) same(r *row, e *IndexEntry) bool {
+	if uint64(r.ino) != e.Ino || r.size != e.Size || r.mtime != e.Mtime || r.ctime != e.Ctime ||
+		r.mode != e.Mode || r.uid != e.UID || r.gid != e.GID {
+		return false
+	}
+	link := r.mode&fs.ModeSymlink != 0
+	var str []byte // the row's string, read once
+	if r.flags&fStr != 0 {
+		str = b.strBytes(r.str, b.scratch[1][:0])
+		b.scratch[1] = str
+	}
+	switch {
+	case link && r.flags&fStr != 0:
+		if e.Target != string(str) || e.SHA256 != "" {
+			return false
+		}
+	case r.flags&fSHA != 0:
+		if e.Target != "" || !hexIs(e.SHA256, "", r.sum[:]) {
+			return false
+		}
+	case r.flags&fStr != 0:
+		if e.Target != "" || e.SHA256 != string(str) {
+			return false
+		}
+	default:
+		if e.Target != "" || e.SHA256 != "" {
+			return false
+		}
+	}
+	switch {
+	case r.flags&fCidSum != 0:
+		return hexIs(e.ContentID, "sha256:", r.sum[:])
+	case r.flags&fCidGit != 0:
+		var raw [32]byte
+		return hexIs(e.ContentID, "git:", b.strBytes(r.cid, raw[:0]))
+	case r.flags&fCidStr != 0:
+		return e.ContentID == string(b.strBytes(r.cid, b.scratch[1][:0]))
+	}
+	return e.ContentID == ""
+}
+
+// hexIs reports whether s is prefix followed by raw in lowercase hex.
+func hexIs(s, prefix string, raw []byte) bool {
+	if len(s) != len(prefix)+2*len(raw) || s[:len(prefix)] != prefix {
+		return false
+	}
+	s = s[len(prefix):]
+	const digits = "0123456789abcdef"
+	for i, c := range raw {
+		if s[2*i] != digits[c>>4] || s[2*i+1] != digits[c&15] {
+			return false
+		}
+	}
+	return true
 }
 
 // parseBase checks a base whole (checksums, every offset a row names, the

@@ -1,12 +1,15 @@
 package state
 
 import (
+	"bytes"
 	"encoding/hex"
 	"io/fs"
 	"iter"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"unsafe"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
@@ -62,9 +65,31 @@ var checkpointAt = 4096 // a variable for tests
 
 // Get returns p's entry, a copy; nil when there is none.
 func (x *Index) Get(p string) *IndexEntry {
-	if e := x.lookup(p); e != nil {
-		c := *e
-		return &c
+	if i, ok := x.added.find(p); ok {
+		return copyEntry(x.added[i].e)
+	}
+	if i, ok := x.logged.find(p); ok {
+		return copyEntry(x.logged[i].e)
+	}
+	return x.inBase(p) // made afresh: no copy needed
+}
+
+func copyEntry(e *IndexEntry) *IndexEntry {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	return &c
+}
+
+// inBase is p's entry in the base, made afresh; nil when there is none.
+func (x *Index) inBase(p string) *IndexEntry {
+	if b := x.base; b != nil {
+		if i, ok := b.find(p); ok {
+			if r := b.row(i); r.flags&fDead == 0 {
+				return b.entry(&r)
+			}
+		}
 	}
 	return nil
 }
@@ -82,14 +107,29 @@ func (x *Index) below(p string) *IndexEntry {
 	if i, ok := x.logged.find(p); ok {
 		return x.logged[i].e
 	}
+	return x.inBase(p)
+}
+
+// holds reports whether p has an entry, and whether it is e: what Set
+// asks of every entry a converged check finds as recorded, answered
+// without making the entry.
+func (x *Index) holds(p string, e *IndexEntry) (exists, same bool) {
+	if i, ok := x.added.find(p); ok {
+		cur := x.added[i].e
+		return cur != nil, cur != nil && *cur == *e
+	}
+	if i, ok := x.logged.find(p); ok {
+		cur := x.logged[i].e
+		return cur != nil, cur != nil && *cur == *e
+	}
 	if b := x.base; b != nil {
 		if i, ok := b.find(p); ok {
-			if it := b.item(i); it.r.flags&fDead == 0 {
-				return it.entry()
+			if r := b.row(i); r.flags&fDead == 0 {
+				return true, b.same(&r, e)
 			}
 		}
 	}
-	return nil
+	return false, false
 }
 
 // Len is the number of entries.
@@ -109,11 +149,11 @@ func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 
 // Set records p's entry; Save writes it unless it equals the one there.
 func (x *Index) Set(p string, e *IndexEntry) {
-	cur := x.lookup(p)
-	if cur != nil && *cur == *e {
+	exists, same := x.holds(p, e)
+	if same {
 		return
 	}
-	if cur == nil {
+	if !exists {
 		x.n++
 	}
 	c := *e
@@ -224,36 +264,151 @@ type Child struct {
 }
 
 // Children lists the names directly in dir ("" is the top): a contiguous
-// run of entries, whose subdirectories are stepped over by search.
+// run of entries, whose subdirectories are stepped over by search. The
+// entries of one call share two allocations (their structs, and one
+// string their strings are cut from), however many there are: a
+// converged check lists every directory of a tree.
 func (x *Index) Children(dir string) map[string]Child {
 	prefix := ""
 	if dir != "" {
 		prefix = dir + "/"
 	}
-	out := map[string]Child{}
-	x.intendedChildren(prefix, out)
+	kids := childLists.Get().(*childList)
+	defer childLists.Put(kids)
+	var below []string
 	c := x.cursor(prefix)
 	for {
-		it, ok := c.next()
-		if !ok || !strings.HasPrefix(it.path, prefix) {
-			return out
+		a, ok := c.step()
+		if !ok {
+			break
 		}
-		if it.r.flags&fDead != 0 {
-			continue
+		var p []byte
+		if a.bi >= 0 {
+			p = c.b.pathView(a.bi)
+		} else {
+			p = unsafe.Slice(unsafe.StringData(a.l.p), len(a.l.p))
 		}
-		rest := it.path[len(prefix):]
-		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			name := rest[:j]
-			ch := out[name]
-			ch.Below = true
-			out[name] = ch
+		if !bytes.HasPrefix(p, []byte(prefix)) {
+			break
+		}
+		rest := p[len(prefix):]
+		if j := bytes.IndexByte(rest, '/'); j >= 0 {
+			if a.dead(c.b) {
+				continue
+			}
+			name := string(rest[:j])
+			below = append(below, name)
 			c = x.cursor(prefix + name + "0") // '0' follows '/': past name's entries
 			continue
 		}
-		name := rest
+		if a.dead(c.b) {
+			continue
+		}
+		kids.add(c.b, a, rest)
+	}
+	out := make(map[string]Child, len(kids.kids)+len(below))
+	x.intendedChildren(prefix, out)
+	for _, name := range below {
 		ch := out[name]
-		ch.Entry = it.entry()
+		ch.Below = true
 		out[name] = ch
+	}
+	for name, e := range kids.entries() {
+		ch := out[name]
+		ch.Entry = e
+		out[name] = ch
+	}
+	return out
+}
+
+// childList gathers the entries Children finds: their names and strings
+// one after another in one buffer, made a string once at the end, and
+// the entries copied out into a slice of their own.
+type childList struct {
+	buf  []byte
+	kids []child
+}
+
+// childLists are Children's scratch, used again by the next call.
+var childLists = sync.Pool{New: func() any { return &childList{buf: make([]byte, 0, 16<<10)} }}
+
+type child struct {
+	name, cid, sha, target span
+	e                      IndexEntry // its strings set at the end
+}
+
+// span is where a string lies in the buffer.
+type span struct{ from, to int }
+
+func (l *childList) put(b []byte) span {
+	from := len(l.buf)
+	l.buf = append(l.buf, b...)
+	return span{from, len(l.buf)}
+}
+
+func (l *childList) putHex(prefix string, raw []byte) span {
+	from := len(l.buf)
+	l.buf = hex.AppendEncode(append(l.buf, prefix...), raw)
+	return span{from, len(l.buf)}
+}
+
+// add records the entry at a, named name, as entryWith would make it.
+func (l *childList) add(b *base, a at, name []byte) {
+	k := child{name: l.put(name)}
+	if a.bi < 0 {
+		k.e = *a.l.e // a layer's: its strings are there already
+		l.kids = append(l.kids, k)
+		return
+	}
+	r := b.row(a.bi)
+	k.e.Stat = hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}
+	var scratch [64]byte
+	switch {
+	case r.flags&fCidSum != 0:
+		k.cid = l.putHex("sha256:", r.sum[:])
+	case r.flags&fCidGit != 0:
+		k.cid = l.putHex("git:", b.strBytes(r.cid, scratch[:0]))
+	case r.flags&fCidStr != 0:
+		k.cid = l.put(b.strBytes(r.cid, scratch[:0]))
+	}
+	switch {
+	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
+		k.sha = span{k.cid.from + 7, k.cid.to}
+	case r.flags&fSHA != 0:
+		k.sha = l.putHex("", r.sum[:])
+	case r.flags&fStr != 0 && r.mode&fs.ModeSymlink != 0:
+		k.target = l.put(b.strBytes(r.str, scratch[:0]))
+	case r.flags&fStr != 0:
+		k.sha = l.put(b.strBytes(r.str, scratch[:0]))
+	}
+	l.kids = append(l.kids, k)
+}
+
+// entries yields each name and its entry, their strings cut from one,
+// and empties the list for its next use.
+func (l *childList) entries() iter.Seq2[string, *IndexEntry] {
+	return func(yield func(string, *IndexEntry) bool) {
+		all := string(l.buf)
+		ents := make([]IndexEntry, len(l.kids))
+		defer func() { l.buf, l.kids = l.buf[:0], l.kids[:0] }()
+		cut := func(s span) string { return all[s.from:s.to] }
+		for i := range l.kids {
+			k := &l.kids[i]
+			e := &ents[i]
+			*e = k.e
+			if k.cid != (span{}) {
+				e.ContentID = cut(k.cid)
+			}
+			if k.sha != (span{}) {
+				e.SHA256 = cut(k.sha)
+			}
+			if k.target != (span{}) {
+				e.Target = cut(k.target)
+			}
+			if !yield(cut(k.name), e) {
+				return
+			}
+		}
 	}
 }
 
@@ -284,7 +439,25 @@ func (x *Index) cursor(from string) *cursor {
 	return c
 }
 
-func (c *cursor) next() (item, bool) {
+// at is where the cursor stands: a base row (bi), or a layer's entry
+// (l, bi -1) with the marks it carries.
+type at struct {
+	bi    int
+	l     *lent
+	marks uint16
+}
+
+// dead reports whether the entry at a is deleted.
+func (a at) dead(b *base) bool {
+	if a.bi >= 0 {
+		return b.row(a.bi).flags&fDead != 0
+	}
+	return a.l.e == nil
+}
+
+// step moves to the next entry of the merge, without reading its
+// strings; a deletion logged since the base was written hides the row.
+func (c *cursor) step() (at, bool) {
 	for {
 		hasL, hasA := c.li < len(c.logged), c.ai < len(c.added)
 		var p string // the first path of the layers'
@@ -300,7 +473,7 @@ func (c *cursor) next() (item, bool) {
 		}
 		inB := false
 		if c.b != nil && c.bi < c.b.n {
-			switch bp := c.b.path(c.bi, 0); {
+			switch bp := c.b.pathView(c.bi); {
 			case !inL && !inA || string(bp) < p:
 				inB, inL, inA = true, false, false
 			case string(bp) == p:
@@ -308,17 +481,17 @@ func (c *cursor) next() (item, bool) {
 			}
 		}
 		if !inB && !inL && !inA {
-			return item{}, false
+			return at{}, false
 		}
-		var it item
+		a := at{bi: -1}
 		ok := true
 		switch {
 		case inA:
-			it = layerItem(c.added[c.ai], fChanged)
+			a.l, a.marks = &c.added[c.ai], fChanged
 		case inL:
-			it, ok = layerItem(c.logged[c.li], 0), c.logged[c.li].e != nil
+			a.l, ok = &c.logged[c.li], c.logged[c.li].e != nil
 		default:
-			it = c.b.item(c.bi)
+			a.bi = c.bi
 		}
 		if inB {
 			c.bi++
@@ -330,9 +503,20 @@ func (c *cursor) next() (item, bool) {
 			c.ai++
 		}
 		if ok {
-			return it, true
+			return a, true
 		}
 	}
+}
+
+func (c *cursor) next() (item, bool) {
+	a, ok := c.step()
+	switch {
+	case !ok:
+		return item{}, false
+	case a.bi >= 0:
+		return c.b.item(a.bi), true
+	}
+	return layerItem(*a.l, a.marks), true
 }
 
 // items yields the merge from the first path not below from, the deleted
@@ -417,6 +601,16 @@ func (x *Index) checkpoint() error {
 // encodeEntry is an entry as a row (its strings apart). A symlink keeps
 // its Target and a file its SHA256, as the log's encoding does.
 func encodeEntry(e *IndexEntry) (r row, str, cid string) {
+	r, str, cid, raw := encodeRow(e)
+	if r.flags&fCidGit != 0 {
+		cid = string(raw[:])
+	}
+	return r, str, cid
+}
+
+// encodeRow is encodeEntry without an allocation: a Git content ID's
+// bytes are in raw.
+func encodeRow(e *IndexEntry) (r row, str, cid string, raw [20]byte) {
 	r.ino, r.size, r.mtime, r.ctime, r.mode = int64(e.Ino), e.Size, e.Mtime, e.Ctime, e.Mode
 	r.uid, r.gid = e.UID, e.GID
 	sumFree := true
@@ -426,7 +620,7 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 			str, r.flags = e.Target, r.flags|fStr
 		}
 	case len(e.SHA256) == 64 && isHex(e.SHA256):
-		hex.Decode(r.sum[:], []byte(e.SHA256))
+		hexDecode(r.sum[:], e.SHA256)
 		r.flags |= fSHA
 		sumFree = false
 	case e.SHA256 != "":
@@ -438,21 +632,44 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 	case !sumFree && len(id) == 71 && id[:7] == "sha256:" && id[7:] == e.SHA256:
 		r.flags |= fCidSum
 	case sumFree && len(id) == 71 && id[:7] == "sha256:" && isHex(id[7:]):
-		hex.Decode(r.sum[:], []byte(id[7:]))
+		hexDecode(r.sum[:], id[7:])
 		r.flags |= fCidSum
 	case len(id) == 44 && id[:4] == "git:" && isHex(id[4:]):
-		var raw [20]byte
-		hex.Decode(raw[:], []byte(id[4:]))
-		cid, r.flags = string(raw[:]), r.flags|fCidGit
+		hexDecode(raw[:], id[4:])
+		r.flags |= fCidGit
 	default:
 		cid, r.flags = id, r.flags|fCidStr
 	}
-	return r, str, cid
+	return r, str, cid, raw
+}
+
+// hexDecode decodes s, lowercase hex (isHex), into dst without the copy
+// hex.Decode of a string would make.
+func hexDecode(dst []byte, s string) {
+	for i := range dst {
+		dst[i] = unhex(s[2*i])<<4 | unhex(s[2*i+1])
+	}
+}
+
+func unhex(c byte) byte {
+	if c <= '9' {
+		return c - '0'
+	}
+	return c - 'a' + 10
 }
 
 // entry rebuilds an item's entry. A SHA-256 that is also the content ID
 // shares its string.
 func (it *item) entry() *IndexEntry {
+	var raw []byte
+	if it.r.flags&fCidGit != 0 {
+		raw = []byte(it.cid)
+	}
+	return it.entryWith(raw)
+}
+
+// entryWith is entry with a Git content ID's bytes given.
+func (it *item) entryWith(raw []byte) *IndexEntry {
 	r := &it.r
 	e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}}
 	var buf [7 + 64]byte
@@ -460,7 +677,7 @@ func (it *item) entry() *IndexEntry {
 	case r.flags&fCidSum != 0:
 		e.ContentID = string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
 	case r.flags&fCidGit != 0:
-		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), []byte(it.cid)))
+		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), raw))
 	case r.flags&fCidStr != 0:
 		e.ContentID = it.cid
 	}

@@ -17,7 +17,11 @@ import (
 var ErrLocked = errors.New("state dir is locked")
 
 // Lock is the exclusive lock on a state dir, held until Unlock.
-type Lock struct{ f *os.File }
+type Lock struct {
+	f    *os.File
+	d    Dir
+	name string // its file in d
+}
 
 // Holder is who holds a state dir's lock, as its holder wrote it into the
 // lock file: so that the one kept waiting can say who it waits for.
@@ -146,7 +150,34 @@ func (d Dir) lock(ctx context.Context, file string, timeout time.Duration) (*Loc
 	rec, _ := json.Marshal(thisHolder(time.Now()))
 	f.Truncate(0)
 	f.WriteAt(append(rec, '\n'), 0)
-	return &Lock{f: f}, nil
+	return &Lock{f: f, d: d, name: file}, nil
+}
+
+// Held reports whether the lock's file is still the one at its name. A
+// flock holds a file, not a name: when the state dir is removed under its
+// holder, the lock goes on being held on a file nobody else can open, and
+// a second agent would take the lock of the new one.
+func (l *Lock) Held() bool {
+	var own unix.Stat_t
+	if err := unix.Fstat(int(l.f.Fd()), &own); err != nil {
+		return false
+	}
+	st, err := l.d.Lstat(l.name)
+	return err == nil && st.Ino == own.Ino && own.Nlink > 0
+}
+
+// Retake takes the lock again on the file now at its name (made anew if
+// it is gone), after Held said the one held is not there any more; the
+// old one is let go. Someone who took it meanwhile is ErrLocked, and the
+// old one stays held.
+func (l *Lock) Retake() error {
+	n, err := l.d.lock(context.Background(), l.name, 0)
+	if err != nil {
+		return err
+	}
+	l.f.Close()
+	l.f = n.f
+	return nil
 }
 
 // Unlock releases the lock.

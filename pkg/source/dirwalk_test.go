@@ -1,0 +1,138 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/internal/fsclock"
+	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
+)
+
+// A directory checkout walks as the Git tree of the same commit does: the
+// same entries, with the same content IDs, in the same order (Git's: a
+// directory's name as if it ended in "/"), which is also the order of
+// the paths in a tree index.
+func TestDirWalksAsGitDoes(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	files := map[string]*string{}
+	for _, p := range []string{"a.txt", "a/b", "a/b.go", "a/b0", "a/b/c", "a0", "a-b/c", "A", "a!", "z/z/z"} {
+		files["tree/"+p] = gittest.S("content of " + p)
+	}
+	// "a/b" is a directory: the file of that name is dropped.
+	delete(files, "tree/a/b")
+	repo.Commit("tree", files)
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
+	url, stop := repo.Daemon(t)
+	defer stop()
+	g.URL = url
+	fromGit, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromGit.Close()
+	fromDir, err := (&Dir{Dir: repo.Dir, Cache: state.At(t.TempDir())}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromDir.Close()
+	walk := func(co *Checkout) (entries, keys []string) {
+		err := co.Tree.Walk("tree", func(e Entry) error {
+			s, key := fmt.Sprintf("%s %v", e.Path, e.Mode.Type()), e.Path
+			switch {
+			case e.Mode.IsRegular():
+				id, err := e.ID()
+				if err != nil {
+					return err
+				}
+				s += " " + id
+			case e.Mode.IsDir():
+				key += "/"
+			}
+			entries, keys = append(entries, s), append(keys, key)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return entries, keys
+	}
+	g1, _ := walk(fromGit)
+	d1, keys := walk(fromDir)
+	if !slices.Equal(g1, d1) {
+		t.Errorf("the directory walks\n%q\nthe Git tree\n%q", d1, g1)
+	}
+	if !slices.IsSorted(keys) {
+		t.Errorf("not in path order: %q", keys)
+	}
+}
+
+// A directory's stat cache is read a directory at a time as the walk
+// lists it: asking a walked file's content ID while its stat holds costs
+// nothing more, and a file whose stat moved is hashed afresh.
+func TestDirCachedContentIDs(t *testing.T) {
+	repo, cache := t.TempDir(), t.TempDir()
+	for i := range 20 {
+		writeFile(t, filepath.Join(repo, "tree", fmt.Sprintf("d%d", i%3), fmt.Sprintf("f%d", i)), fmt.Sprintf("content %d", i))
+	}
+	// The cache saved in the same tick of the filesystem's clock as a file
+	// was written holds the file as racily clean, hashed again each time:
+	// wait for the clock to move on.
+	fsclock.WaitPast(t, repo, filepath.Join(repo, "tree", "d1", "f19"))
+	walk := func(check func(e Entry, id string)) map[string]string {
+		co, err := (&Dir{Dir: repo, Cache: state.At(cache)}).Fetch(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer co.Close()
+		ids := map[string]string{}
+		err = co.Tree.Walk("tree", func(e Entry) error {
+			if !e.Mode.IsRegular() {
+				return nil
+			}
+			id, err := e.ID()
+			ids[e.Path] = id
+			if check != nil {
+				check(e, id)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	first := walk(nil) // hashes every file, and saves the cache
+	for p, id := range first {
+		if want := ContentDigest(fmt.Appendf(nil, "content %s", strings.TrimPrefix(path.Base(p), "f"))); id != want {
+			t.Fatalf("%s: %s, want %s", p, id, want)
+		}
+	}
+	walk(func(e Entry, id string) {
+		if allocs := testing.AllocsPerRun(10, func() { e.ID() }); allocs != 0 {
+			t.Errorf("%s: the cached content ID took %.0f allocations, want none", e.Path, allocs)
+		}
+	})
+	writeFile(t, filepath.Join(repo, "tree", "d1", "f4"), "changed")
+	again := walk(nil)
+	if want := ContentDigest([]byte("changed")); again["d1/f4"] != want {
+		t.Errorf("a changed file: %s, want %s", again["d1/f4"], want)
+	}
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
