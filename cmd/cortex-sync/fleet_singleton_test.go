@@ -254,7 +254,11 @@ func TestFleetSingletonSIGKILL(t *testing.T) {
 		f.start(n, nil)
 	}
 	on := f.waitRunsOn(time.Minute)
-	for range 3 {
+	failovers := 3 // FLEET_FAILOVERS=20 for the figure of docs/fleet.md
+	if v, err := strconv.Atoi(os.Getenv("FLEET_FAILOVERS")); err == nil && v > 0 {
+		failovers = v
+	}
+	for range failovers {
 		if h := f.holder(); h != on {
 			t.Errorf("the singleton runs on %s, but %s holds it in etcd", on, h)
 		}
@@ -264,8 +268,8 @@ func TestFleetSingletonSIGKILL(t *testing.T) {
 	if total > 0 {
 		t.Errorf("two copies ran at once for %.3fs in all (runs %+v)", total, f.runs())
 	}
-	t.Logf("3 failovers: hand-off gaps %v s, overlap %.3f s", gaps, total)
-	if len(gaps) < 3 {
+	t.Logf("%d failovers: hand-off gaps %v s, overlap %.3f s", failovers, gaps, total)
+	if len(gaps) < failovers {
 		t.Errorf("runs %+v: want at least 4, one per holder", f.runs())
 	}
 }

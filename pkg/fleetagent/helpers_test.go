@@ -52,6 +52,8 @@ type fixture struct {
 	fleet     string
 	log       string // the processes write here
 	rollout   string // fleet.yaml's rollout: line
+	noProbe   bool   // a ready web process has no readiness probe
+	defaults  bool   // the agents keep the default debounce and TTLs
 	mu        sync.Mutex
 	hosts     map[string]*host
 }
@@ -76,6 +78,10 @@ func (f *fixture) version(v string, ready bool, singleton bool) string {
 	if !ready {
 		probe = "false"
 	}
+	readiness := fmt.Sprintf("  readinessProbe: {exec: {command: [%q]}, period: 100ms}\n", probe)
+	if f.noProbe && ready {
+		readiness = "" // healthy while it runs: no probe's execs
+	}
 	files := map[string]*string{
 		"fleet.yaml": gittest.S(fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Fleet\nmetadata: {name: %s}\nspec:\n  hosts:\n    - match: {}\n      paths: [base]\n  rollout: %s\n", f.fleet, f.rollout)),
 		"base/app.yaml": gittest.S(fmt.Sprintf(`apiVersion: cortex-sync/v1alpha1
@@ -90,8 +96,7 @@ spec:
   command: [sh, -c, 'echo "$(date +%%s.%%N) start $CORTEX_SYNC_ROOT %s" >> %s; exec sleep 100000']
   restartOn: [File/conf]
   stopTimeout: 2s
-  readinessProbe: {exec: {command: ["%s"]}, period: 100ms}
-`, v, v, f.log, probe)),
+%s`, v, v, f.log, readiness)),
 		"base/single.yaml": nil,
 	}
 	if singleton {
@@ -133,9 +138,13 @@ func (f *fixture) start(name string) *host {
 	}
 	f.mu.Unlock()
 	logger := slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelInfo})).With("host", name)
-	link, err := New(Options{Config: fleet.Config{Endpoints: f.endpoints, Fleet: f.fleet, RequestTimeout: 2 * time.Second},
+	opts := Options{Config: fleet.Config{Endpoints: f.endpoints, Fleet: f.fleet, RequestTimeout: 2 * time.Second},
 		Host: resource.Host{Name: name}, StateDir: h.state, PresenceTTL: 2 * time.Second, Debounce: 100 * time.Millisecond,
-		SingletonTTL: 2 * time.Second, Log: logger})
+		SingletonTTL: 2 * time.Second, Log: logger}
+	if f.defaults {
+		opts.PresenceTTL, opts.Debounce, opts.SingletonTTL = 0, 0, 0
+	}
+	link, err := New(opts)
 	if err != nil {
 		f.t.Fatal(err)
 	}
