@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
@@ -240,6 +244,39 @@ func (f *singletonFleet) failover(on string) string {
 	return next
 }
 
+// sameFleetDocument checks that host's agent serves on /api/v1/fleet the
+// document fleet status -o json prints.
+func (f *singletonFleet) sameFleetDocument(host string) {
+	f.t.Helper()
+	r := reconcile.ReadAgentReport(state.At(f.agents[host].state))
+	if r == nil || r.Address == "" {
+		f.t.Fatalf("%s's agent report names no address: %+v", host, r)
+	}
+	resp, err := http.Get("http://" + r.Address + "/api/v1/fleet")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var served, printed fleet.Report
+	if err := json.NewDecoder(resp.Body).Decode(&served); err != nil || resp.StatusCode != http.StatusOK {
+		f.t.Fatalf("GET /api/v1/fleet: %s, %v", resp.Status, err)
+	}
+	out, err := exec.Command(f.bin, "fleet", "status", "--etcd-endpoints", strings.Join(f.endpoints, ","), "--fleet", f.fleet, "-o", "json").Output()
+	if err := json.Unmarshal(out, &printed); err != nil {
+		f.t.Fatalf("fleet status -o json: %v\n%s", err, out)
+	}
+	names := func(r fleet.Report) (hs []string) {
+		for _, h := range r.Hosts {
+			hs = append(hs, h.Host)
+		}
+		return hs
+	}
+	if served.Fleet != printed.Fleet || !slices.Equal(names(served), names(printed)) || len(served.Hosts) != len(f.agents) ||
+		len(served.Singletons) != 1 || len(printed.Singletons) != 1 || served.Singletons[0].Holder != printed.Singletons[0].Holder {
+		f.t.Errorf("/api/v1/fleet serves %+v; fleet status -o json prints %+v", served, printed)
+	}
+}
+
 // TestFleetSingletonSIGKILL: a singleton runs on exactly one of three
 // hosts; when its host's agent is SIGKILLed, its supervisor (which
 // outlives the agent) stops it on the fence's clock, and another host
@@ -254,6 +291,7 @@ func TestFleetSingletonSIGKILL(t *testing.T) {
 		f.start(n, nil)
 	}
 	on := f.waitRunsOn(time.Minute)
+	f.sameFleetDocument(on)
 	failovers := 3 // FLEET_FAILOVERS=20 for the figure of docs/fleet.md
 	if v, err := strconv.Atoi(os.Getenv("FLEET_FAILOVERS")); err == nil && v > 0 {
 		failovers = v

@@ -118,6 +118,7 @@ func BenchmarkAgents100(b *testing.B) {
 		watched := make(chan struct{})
 		statusOnly := map[int64]bool{} // the writes of a status alone
 		var sample []string            // what one host's status writes said
+		byRev := map[int64]string{}    // what each write of a status said
 		go func() {
 			defer close(watched)
 			for resp := range wch {
@@ -132,6 +133,9 @@ func BenchmarkAgents100(b *testing.B) {
 						statusOnly[rev] = true
 					}
 					statusOnly[rev] = statusOnly[rev] && strings.HasPrefix(key, prefix+"status/")
+					if strings.HasPrefix(key, prefix+"status/") {
+						byRev[rev] = string(ev.Kv.Value)
+					}
 					if key == prefix+"status/h050" && ev.Type == clientv3.EventTypePut {
 						sample = append(sample, string(ev.Kv.Value))
 					}
@@ -159,12 +163,17 @@ func BenchmarkAgents100(b *testing.B) {
 		wcancel()
 		<-watched
 		alone := 0
+		var lone []string
 		mu.Lock()
-		for _, only := range statusOnly {
+		for rev, only := range statusOnly {
 			if only {
 				alone++
+				if len(lone) < 8 {
+					lone = append(lone, byRev[rev])
+				}
 			}
 		}
+		b.Logf("writes of a status alone, some:\n%s", strings.Join(lone, "\n"))
 		mu.Unlock()
 		statusWrites = append(statusWrites, float64(alone)/float64(n))
 		b.Logf("h050's status writes:\n%s", strings.Join(sample, "\n"))

@@ -287,8 +287,9 @@ func TestHealingNeverGated(t *testing.T) {
 // TestEtcdDown: with every etcd member stopped, a hand edit still heals,
 // no host applies a gated revision, the host says the coordinator is
 // unreachable and stays ready, the singleton stops at its fence, and
-// fleet status cannot read (it exits 2). When etcd is back, statuses are
-// flushed and the revision rolls out.
+// fleet status cannot read (it exits 2); an agent started then runs and
+// says so. When etcd is back, statuses are flushed and the revision rolls
+// out, to the late host too.
 func TestEtcdDown(t *testing.T) {
 	t.Parallel()
 	cluster := etcdtest.New(t)
@@ -298,9 +299,11 @@ func TestEtcdDown(t *testing.T) {
 	for _, h := range hosts {
 		h.good(v1, time.Minute)
 	}
-	running := func() []string {
+	running := func() []string { // on any host of the fleet, the late one too
 		var out []string
-		for _, h := range hosts {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, h := range f.hosts {
 			if st, _ := supervise.Read(h.state, "single"); st != nil && st.Process.Alive() {
 				out = append(out, h.name)
 			}
@@ -330,6 +333,17 @@ func TestEtcdDown(t *testing.T) {
 			t.Errorf("%s with etcd down: revision %s, conditions %+v; want v1, ready, the coordinator named", h.name, st.Revision, st.Conditions)
 		}
 	}
+	// An agent started with etcd down runs all the same: it says why it
+	// applies nothing gated, and joins when etcd is back.
+	late := f.start("late")
+	late.waitFor(30*time.Second, "the coordinator named unreachable", func() bool {
+		return strings.Contains(late.status().Conditions.Coordinator, "coordinator unreachable")
+	})
+	select {
+	case err := <-late.done:
+		t.Fatalf("the agent started with etcd down stopped: %v", err)
+	default:
+	}
 	hosts[0].waitFor(30*time.Second, "the singleton stopped at its fence", func() bool { return len(running()) == 0 })
 	c, err := fleet.Dial(fleet.Config{Endpoints: f.endpoints, Fleet: f.fleet, RequestTimeout: time.Second})
 	if err != nil {
@@ -344,7 +358,7 @@ func TestEtcdDown(t *testing.T) {
 	}
 
 	cluster.StartAll()
-	for _, h := range hosts {
+	for _, h := range append(hosts, late) {
 		h.good(v2, time.Minute)
 	}
 	waitConverged(t, f, v2)
