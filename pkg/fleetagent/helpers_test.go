@@ -197,12 +197,6 @@ func (h *host) waitFor(limit time.Duration, what string, cond func() bool) {
 	}
 }
 
-// on waits until the host applied rev in full.
-func (h *host) on(rev string, limit time.Duration) {
-	h.f.t.Helper()
-	h.waitFor(limit, "on "+rev, func() bool { return h.a.Status(context.Background()).Revision == rev })
-}
-
 // good waits until rev is the host's last good revision.
 func (h *host) good(rev string, limit time.Duration) {
 	h.f.t.Helper()
