@@ -7,7 +7,7 @@ DEMO        := /tmp/cortex-sync-demo
 # (The pid-1 script also uses unshare, from util-linux, and skips without it.)
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
-.PHONY: all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop
+.PHONY: all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo
 
 all: lint test
 
@@ -108,6 +108,14 @@ fleet-etcd: etcd
 
 fleet-etcd-stop:
 	sh examples/fleet/etcd-local.sh stop $(FLEET_DEMO)/etcd
+
+# Three etcd members and five agents (h1…h5, role=web) on 127.0.0.1 under
+# $(FLEET_DEMO)/demo: a rollout with a canary, a broken one that pauses,
+# a singleton's failover, a hand edit healed with etcd down; then
+# everything stops. Needs Go, git, python3 and make (and the ports of
+# fleet-etcd, so not beside it).
+fleet-demo: build etcd
+	sh examples/fleet/demo.sh $(BIN) bin/etcd $(FLEET_DEMO)/demo
 
 # Release and reference docs (new targets; see docs/install.md).
 GORELEASER  := github.com/goreleaser/goreleaser/v2@v2.15.1

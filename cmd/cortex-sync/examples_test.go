@@ -22,7 +22,7 @@ import (
 
 // exampleRoots are the manifest folders under examples/: what --dir (or
 // the Agent file's path) points at.
-var exampleRoots = []string{"quickstart", "kb-host", "fleet/hosts/web1", "fleet/hosts/db1"}
+var exampleRoots = []string{"quickstart", "kb-host", "fleet/hosts/web1", "fleet/hosts/db1", "fleet/roles/web"}
 
 // TestExamples syncs every example into a temporary root
 // (testdata/examples/*.txtar), with $EXAMPLES naming examples/.

@@ -143,6 +143,12 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 		b.WriteString("\n")
 		rolloutLines(&b, r.Rollouts[len(r.Rollouts)-1:])
 	}
+	if len(r.Singletons) > 0 {
+		b.WriteString("\n")
+	}
+	for _, s := range r.Singletons {
+		fmt.Fprintf(&b, "Singleton %s: runs on %s; standby: %s\n", s.Name, s.Holder, listOrNone(s.Candidates))
+	}
 	_, err := fmt.Fprint(io.Out, b.String())
 	return err
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
+	"github.com/cortex-sync/cortex-sync/pkg/fleetagent"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -76,6 +77,28 @@ func (e *etcdFlags) client(g *globals) (*fleet.Client, error) {
 	return fleet.Dial(fleet.Config{
 		Endpoints: e.endpoints, CertFile: e.certFile, KeyFile: e.keyFile, CAFile: e.caFile,
 		DialTimeout: e.dialTimeout, Fleet: e.fleet, // no log: the error says it all
+	})
+}
+
+// link joins the agent to its fleet: nil without --etcd-endpoints. The
+// fleet's name defaults to fleet.yaml's metadata.name, read once the
+// first revision is fetched.
+func (e *etcdFlags) link(g *globals, singletonTTL time.Duration, outlive func() error) (*fleetagent.Link, error) {
+	if len(e.endpoints) > 0 && singletonTTL < 2*time.Second {
+		return nil, fmt.Errorf("--singleton-ttl %s: give at least 2s (etcd's shortest lease)", singletonTTL)
+	}
+	if len(e.endpoints) == 0 {
+		if e.fleet != "" {
+			return nil, errors.New("--fleet needs --etcd-endpoints: the fleet's etcd members (etcdEndpoints in the Agent config)")
+		}
+		return nil, nil
+	}
+	return fleetagent.New(fleetagent.Options{
+		Config: fleet.Config{
+			Endpoints: e.endpoints, CertFile: e.certFile, KeyFile: e.keyFile, CAFile: e.caFile,
+			DialTimeout: e.dialTimeout, Fleet: e.fleet, Log: g.log,
+		},
+		Host: g.host.value, StateDir: g.stateDir, SingletonTTL: singletonTTL, Outlive: outlive, Log: g.log,
 	})
 }
 

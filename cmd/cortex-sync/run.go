@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -37,6 +38,8 @@ type runOptions struct {
 	webhookSecretFile string
 	retention         state.Retention
 	gate              gateFlags
+	etcd              etcdFlags
+	singletonTTL      time.Duration
 }
 
 func newRunCmd(g *globals, io streams) *cobra.Command {
@@ -58,7 +61,13 @@ A new revision is on trial until every process it changed stays healthy
 rolled back to the last good revision (--on-failure rollback), which the
 host is held on until a newer commit; see docs/rollback.md.
 
-It serves /metrics, /healthz, /readyz, /api/v1/status, POST
+With --etcd-endpoints the host is in a fleet (docs/fleet.md): it writes its
+status to etcd on change, applies a new revision only with a slot of the
+rollout of the revision's fleet.yaml, and runs the singleton Processes it
+holds. etcd being down stops none of the rest: the host keeps its revision
+and keeps healing.
+
+It serves /metrics, /healthz, /readyz, /api/v1/status, /api/v1/fleet, POST
 /api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
 SIGHUP reloads --config (a bad file keeps the old one); SIGTERM and SIGINT
 finish what is in flight, save the snapshot and exit 0, leaving supervised
@@ -95,6 +104,8 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	f.StringVar(&o.webhookSecretFile, "webhook-secret-file", "", "file holding the push webhooks' shared secret (serves POST /hooks/git)")
 	addRetentionFlags(cmd, &o.retention, "once a reconcile converged (at most hourly)")
 	o.gate.add(cmd, true)
+	o.etcd.add(f)
+	f.DurationVar(&o.singletonTTL, "singleton-ttl", fleet.DefaultSingletonTTL, "in a fleet, the lease of a singleton this host holds: another host starts it about this long after this one stops answering")
 	return cmd
 }
 
@@ -126,7 +137,24 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	// One registry for the agent's life: a reload keeps the counters.
 	reg := agent.NewRegistry()
 	metrics := agent.NewMetrics(reg)
-	host, herr := supervise.NewHost(g.stateDir)
+	// A singleton's fence must hold when the agent is SIGKILLed, so a
+	// state dir that runs one in a fleet is left to the re-executed
+	// supervisor, which outlives the agent.
+	host, herr := (*supervise.Host)(nil), error(nil)
+	if len(o.etcd.endpoints) > 0 && supervise.HasSingleton(g.stateDir) {
+		herr = fmt.Errorf("%w: a singleton's fence must outlive the agent", supervise.ErrOutlive)
+	} else {
+		host, herr = supervise.NewHost(g.stateDir)
+	}
+	// outlive hands the processes over to the re-executed supervisor, for
+	// the fleet's first singleton.
+	outlive := func() error {
+		if host == nil {
+			return nil
+		}
+		g.log.Info("handing the supervised processes over to a re-executed supervisor: a singleton's fence must outlive the agent")
+		return host.Handover()
+	}
 	switch {
 	case herr == nil:
 		g.log.Info("supervising processes in the agent", "state_dir", g.stateDir)
@@ -141,7 +169,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 			}
 			g.log.Info("handed over; the agent exits")
 		}()
-	case errors.Is(herr, supervise.ErrNoContainment):
+	case errors.Is(herr, supervise.ErrNoContainment), errors.Is(herr, supervise.ErrOutlive):
 		g.log.Info("supervising processes in a separate supervisor", "reason", herr.Error())
 	default:
 		g.log.Warn("supervising processes in a separate supervisor", "error", herr)
@@ -149,7 +177,7 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	for {
 		gen, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- runOnce(gen, g, o, reg, metrics, alock) }()
+		go func() { done <- runOnce(gen, g, o, reg, metrics, alock, outlive) }()
 		for reloaded := false; !reloaded; {
 			select {
 			case err := <-done:
@@ -199,7 +227,7 @@ func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 }
 
 // runOnce runs one configuration of the agent and its HTTP server.
-func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Registry, metrics *agent.Metrics, alock *state.Lock) error {
+func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Registry, metrics *agent.Metrics, alock *state.Lock, outlive func() error) (err error) {
 	// Like sync, the agent never creates the root: a typo there must stop
 	// it at start (systemd says why), not scatter a host into a new tree.
 	if err := checkRoot(g.root); err != nil {
@@ -213,12 +241,28 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err != nil {
 		return err
 	}
-	a := agent.New(agent.Options{
+	aopts := agent.Options{
 		Engine: g.engine(), Source: src, Interval: o.interval, DriftInterval: o.driftInterval,
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
 		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log, Lock: alock,
-	})
+	}
+	link, err := o.etcd.link(g, o.singletonTTL, outlive)
+	if err != nil {
+		return err
+	}
+	if link != nil {
+		aopts.Fleet = link
+		defer func() {
+			// After the agent: its singletons stop, then are given up.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if cerr := link.Close(cctx); cerr != nil && err == nil {
+				g.log.Warn("leave the fleet", "error", cerr)
+			}
+		}()
+	}
+	a := agent.New(aopts)
 	opts := agent.ServerOptions{
 		Addr: o.listen, Registry: reg, TokenFile: o.tokenFile, Logger: g.log,
 		Ready: func(context.Context) error {
@@ -234,6 +278,9 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		Resume:    func(context.Context) error { a.Resume(); return nil },
 		Rollback:  a.Rollback,
 		Retry:     a.Retry,
+	}
+	if link != nil {
+		opts.Fleet = link.Document
 	}
 	if o.webhookSecretFile != "" {
 		if opts.Webhook, err = agent.NewWebhook(agent.WebhookOptions{

@@ -106,6 +106,7 @@ var specDocs = map[string]string{
 	"livenessProbe":            "Restart the process when this probe keeps failing.",
 	"readinessProbe":           "Healthy once this probe passes; dependents wait for it.",
 	"restartOn":                "Resources (Kind/name) whose change restarts the process.",
+	"singleton":                "true: in a fleet, runs on one host at a time of those whose desired set has it (an election in etcd, fenced by the supervisor); on a host in no fleet it never runs.",
 	"Command.timeout":          "Bound on one run; default 5m.",
 	"creates":                  "A path (under --root): when it exists, the command need not run.",
 	"unless":                   "A guard command: when it exits 0, the command need not run.",

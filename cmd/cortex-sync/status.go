@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -171,6 +173,26 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 		state = "suspended: observes and reports, changes nothing"
 	}
 	fmt.Fprintf(b, "Agent:      %s (pid %d, since %s)\n", state, r.Agent.PID, r.Since.Format(time.RFC3339))
+	if f := r.Fleet; f != nil {
+		name, how := f.Fleet, "coordinator reachable"
+		if name == "" {
+			name = "(not known yet)"
+		}
+		if f.Coordinator != "" {
+			how = oneLine(f.Coordinator)
+		}
+		fmt.Fprintf(b, "Fleet:      %s, as host %s; %s\n", name, f.Host, how)
+		for _, n := range slices.Sorted(maps.Keys(f.Singletons)) {
+			switch h := f.Singletons[n]; h {
+			case f.Host:
+				fmt.Fprintf(b, "Singleton:  %s runs here: this host holds it\n", n)
+			case "":
+				fmt.Fprintf(b, "Singleton:  %s: no host holds it now\n", n)
+			default:
+				fmt.Fprintf(b, "Singleton:  %s runs on %s; standby here\n", n, h)
+			}
+		}
+	}
 	if f := r.Refused; f != nil {
 		fmt.Fprintf(b, "Refused:    revision %s, since %s; the host stays on %s: %s\n", shortRevision(f.Revision), f.Since.Format(time.RFC3339), shortRevision(r.Revision), oneLine(f.Error))
 	}

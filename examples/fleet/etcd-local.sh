@@ -20,15 +20,29 @@ start)
 			--log-level warn >"$dir/m$i.log" 2>&1 &
 		echo $! >"$dir/m$i.pid"
 	done
-	for i in $(seq 50); do
-		curl -fsS http://127.0.0.1:23791/health 2>/dev/null | grep -q '"health":"true"' && break
-		sleep 0.2
-	done
+	# Healthy once a member answers with a leader (python3, not curl: the
+	# demo needs only Go, git, python3 and make).
+	python3 - <<'PY' || { echo "etcd did not become healthy: see $dir/m*.log" >&2; exit 1; }
+import json, time, urllib.request
+for _ in range(100):
+    try:
+        if json.load(urllib.request.urlopen("http://127.0.0.1:23791/health", timeout=1)).get("health") == "true":
+            raise SystemExit(0)
+    except (OSError, ValueError):
+        pass
+    time.sleep(0.2)
+raise SystemExit(1)
+PY
 	echo "etcd: http://127.0.0.1:23791,http://127.0.0.1:23792,http://127.0.0.1:23793 (logs in $dir)"
 	;;
 stop)
 	for i in 1 2 3; do
-		[ -f "$dir/m$i.pid" ] && kill "$(cat "$dir/m$i.pid")" 2>/dev/null || true
+		[ -f "$dir/m$i.pid" ] || continue
+		pid=$(cat "$dir/m$i.pid")
+		kill "$pid" 2>/dev/null || true
+		n=0
+		while kill -0 "$pid" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+		kill -9 "$pid" 2>/dev/null || true
 		rm -f "$dir/m$i.pid"
 	done
 	;;

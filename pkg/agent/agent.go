@@ -59,6 +59,10 @@ type Options struct {
 	// rollout slot), and hear its verdict; never about the revision the
 	// host is on, which the agent goes on healing meanwhile.
 	RevisionGates []reconcile.RevisionGate
+	// Fleet, when set, is the fleet the host is in (fleet.go): its rollout
+	// gates new revisions, it hears the host's state, and it runs the
+	// singletons.
+	Fleet Coordinator
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
@@ -144,6 +148,13 @@ type Agent struct {
 	// says why it is not applied, when it is not.
 	head     string
 	heldBack *reconcile.Refusal
+	// headSeen is when head was first fetched; rollouts are the rollout:
+	// of the revisions fetched lately (fleet.go); waiting is a revision the
+	// fleet did not admit yet, asked for again when it wakes the agent.
+	headSeen  time.Time
+	rollouts  map[string]*resource.Rollout
+	waiting   *reconcile.Desired
+	fleetPoke chan struct{}
 	// trial is the revision on trial, and trialStop ends its look.
 	trial     *reconcile.Trial
 	trialStop context.CancelFunc
@@ -200,6 +211,8 @@ func New(opts Options) *Agent {
 		unobserved: map[resource.ID]error{},
 		scopes:     map[resource.ID]*scopeOf{},
 		held:       map[resource.ID]diff.Outcome{},
+		rollouts:   map[string]*resource.Rollout{},
+		fleetPoke:  make(chan struct{}, 1),
 	}
 }
 
@@ -216,6 +229,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	sess.AddHold(a.fightHold)
 	for _, g := range a.opts.RevisionGates {
 		sess.AddRevisionGate(g)
+	}
+	if a.opts.Fleet != nil {
+		sess.AddRevisionGate(a.opts.Fleet)
+		a.opts.Fleet.Suspended(a.opts.Suspend)
 	}
 	w := sess.Writer()
 	w.Busy = func() bool { return a.queue.Len() > 0 }
@@ -247,6 +264,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { watch.run(ctx) })
 	wg.Go(func() { a.poll(ctx, watch) })
 	wg.Go(func() { a.keepStateDir(ctx, watch) })
+	if a.opts.Fleet != nil {
+		wg.Go(func() { a.fleetLoop(ctx) })
+	}
 	<-ctx.Done()
 	// What is in flight is finished (an apply cut short would leave the
 	// host half updated), for as long as drainFor; what is still queued
@@ -288,6 +308,9 @@ func (a *Agent) close() {
 	}
 	for _, d := range a.retired {
 		d.Close()
+	}
+	if a.waiting != nil {
+		a.waiting.Close()
 	}
 	a.sess.Close()
 }
@@ -337,6 +360,9 @@ func (a *Agent) setSuspended(v bool) {
 	a.opts.Suspend = v
 	if s := a.session(); s != nil {
 		s.Suspend(v)
+	}
+	if a.opts.Fleet != nil {
+		a.opts.Fleet.Suspended(v)
 	}
 	a.log.Info("agent", "suspended", v)
 	a.publishNow()
@@ -411,10 +437,11 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		a.publishNow()
 	}
 	old := a.sess.Desired()
-	a.mu.Lock()
-	a.head = d.Revision()
-	a.mu.Unlock()
+	a.dropWaiting() // this fetch's revision is asked for anew
 	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
+		a.mu.Lock()
+		a.head = d.Revision()
+		a.mu.Unlock()
 		d.Close()
 		a.unpin(d.Revision())
 		if t == TriggerManual {
@@ -422,8 +449,17 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
+	var pre *changes
+	if a.opts.Fleet != nil {
+		pre = a.fetched(d, old)
+	}
+	a.mu.Lock()
+	a.head = d.Revision()
+	a.mu.Unlock()
 	if adm := a.sess.Admit(ctx, d.Revision()); adm.Stay != nil {
-		d.Close()
+		if !a.holdWaiting(d, adm) {
+			d.Close()
+		}
 		a.stay(ctx, t, d.Revision(), adm, w)
 		return
 	}
@@ -438,7 +474,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if old != nil && t == TriggerInterval {
 		trigger = TriggerRevision
 	}
-	a.adopt(ctx, d, trigger, start, w, true)
+	a.adopt(ctx, d, trigger, start, w, true, pre)
 	if t == TriggerManual && old != nil {
 		a.scan(ctx, t)
 	}
@@ -446,10 +482,18 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 }
 
 // adopt makes d the revision the host converges to and queues what it
-// changes; a new revision of the source (try) goes on trial.
-func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger, start time.Time, w *watcher, try bool) {
+// changes (pre, when it was worked out already); a new revision of the
+// source (try) goes on trial.
+func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger, start time.Time, w *watcher, try bool, pre *changes) {
 	old := a.sess.Desired()
-	keys, scopes := a.sess.Changed(old, d)
+	if pre == nil {
+		pre = &changes{}
+		pre.keys, pre.scopes = a.sess.Changed(old, d)
+	}
+	keys, scopes := pre.keys, pre.scopes
+	if a.opts.Fleet != nil {
+		a.opts.Fleet.Singletons(singletons(d))
+	}
 	a.sess.SetDesired(d)
 	a.mu.Lock()
 	if old != nil {

@@ -165,6 +165,7 @@ func (a *Agent) settle() {
 			a.log.Error("save snapshot", "error", err)
 		}
 	})
+	a.pokeFleet()
 	m := a.opts.Metrics
 	m.ObserveReconcile(e.Trigger, result, e.Duration)
 	if e.Errors == 0 {
@@ -187,7 +188,11 @@ type Conditions struct {
 	// PruneHeld says why what left Git is not pruned (an empty desired
 	// set, another source, a rolled-back snapshot); empty when it is not.
 	PruneHeld string `json:"pruneHeld,omitempty"`
-	Message   string `json:"message,omitempty"`
+	// Coordinator says, for a host in a fleet, that its etcd cannot be
+	// reached and since when; empty while it answers. It does not make the
+	// host unready: the host is healthy, and keeps healing.
+	Coordinator string `json:"coordinator,omitempty"`
+	Message     string `json:"message,omitempty"`
 }
 
 // Status is /api/v1/status: the status document of status -o json (with
@@ -220,6 +225,9 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	st.Status = s.Status(ctx)
 	st.Status.Agent = report
 	st.Conditions.PruneHeld = report.PruneHold
+	if f := report.Fleet; f != nil {
+		st.Conditions.Coordinator = f.Coordinator
+	}
 	st.Fighting = a.fight.Fighting()
 	ready, why := a.Ready()
 	st.Conditions.Ready = ready && st.Status.Converged()
@@ -264,6 +272,7 @@ func (a *Agent) report() *reconcile.AgentReport {
 		r.Revision = d.Revision()
 	}
 	r.Suspended = s.Suspended()
+	r.Fleet = a.fleetReport()
 	if err := s.PruneHold(); err != nil {
 		r.PruneHold = err.Error()
 	}
@@ -324,6 +333,7 @@ func (a *Agent) publishNow() {
 	if stop {
 		return
 	}
+	a.pokeFleet()
 	a.wpub.Lock()
 	defer a.wpub.Unlock()
 	if err := reconcile.WriteAgentReport(a.sess.State, a.report()); err != nil {

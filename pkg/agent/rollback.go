@@ -85,12 +85,13 @@ func (a *Agent) try(ctx context.Context, d *reconcile.Desired, keys []resource.I
 	if t == nil {
 		return
 	}
+	a.trialPolicy(t)
 	tctx, stop := context.WithCancel(ctx)
 	a.mu.Lock()
 	a.trial, a.trialStop = t, stop
 	a.mu.Unlock()
-	p := a.opts.Revisions
-	a.log.Info("revision on trial", "revision", t.Revision, "min_ready", p.MinReady, "progress_deadline", cmpOr(p.ProgressDeadline, reconcile.DefaultProgressDeadline), "checks", len(p.Checks))
+	p := t.Policy(a.opts.Revisions)
+	a.log.Info("revision on trial", "revision", t.Revision, "min_ready", p.MinReady, "progress_deadline", p.ProgressDeadline, "checks", len(p.Checks))
 	a.bg.Go(func() {
 		j := a.sess.Await(tctx, t, a.poke)
 		if tctx.Err() == nil {
@@ -194,7 +195,7 @@ func (a *Agent) follow(ctx context.Context, rev string, t Trigger, w *watcher) {
 	a.mu.Lock()
 	a.followFails = 0
 	a.mu.Unlock()
-	a.adopt(ctx, d, t, time.Now(), w, false)
+	a.adopt(ctx, d, t, time.Now(), w, false, nil)
 	a.settle()
 }
 
@@ -289,7 +290,7 @@ func (a *Agent) rollbackByHand(ctx context.Context, to string) (string, error) {
 	if cur != nil && cur.Revision() == rev {
 		d.Close()
 	} else {
-		a.adopt(ctx, d, TriggerRollback, time.Now(), a.watcher(), false)
+		a.adopt(ctx, d, TriggerRollback, time.Now(), a.watcher(), false, nil)
 		a.settle()
 	}
 	a.publishNow()

@@ -38,6 +38,9 @@ type ServerOptions struct {
 	Ready func(ctx context.Context) error
 	// Status is the status document served as JSON on GET /api/v1/status.
 	Status func(ctx context.Context) (any, error)
+	// Fleet is the fleet as etcd knows it (fleet status -o json), served on
+	// GET /api/v1/fleet; an error (etcd unreachable) answers 503.
+	Fleet func(ctx context.Context) (any, error)
 	// Reconcile asks for a reconcile now (POST /api/v1/reconcile, 202). It
 	// must not wait for the reconcile: enqueue and return.
 	Reconcile func(ctx context.Context) error
@@ -206,7 +209,12 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { writeText(w, http.StatusOK, "ok") })
 	mux.HandleFunc("GET /readyz", s.readyz)
-	mux.HandleFunc("GET /api/v1/status", s.status)
+	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
+		s.document(w, r, s.opts.Status, "status", http.StatusInternalServerError)
+	})
+	mux.HandleFunc("GET /api/v1/fleet", func(w http.ResponseWriter, r *http.Request) {
+		s.document(w, r, s.opts.Fleet, "fleet", http.StatusServiceUnavailable)
+	})
 	mux.Handle("POST /api/v1/reconcile", s.control("reconcile", plain(s.opts.Reconcile, map[string]any{"status": "accepted"}), http.StatusAccepted, http.StatusServiceUnavailable))
 	mux.Handle("POST /api/v1/suspend", s.control("suspend", plain(s.opts.Suspend, map[string]any{"suspended": true}), http.StatusOK, http.StatusServiceUnavailable))
 	mux.Handle("POST /api/v1/resume", s.control("resume", plain(s.opts.Resume, map[string]any{"suspended": false}), http.StatusOK, http.StatusServiceUnavailable))
@@ -232,23 +240,24 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	writeText(w, http.StatusOK, "ok")
 }
 
-func (s *Server) status(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Status == nil {
-		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no status here"})
+// document serves what fn makes as JSON; its failure is failCode.
+func (s *Server) document(w http.ResponseWriter, r *http.Request, fn func(context.Context) (any, error), what string, failCode int) {
+	if fn == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no " + what + " here"})
 		return
 	}
-	doc, err := s.opts.Status(r.Context())
+	doc, err := fn(r.Context())
 	if err != nil {
-		s.log.Error("status failed", "error", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		s.log.Error("document failed", "document", what, "error", err)
+		writeJSON(w, failCode, map[string]string{"error": err.Error()})
 		return
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(doc); err != nil {
-		s.log.Error("status encoding failed", "error", err)
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "encoding the status failed"})
+		s.log.Error("document encoding failed", "document", what, "error", err)
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "encoding the " + what + " failed"})
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

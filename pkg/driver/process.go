@@ -48,7 +48,15 @@ type ProcessSpec struct {
 	ReadinessProbe *health.Probe     `yaml:"readinessProbe" json:"readinessProbe,omitempty"`
 	// RestartOn names resources whose change restarts the process.
 	RestartOn []resource.ID `yaml:"restartOn" json:"restartOn,omitempty"`
+	// Singleton: in a fleet, the process runs on one host at a time, of
+	// those whose desired set has it (an election in etcd, fenced by the
+	// supervisor: docs/fleet.md). On a host in no fleet it never runs.
+	Singleton bool `yaml:"singleton" json:"singleton,omitempty"`
 }
+
+// IsSingleton reports whether the process runs on one host of a fleet at
+// a time.
+func (s *ProcessSpec) IsSingleton() bool { return s.Singleton }
 
 // ProcessResources limit a process's cgroup.
 type ProcessResources struct {
@@ -342,6 +350,10 @@ func describe(l live, policy supervise.RestartPolicy, id resource.ID) (health.St
 		restarts = fmt.Sprintf(", %d restarts", st.Restarts)
 	}
 	switch {
+	case st.State == supervise.Standby && st.NoFence && l.supervised:
+		return health.Degraded, "not running: a singleton runs only on the fleet host that holds it, and no agent of a fleet runs here; run the agent with --etcd-endpoints and --fleet"
+	case st.State == supervise.Standby && l.supervised:
+		return health.Healthy, "standby: " + st.Message
 	case st.State == supervise.Held:
 		return health.Suspended, fmt.Sprintf("stopped by the operator; cortex-sync start %s starts it again", id)
 	case st.State == supervise.Failed && st.StartError != "":
@@ -639,7 +651,7 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 		}.WithDefaults(),
 		Liveness: spec.LivenessProbe, Readiness: spec.ReadinessProbe,
 		LogFile: logFile, LogMax: supervise.DefaultLogMax, Hash: hash,
-		Cgroup: cg, NoCgroup: why, Resources: limits,
+		Cgroup: cg, NoCgroup: why, Resources: limits, Singleton: spec.Singleton,
 	}, nil
 }
 

@@ -179,6 +179,9 @@ func (m *Member) presence(ctx context.Context) {
 		for range ch {
 		}
 		kcancel()
+		if ctx.Err() != nil {
+			return // closed: Close revokes the lease
+		}
 		m.mu.Lock()
 		m.lease = 0
 		m.mu.Unlock()

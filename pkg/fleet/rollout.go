@@ -37,8 +37,22 @@ type Revision struct {
 type Decision struct {
 	Go         bool          // the host holds a slot: apply
 	Why        string        // why not, for the host's status and log
+	Wait       Wait          // why not, as a closed set
 	RetryAfter time.Duration // ask again then, or when Changed closes
 }
+
+// Wait is why a host may not take a slot now.
+type Wait string
+
+// Why a host waits.
+const (
+	WaitHeld        Wait = "held"        // cortex-sync hold
+	WaitMaintenance Wait = "maintenance" // the local maintenance file
+	WaitStopped     Wait = "stopped"     // the rollout is paused or aborted
+	WaitCanary      Wait = "canary"      // the canary hosts are not good yet
+	WaitSlot        Wait = "slot"        // every slot is taken
+	WaitBusy        Wait = "busy"        // the rollout's keys kept changing under the request
+)
 
 // stallGrace is added to progressDeadline before a slot's holder is
 // stalled: the slot's time is the holder's clock, the check the asker's.
@@ -232,11 +246,11 @@ func orSomeone(by string) string {
 
 // decide is Admit's rule on what it read, for host me.
 func (v *rolloutView) decide(me string, r Revision, now time.Time) Decision {
-	no := func(format string, args ...any) Decision {
-		return Decision{Why: fmt.Sprintf(format, args...), RetryAfter: retryAfter()}
+	no := func(w Wait, format string, args ...any) Decision {
+		return Decision{Why: fmt.Sprintf(format, args...), Wait: w, RetryAfter: retryAfter()}
 	}
 	if h, ok := v.held[me]; ok {
-		return no("held by %s at %s%s: the rollout passes this host by until cortex-sync release", orSomeone(h.By), h.At.Format(time.RFC3339), because(h.Why))
+		return no(WaitHeld, "held by %s at %s%s: the rollout passes this host by until cortex-sync release", orSomeone(h.By), h.At.Format(time.RFC3339), because(h.Why))
 	}
 	ro := r.Rollout
 	if v.spec != nil {
@@ -246,7 +260,7 @@ func (v *rolloutView) decide(me string, r Revision, now time.Time) Decision {
 		return Decision{Go: true}
 	}
 	if st, why := v.state(ro); st == StateAborted || st == StatePaused {
-		return no("rollout of %s %s", r.ID, why)
+		return no(WaitStopped, "rollout of %s %s", r.ID, why)
 	}
 	var applying []string // hosts in transition, on any revision
 	var mine []string     // … on this one
@@ -263,12 +277,12 @@ func (v *rolloutView) decide(me string, r Revision, now time.Time) Decision {
 	failed := slices.DeleteFunc(v.failures(), func(h string) bool { return h == me })
 	if len(v.good) < ro.Canary {
 		if n := len(mine) + len(v.good) + len(failed); n >= ro.Canary {
-			return no("waiting for the canary hosts (%s) to be good", strings.Join(mine, ", "))
+			return no(WaitCanary, "waiting for the canary hosts (%s) to be good", strings.Join(mine, ", "))
 		}
 	}
 	budget := ro.MaxUnavailable.Of(v.live)
 	if taken := len(applying) + len(failed); taken >= budget {
-		return no("waiting for a slot: %d of %d taken (applying: %s; bad: %s)", taken, budget, listOr(applying), listOr(failed))
+		return no(WaitSlot, "waiting for a slot: %d of %d taken (applying: %s; bad: %s)", taken, budget, listOr(applying), listOr(failed))
 	}
 	return Decision{Go: true}
 }
@@ -299,7 +313,7 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 			return Decision{}, err
 		}
 		if on {
-			return Decision{Why: "in maintenance (" + m.maintenance + why + "): the rollout passes this host by until the file is removed", RetryAfter: retryAfter()}, nil
+			return Decision{Why: "in maintenance (" + m.maintenance + why + "): the rollout passes this host by until the file is removed", Wait: WaitMaintenance, RetryAfter: retryAfter()}, nil
 		}
 	}
 	for try := 0; ; try++ {
@@ -344,7 +358,7 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 			return d, nil
 		}
 		if try == 5 {
-			return Decision{Why: "the rollout's keys kept changing under this host's request", RetryAfter: 100 * time.Millisecond}, nil
+			return Decision{Why: "the rollout's keys kept changing under this host's request", Wait: WaitBusy, RetryAfter: 100 * time.Millisecond}, nil
 		}
 	}
 }

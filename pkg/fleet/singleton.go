@@ -102,7 +102,20 @@ func (c *Client) Campaign(ctx context.Context, name, value string, ttl time.Dura
 		case <-cctx.Done():
 		}
 	}()
-	err = h.election.Campaign(cctx, value)
+	// The election's Campaign, cancelled, resigns with the client's own
+	// context, which waits for etcd as long as the client lives: with etcd
+	// unreachable it would not return. Waiting stops with ctx all the
+	// same; Resign below revokes the lease, or it expires.
+	won := make(chan error, 1)
+	go func() { won <- h.election.Campaign(cctx, value) }()
+	select {
+	case err = <-won:
+	case <-cctx.Done():
+		err = cctx.Err()
+		if why := h.Err(); ctx.Err() == nil && why != nil {
+			err = why // the lease was lost while waiting
+		}
+	}
 	ccancel()
 	if err == nil && !h.Valid() {
 		err = h.why
@@ -207,6 +220,24 @@ func (h *Holder) Err() error {
 
 // Name is the singleton's name.
 func (h *Holder) Name() string { return h.name }
+
+// TTL is the singleton lease's TTL: another host can hold the singleton no
+// sooner than the last answered renewal's send time plus TTL.
+func (h *Holder) TTL() time.Duration { return h.ttl }
+
+// SingletonHolder is the host that holds singleton name now ("" when
+// none): the value of its oldest candidate.
+func (c *Client) SingletonHolder(ctx context.Context, name string) (string, error) {
+	var holder string
+	err := c.call(ctx, func(ctx context.Context) error {
+		resp, err := c.cli.Get(ctx, c.key("singleton", name)+"/", clientv3.WithFirstCreate()...)
+		if err == nil && len(resp.Kvs) > 0 {
+			holder = string(resp.Kvs[0].Value)
+		}
+		return err
+	})
+	return holder, err
+}
 
 // Put writes key (below the singleton's own keys) only while this holder
 // is the holder in etcd: the transaction compares the election key's

@@ -24,6 +24,16 @@ type Report struct {
 	Hosts     []HostRow         `json:"hosts"`
 	Revisions []RevisionSummary `json:"revisions"`
 	Rollouts  []RolloutStatus   `json:"rollouts"`
+	// Singletons are the singletons hosts campaign for, and who holds each.
+	Singletons []SingletonStatus `json:"singletons"`
+}
+
+// SingletonStatus is one singleton: the host that holds it (its oldest
+// live candidate) and the hosts that wait to.
+type SingletonStatus struct {
+	Name       string   `json:"name"`
+	Holder     string   `json:"holder"`
+	Candidates []string `json:"candidates"` // in the order they would hold it
 }
 
 // HostRow is one host: its last status, whether it is live, and its part
@@ -92,6 +102,7 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	c.parseSlots(v, kvs)
 	var revs []*specDoc
 	specOrder := map[string]int64{}
+	singles := map[string][]*kvPair{}
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(kv.key, c.prefix)
 		kind, name, _ := strings.Cut(rest, "/")
@@ -103,6 +114,10 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 			if json.Unmarshal(kv.value, &s) == nil {
 				statuses[name] = s
 			}
+		case "singleton":
+			if single, _, ok := strings.Cut(name, "/"); ok {
+				singles[single] = append(singles[single], kv)
+			}
 		case "rollout":
 			if _, what, _ := strings.Cut(name, "/"); what == "spec" {
 				var s specDoc
@@ -113,7 +128,16 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 			}
 		}
 	}
-	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}}
+	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}, Singletons: []SingletonStatus{}}
+	for _, name := range sortedKeys(singles) {
+		kvs := singles[name]
+		slices.SortFunc(kvs, func(a, b *kvPair) int { return cmp.Compare(a.createRev, b.createRev) })
+		ss := SingletonStatus{Name: name, Holder: string(kvs[0].value), Candidates: []string{}}
+		for _, kv := range kvs[1:] {
+			ss.Candidates = append(ss.Candidates, string(kv.value))
+		}
+		r.Singletons = append(r.Singletons, ss)
+	}
 	now := time.Now()
 	views := map[string]*rolloutView{}
 	for _, s := range revs {

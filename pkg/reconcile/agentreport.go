@@ -43,6 +43,20 @@ type AgentReport struct {
 	Held []Held `json:"held,omitempty"`
 	// Unobserved are the resources the last drift scan could not observe.
 	Unobserved []Held `json:"unobserved,omitempty"`
+	// Fleet is the host's part in a fleet; nil when it is in none.
+	Fleet *FleetReport `json:"fleet,omitempty"`
+}
+
+// FleetReport is a host's part in its fleet.
+type FleetReport struct {
+	Fleet string `json:"fleet"` // "" until it is known (fleet.yaml's name)
+	Host  string `json:"host"`
+	// Coordinator says since when etcd has not answered, and why; empty
+	// while it answers.
+	Coordinator string `json:"coordinator,omitempty"`
+	// Singletons are the singletons of the host's desired set, and who
+	// holds each ("" while unknown).
+	Singletons map[string]string `json:"singletons,omitempty"`
 }
 
 // Refusal is a revision refused, and why.

@@ -160,8 +160,23 @@ type Trial struct {
 	// restart a change caused), is judged: a resource the revision left
 	// alone cannot make it bad, and rolling back would not cure it.
 	Keys []resource.ID
+	// MinReady and ProgressDeadline, when set, are the revision's own
+	// (a fleet's rollout:) instead of the policy's.
+	MinReady, ProgressDeadline time.Duration
 	// healthy is since when everything was healthy; zero when it is not.
 	healthy time.Time
+}
+
+// Policy is p with the trial's own minReady and progress deadline, when
+// it has them.
+func (t *Trial) Policy(p RevisionPolicy) RevisionPolicy {
+	if t.MinReady > 0 {
+		p.MinReady = t.MinReady
+	}
+	if t.ProgressDeadline > 0 {
+		p.ProgressDeadline = t.ProgressDeadline
+	}
+	return p.withDefaults()
 }
 
 // Cause says what made a revision bad. It is a metric label: a closed set.
@@ -213,7 +228,7 @@ func (s *Session) Look(ctx context.Context, t *Trial, now time.Time) Judgement {
 }
 
 func (s *Session) look(ctx context.Context, t *Trial, now time.Time) Judgement {
-	p := s.Policy.Revisions.withDefaults()
+	p := t.Policy(s.Policy.Revisions)
 	deadline := t.Start.Add(p.ProgressDeadline)
 	view := s.w.View()
 	d := s.current()

@@ -100,6 +100,13 @@ type Base struct {
 // Common returns the shared fields; embedding Base gives every Spec this method.
 func (b *Base) Common() *Base { return b }
 
+// Singular is a Spec that may run on one host of a fleet at a time (a
+// Process with singleton: true): an agent in a fleet campaigns for it in
+// etcd under the resource's name, and its supervisor fences it.
+type Singular interface {
+	IsSingleton() bool
+}
+
 // Requirer is a Spec that implies dependencies of its own (restartOn, refreshOn).
 type Requirer interface {
 	Requires() []ID

@@ -201,8 +201,14 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 		e.Reason = why
 		return e
 	}
+	fenceC, stopTicker := u.fenceTicker()
+	defer stopTicker()
 	for {
 		select {
+		case <-fenceC:
+			if f, ok := u.fence(); !ok {
+				return u.stopFenced(f), nil, false, false
+			}
 		case w := <-u.exited:
 			e := exitOf(w)
 			e.Reason = reason
@@ -247,7 +253,11 @@ func (u *unit) watch() (exit *Exit, next *Spec, stop, left bool) {
 
 // stopProcess stops the running process and its whole tree: the stop
 // signal, SIGKILL after the stop timeout; it returns how it ended.
-func (u *unit) stopProcess() *Exit {
+func (u *unit) stopProcess() *Exit { return u.stopProcessWithin(u.spec.StopTimeout) }
+
+// stopProcessWithin stops the running process and its whole tree: the
+// stop signal, SIGKILL after timeout.
+func (u *unit) stopProcessWithin(timeout time.Duration) *Exit {
 	spec := u.spec
 	var e *Exit
 	wait := func(d time.Duration) bool {
@@ -262,7 +272,7 @@ func (u *unit) stopProcess() *Exit {
 			return false
 		}
 	}
-	stopTree(u.proc, u.cg, spec.Tag(), spec.StopSignal, spec.StopTimeout, wait)
+	stopTree(u.proc, u.cg, spec.Tag(), spec.StopSignal, timeout, wait)
 	if e == nil {
 		wait(5 * time.Second)
 	}

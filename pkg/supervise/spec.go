@@ -156,6 +156,9 @@ type Spec struct {
 	// NoCgroup says why there is none, for the status.
 	NoCgroup  string    `json:"noCgroup,omitempty"`
 	Resources Resources `json:"resources"`
+	// Singleton: the process runs only while its fence (fence.go) is
+	// valid, and is stopped when the fence passes.
+	Singleton bool `json:"singleton,omitempty"`
 
 	// Control fields, set by the starter.
 	Gen        uint64 `json:"gen"`        // new on every write; the status acknowledges it
@@ -181,6 +184,9 @@ const (
 	Failed     State = "failed"   // it failed StartLimit times in a row, or could not start: final
 	Held       State = "held"     // stopped by the operator (cortex-sync stop) until started
 	Stopped    State = "stopped"  // stopped on request (its spec was removed)
+	// Standby: a singleton whose fence is not valid here (another host
+	// holds it, or none does yet); it starts once the fence is valid.
+	Standby State = "standby"
 )
 
 // Final reports a state in which nothing runs and nothing will until the
@@ -202,6 +208,9 @@ type Exit struct {
 	Liveness bool `json:"liveness,omitempty"`
 	// unborn: it died before it ran its program (see waited).
 	unborn bool
+	// fenced: the supervisor stopped it at its fence: no failure, and no
+	// restart until the fence is valid again.
+	fenced bool
 }
 
 // Failed reports whether the exit was a failure; an unknown one counts.
@@ -253,6 +262,11 @@ type Status struct {
 	// none can be made, its process group.
 	Containment string `json:"containment,omitempty"`
 	Adopted     bool   `json:"adopted,omitempty"`
+	// Holder is, for a singleton, the host that holds it as its fence
+	// says; NoFence: there is no fence at all (no agent of a fleet runs
+	// on this state dir), so a singleton never starts.
+	Holder  string `json:"holder,omitempty"`
+	NoFence bool   `json:"noFence,omitempty"`
 	// How to stop what it records, for whoever has to without the spec.
 	Cgroup      string         `json:"cgroup,omitempty"`
 	StopSignal  syscall.Signal `json:"stopSignal,omitempty"`

@@ -163,6 +163,14 @@ func (u *unit) run(prev *Status) {
 			return
 		}
 		if !u.running() {
+			if spec.Singleton {
+				if !u.standby() {
+					return
+				}
+				if u.spec != spec {
+					continue // a new spec came while in standby
+				}
+			}
 			if err := u.start(); err != nil {
 				u.logf("%s: cannot start: %v", u.name, err)
 				u.update(func(st *Status) {
@@ -185,6 +193,14 @@ func (u *unit) run(prev *Status) {
 				u.adoptSpec(next)
 			}
 			u.update(func(st *Status) { st.LastExit = exit }) // this stop, not an older end
+			retried = false
+			continue
+		}
+		if exit.fenced {
+			// Stopped at its fence: no failure; it waits in standby.
+			u.update(func(st *Status) {
+				st.LastExit, st.State, st.Process, st.Ready = exit, Starting, Identity{}, false
+			})
 			retried = false
 			continue
 		}

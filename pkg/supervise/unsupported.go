@@ -96,3 +96,9 @@ func NewHost(string) (*Host, error) { return nil, errUnsupported }
 
 // Handover has nothing to hand over.
 func (*Host) Handover() error { return nil }
+
+// BootTime: no CLOCK_BOOTTIME here; no fence is ever valid.
+func BootTime() time.Duration { return 0 }
+
+// BootID: no boot ID here; no fence is ever valid.
+func BootID() string { return "" }
