@@ -303,13 +303,18 @@ func TestFleetSingletonSIGKILL(t *testing.T) {
 		}
 		on = f.failover(on)
 	}
+	// The last holder's process runs (its status says so) but may not have
+	// written its first tick yet.
+	for deadline := time.Now().Add(10 * time.Second); len(f.runs()) <= failovers && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	total, gaps := overlap(f.runs())
 	if total > 0 {
 		t.Errorf("two copies ran at once for %.3fs in all (runs %+v)", total, f.runs())
 	}
 	t.Logf("%d failovers: hand-off gaps %v s, overlap %.3f s", failovers, gaps, total)
 	if len(gaps) < failovers {
-		t.Errorf("runs %+v: want at least 4, one per holder", f.runs())
+		t.Errorf("runs %+v: want %d, one per holder", f.runs(), failovers+1)
 	}
 }
 
