@@ -316,6 +316,11 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 			return Decision{Why: "in maintenance (" + m.maintenance + why + "): the rollout passes this host by until the file is removed", Wait: WaitMaintenance, RetryAfter: retryAfter()}, nil
 		}
 	}
+	// While it asks, a new head alone is not written either: the answer
+	// carries it (in the slot's transaction), or the host waits.
+	m.mu.Lock()
+	m.waiting = m.holding != r.ID
+	m.mu.Unlock()
 	for try := 0; ; try++ {
 		var d Decision
 		var won bool
