@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -97,6 +98,7 @@ func (a *Agent) fleetLoop(ctx context.Context) {
 	f := a.opts.Fleet
 	tick := time.NewTicker(fleetEvery)
 	defer tick.Stop()
+	var said string // the host's part in the fleet, as last published
 	for {
 		select {
 		case <-ctx.Done():
@@ -108,6 +110,12 @@ func (a *Agent) fleetLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		f.Report(a.hostState(ctx))
+		// What status reads follows the coordinator (reachable or not, who
+		// holds a singleton), though nothing else changed on the host.
+		if info := fmt.Sprintf("%+v", f.Info()); info != said {
+			said = info
+			a.publish()
+		}
 	}
 }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
@@ -320,6 +322,13 @@ func TestEtcdDown(t *testing.T) {
 	hosts[0].waitFor(30*time.Second, "the hand edit healed", func() bool {
 		b, _ := os.ReadFile(conf)
 		return string(b) == "v1\n"
+	})
+	// status, run by hand, reads the agent's report: it follows the
+	// coordinator, though nothing else changed on a quiet host.
+	quiet := hosts[len(hosts)-1]
+	quiet.waitFor(30*time.Second, "the report naming the coordinator unreachable", func() bool {
+		r := reconcile.ReadAgentReport(state.At(quiet.state))
+		return r != nil && r.Fleet != nil && strings.Contains(r.Fleet.Coordinator, "coordinator unreachable")
 	})
 	v2 := f.version("v2", true, true)
 	for _, h := range hosts {
