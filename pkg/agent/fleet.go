@@ -134,6 +134,9 @@ func (a *Agent) hostState(ctx context.Context) HostState {
 	switch {
 	case a.refused != nil:
 		hs.LastError = "revision " + a.refused.Revision + " refused: " + a.refused.Error
+		// The source's newest is the revision refused: the fleet is not on
+		// its head while every host refuses it.
+		hs.Head, hs.HeadSeen = a.refused.Revision, a.refused.Since
 	case a.fetchErr != nil:
 		hs.LastError = "source failing: " + a.fetchErr.Error()
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
+	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -372,4 +373,38 @@ func TestEtcdDown(t *testing.T) {
 	}
 	waitConverged(t, f, v2)
 	hosts[0].waitFor(30*time.Second, "the singleton running again", func() bool { return len(running()) == 1 })
+}
+
+// TestRefusedHeadIsNotConverged: a commit every host refuses (it does not
+// validate) is the fleet's head all the same: fleet status says the fleet
+// is not on it, so a CI step after a broken push does not pass.
+func TestRefusedHeadIsNotConverged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, etcdtest.Shared(t).Endpoints(), "{maxUnavailable: 1, minReady: 200ms}")
+	v1 := f.version("v1", true, false)
+	hosts := []*host{f.start("h1"), f.start("h2")}
+	for _, h := range hosts {
+		h.good(v1, time.Minute)
+	}
+	hosts[0].waitFor(30*time.Second, "the fleet converged on v1", func() bool {
+		r := f.read()
+		return r.Converged && r.Head == v1
+	})
+	bad := "main@sha1:" + f.repo.Commit("broken", map[string]*string{
+		"base/broken.yaml": gittest.S("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: broken}\nspec: {path: /etc/broken, contnet: x}\n"),
+	})
+	for _, h := range hosts {
+		h.fetch()
+	}
+	hosts[0].waitFor(30*time.Second, "the refused commit as the fleet's head", func() bool {
+		return f.read().Head == bad
+	})
+	if r := f.read(); r.Converged {
+		t.Errorf("fleet status says converged on %s, which every host refused: %+v", r.Head, r.Hosts)
+	}
+	for _, h := range hosts {
+		if st := h.status(); st.Revision != v1 {
+			t.Errorf("%s is on %s, want v1: a refused revision is never applied", h.name, st.Revision)
+		}
+	}
 }
