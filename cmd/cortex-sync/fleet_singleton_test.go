@@ -252,25 +252,35 @@ func (f *singletonFleet) sameFleetDocument(host string) {
 	if r == nil || r.Address == "" {
 		f.t.Fatalf("%s's agent report names no address: %+v", host, r)
 	}
-	resp, err := http.Get("http://" + r.Address + "/api/v1/fleet")
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var served, printed fleet.Report
-	if err := json.NewDecoder(resp.Body).Decode(&served); err != nil || resp.StatusCode != http.StatusOK {
-		f.t.Fatalf("GET /api/v1/fleet: %s, %v", resp.Status, err)
-	}
-	// Its exit status says converged or not; the document is the same.
-	out, _ := exec.Command(f.bin, "fleet", "status", "--etcd-endpoints", strings.Join(f.endpoints, ","), "--fleet", f.fleet, "-o", "json").Output()
-	if err := json.Unmarshal(out, &printed); err != nil {
-		f.t.Fatalf("fleet status -o json: %v\n%s", err, out)
-	}
 	names := func(r fleet.Report) (hs []string) {
 		for _, h := range r.Hosts {
 			hs = append(hs, h.Host)
 		}
 		return hs
+	}
+	// Read both once every host has joined (the singleton may run on the
+	// first before the others write their presence); until then they may
+	// differ by a join between the two reads.
+	var served, printed fleet.Report
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		served, printed = fleet.Report{}, fleet.Report{}
+		resp, err := http.Get("http://" + r.Address + "/api/v1/fleet")
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&served)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			f.t.Fatalf("GET /api/v1/fleet: %s, %v", resp.Status, err)
+		}
+		// Its exit status says converged or not; the document is the same.
+		out, _ := exec.Command(f.bin, "fleet", "status", "--etcd-endpoints", strings.Join(f.endpoints, ","), "--fleet", f.fleet, "-o", "json").Output()
+		if err := json.Unmarshal(out, &printed); err != nil {
+			f.t.Fatalf("fleet status -o json: %v\n%s", err, out)
+		}
+		if len(served.Hosts) == len(f.agents) && len(printed.Hosts) == len(f.agents) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if served.Fleet != printed.Fleet || !slices.Equal(names(served), names(printed)) || len(served.Hosts) != len(f.agents) ||
 		len(served.Singletons) != 1 || len(printed.Singletons) != 1 || served.Singletons[0].Holder != printed.Singletons[0].Holder {

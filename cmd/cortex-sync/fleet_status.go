@@ -157,7 +157,7 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 func rolloutLines(b *strings.Builder, rs []fleet.RolloutStatus) {
 	for _, ro := range rs {
 		fmt.Fprintf(b, "Rollout of %s: %s", shortRev(ro.Revision), ro.State)
-		if ro.Why != "" && ro.State != "progressing" {
+		if ro.Why != "" && ro.State != fleet.StateProgressing {
 			fmt.Fprintf(b, " (%s)", ro.Why)
 		}
 		fmt.Fprintf(b, "\n  started %s by %s; maxUnavailable %s, canary %d, minReady %s\n", ro.Started.Format(time.RFC3339), ro.StartedBy, ro.MaxUnavailable, ro.Canary, ro.MinReady)

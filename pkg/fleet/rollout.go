@@ -79,6 +79,11 @@ const (
 	StateActive  = "active"
 	StatePaused  = "paused"
 	StateAborted = "aborted"
+	// The states a rollout is read in besides: its canary hosts not all
+	// good yet, going on, or done.
+	StateCanary      = "canary"
+	StateProgressing = "progressing"
+	StateComplete    = "complete"
 )
 
 type controlDoc struct {
@@ -217,9 +222,9 @@ func (v *rolloutView) state(ro resource.Rollout) (string, string) {
 			len(failed), ro.FailureThreshold, v.failedText(failed))
 	}
 	if len(v.good) < ro.Canary {
-		return "canary", fmt.Sprintf("canary: %d of %d canary hosts good", len(v.good), ro.Canary)
+		return StateCanary, fmt.Sprintf("canary: %d of %d canary hosts good", len(v.good), ro.Canary)
 	}
-	return "progressing", ""
+	return StateProgressing, ""
 }
 
 func (v *rolloutView) failedText(hosts []string) string {

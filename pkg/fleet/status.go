@@ -69,7 +69,8 @@ type RolloutStatus struct {
 	MaxUnavailable string    `json:"maxUnavailable"`
 	Canary         int       `json:"canary"`
 	MinReady       string    `json:"minReady"`
-	// State is progressing, canary, paused or aborted; Why says why not
+	// State is canary, progressing, complete (every live host good on
+	// it), paused or aborted; Why says why not
 	// progressing.
 	State    string   `json:"state"`
 	Why      string   `json:"why,omitempty"`
@@ -161,6 +162,9 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 		}
 		slices.Sort(rs.Applying)
 		slices.Sort(rs.Stalled)
+		if rs.State == StateProgressing && len(rs.Applying)+len(rs.Stalled) == 0 && len(rv.good) >= len(live) {
+			rs.State = StateComplete // every live host good on it
+		}
 		r.Rollouts = append(r.Rollouts, rs)
 	}
 	slices.SortFunc(r.Rollouts, func(a, b RolloutStatus) int { return cmp.Compare(a.order, b.order) })

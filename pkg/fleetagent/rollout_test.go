@@ -390,6 +390,11 @@ func TestRefusedHeadIsNotConverged(t *testing.T) {
 		r := f.read()
 		return r.Converged && r.Head == v1
 	})
+	for _, ro := range f.read().Rollouts {
+		if ro.Revision == v1 && ro.State != fleet.StateComplete {
+			t.Errorf("the rollout of v1, every host good on it, reads %q (%s), want complete", ro.State, ro.Why)
+		}
+	}
 	bad := "main@sha1:" + f.repo.Commit("broken", map[string]*string{
 		"base/broken.yaml": gittest.S("apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: broken}\nspec: {path: /etc/broken, contnet: x}\n"),
 	})
