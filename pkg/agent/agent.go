@@ -132,9 +132,14 @@ type Agent struct {
 	// stateLost: the writer found state.json gone and saved it again.
 	stateCheck chan struct{}
 	stateLost  atomic.Bool
-	address    atomic.Pointer[string] // where the API listens, for the report
-	fight      *FightDetector
-	ready      chan struct{} // closed once the session is open
+	// foreign: another cortex-sync saved the snapshot; it may have applied
+	// a newer revision than the agent's, so nothing more is applied until
+	// the source is fetched again (reloads counts those saves).
+	foreign atomic.Bool
+	reloads atomic.Int64
+	address atomic.Pointer[string] // where the API listens, for the report
+	fight   *FightDetector
+	ready   chan struct{} // closed once the session is open
 
 	sess *reconcile.Session // set before ready is closed, then never again
 
@@ -227,6 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	sess.Policy = a.opts.policy()
 	sess.Suspend(a.opts.Suspend)
 	sess.AddHold(a.fightHold)
+	sess.AddHold(a.foreignHold)
 	for _, g := range a.opts.RevisionGates {
 		sess.AddRevisionGate(g)
 	}
@@ -236,7 +242,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	w := sess.Writer()
 	w.Busy = func() bool { return a.queue.Len() > 0 }
-	w.Reloaded = func(*state.Snapshot) { a.requeueAll() }
+	w.Reloaded = func(*state.Snapshot) {
+		a.reloads.Add(1)
+		a.foreign.Store(true)
+		a.Reconcile(TriggerRevision) // fetched again, then everything requeued
+	}
 	w.Lost = func() { a.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
 	a.since = time.Now().UTC().Truncate(time.Second)
@@ -420,6 +430,16 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 // changes nothing: the revision the host is on goes on being healed.
 func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	start := time.Now()
+	if a.foreign.Load() {
+		gen := a.reloads.Load()
+		defer func() {
+			// This fetch came after the foreign save (none since): what the
+			// agent applies is the source's again, whatever that save did.
+			if a.reloads.Load() == gen && a.foreign.CompareAndSwap(true, false) {
+				a.requeueAll()
+			}
+		}()
+	}
 	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Manifests(), a.log)
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {

@@ -353,3 +353,36 @@ func TestAgentReportsWhatItKeeps(t *testing.T) {
 		t.Errorf("status says %s with File/b kept: the host does not match Git", st.Status.Sync)
 	}
 }
+
+// TestAgentDoesNotUndoANewerSync: a sync by hand applies a newer state of
+// the source than the agent last fetched; the agent, reading the snapshot
+// that sync saved, fetches again before it applies anything, rather than
+// putting its older desired state back (lock-contention.txtar caught it
+// rerunning an older Command's spec under -race).
+func TestAgentDoesNotUndoANewerSync(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	manifest := func(content string) {
+		writeFile(t, filepath.Join(repo, "f.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f}\nspec: {path: /etc/f, content: "+content+"}\n")
+	}
+	manifest("v1")
+	a := runAgent(t, repo, agent.Options{
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	p := filepath.Join(root, "etc/f")
+	waitFor(t, 30*time.Second, "v1 applied and the agent ready", func() bool {
+		b, _ := os.ReadFile(p)
+		ok, _ := a.Ready()
+		return string(b) == "v1" && ok
+	})
+	manifest("v2")
+	syncOnce(t, repo, root, stateDir) // the agent's interval is an hour: it did not fetch v2
+	if err := os.WriteFile(p, []byte("edited"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the hand edit healed", func() bool {
+		b, _ := os.ReadFile(p)
+		return string(b) != "edited"
+	})
+	if b, _ := os.ReadFile(p); string(b) != "v2" {
+		t.Fatalf("the agent put %q back over the sync's v2", b)
+	}
+}

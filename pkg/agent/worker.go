@@ -194,6 +194,21 @@ func restartReason(c *diff.Change) RestartReason {
 	return RestartSpecChange
 }
 
+// errForeign holds changes back between a snapshot another cortex-sync
+// saved and the agent's next fetch.
+var errForeign = errors.New("the snapshot was saved by another cortex-sync (a sync by hand?): the source is fetched again before anything more is applied")
+
+// foreignHold keeps the agent from applying its desired state over what
+// another cortex-sync just applied, until it fetched the source again: a
+// sync by hand may have applied a newer revision, which the agent would
+// otherwise undo with its older one.
+func (a *Agent) foreignHold(c *diff.Change, now time.Time) (time.Time, error) {
+	if a.foreign.Load() {
+		return now.Add(100 * time.Millisecond), errForeign
+	}
+	return time.Time{}, nil
+}
+
 // fightHold is the engine's hold for a fighting resource: its next
 // correction of drift waits out the fight's backoff.
 func (a *Agent) fightHold(c *diff.Change, now time.Time) (time.Time, error) {

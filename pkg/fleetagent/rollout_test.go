@@ -72,8 +72,8 @@ func TestRolloutOneAtATime(t *testing.T) {
 	starts := oneAtATime(t, f, "v2", names...)
 	r := f.read()
 	ro := r.Rollouts[len(r.Rollouts)-1]
-	if ro.Revision != v2 || len(ro.Good) != 4 || ro.State != "progressing" {
-		t.Errorf("rollout of v2: %+v; want 4 good, progressing", ro)
+	if ro.Revision != v2 || len(ro.Good) != 4 || ro.State != fleet.StateComplete {
+		t.Errorf("rollout of v2: %+v; want 4 good, complete", ro)
 	}
 	if len(ro.Good) > 0 && f.hostOf(starts[0].root) != ro.StartedBy {
 		t.Errorf("the rollout was started by %s, but %s restarted first", ro.StartedBy, f.hostOf(starts[0].root))
