@@ -152,7 +152,12 @@ func TestIdleCost(t *testing.T) {
 
 // stopAll prunes everything the idle test started (its processes).
 func stopAll(t *testing.T, repo, root, stateDir string) {
-	os.Remove(filepath.Join(repo, "all.yaml"))
+	// Every manifest goes, so every process is pruned: one left would run
+	// on under the supervisor the agent handed it to, past the test.
+	manifests, _ := filepath.Glob(filepath.Join(repo, "*.yaml"))
+	for _, m := range manifests {
+		os.Remove(m)
+	}
 	ctx := context.Background()
 	d, err := reconcile.Load(ctx, &source.Dir{Dir: repo, Path: "."}, resource.Options{}, nil)
 	if err != nil {
