@@ -668,21 +668,9 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	}
 	out := liveMaps.Get().(map[string]liveEntry)
 	for _, e := range entries {
-		name := e.Name
-		st, err := d.Lstat(name)
-		if missing(err) {
-			continue
-		}
-		if err != nil {
+		if err := describeHost(d, e.Name, out); err != nil {
 			return nil, err
 		}
-		le := liveEntry{Stat: st}
-		if st.Mode&fs.ModeSymlink != 0 {
-			if le.target, err = d.Readlink(name); err != nil {
-				return nil, err
-			}
-		}
-		out[name] = le
 	}
 	return out, nil
 }
@@ -698,22 +686,31 @@ func statHost(d *hostfs.Dir, names []string) (map[string]liveEntry, error) {
 		if _, ok := out[name]; ok {
 			continue
 		}
-		st, err := d.Lstat(name)
-		if missing(err) {
-			continue
-		}
-		if err != nil {
+		if err := describeHost(d, name, out); err != nil {
 			return nil, err
 		}
-		le := liveEntry{Stat: st}
-		if st.Mode&fs.ModeSymlink != 0 {
-			if le.target, err = d.Readlink(name); err != nil {
-				return nil, err
-			}
-		}
-		out[name] = le
 	}
 	return out, nil
+}
+
+// describeHost adds the live entry name of d to out, never following a
+// symlink (its target is read instead); one missing is left out.
+func describeHost(d *hostfs.Dir, name string, out map[string]liveEntry) error {
+	st, err := d.Lstat(name)
+	if missing(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	le := liveEntry{Stat: st}
+	if st.Mode&fs.ModeSymlink != 0 {
+		if le.target, err = d.Readlink(name); err != nil {
+			return err
+		}
+	}
+	out[name] = le
+	return nil
 }
 
 // recalledWalk walks the desired tree as last written, from its index:
@@ -729,32 +726,13 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b source.Entry) int { return byComponent(a.Path, b.Path) })
+	slices.SortFunc(out, func(a, b source.Entry) int { return source.ByComponent(a.Path, b.Path) })
 	for _, e := range out {
 		if err := fn(e); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// byComponent orders paths as a walk meets them: a directory's entries
-// right after it.
-func byComponent(a, b string) int {
-	for {
-		ha, ta, _ := strings.Cut(a, "/")
-		hb, tb, _ := strings.Cut(b, "/")
-		if c := strings.Compare(ha, hb); c != 0 || ta == "" && tb == "" {
-			return c
-		}
-		if ta == "" {
-			return -1
-		}
-		if tb == "" {
-			return 1
-		}
-		a, b = ta, tb
-	}
 }
 
 // planFile observes one regular file that exists on both sides, judged by

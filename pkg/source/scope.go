@@ -16,7 +16,7 @@ import (
 // its way that are there).
 func WalkScope(t Tree, dir string, scope []string, fn func(Entry) error) error {
 	scope = slices.Clone(scope)
-	slices.SortFunc(scope, byComponent)
+	slices.SortFunc(scope, ByComponent)
 	scope = slices.CompactFunc(scope, func(a, b string) bool { return a == b })
 	// What is below another scope path is walked with it.
 	kept := scope[:0]
@@ -83,9 +83,9 @@ func entryAt(t Tree, name, rel string) (Entry, error) {
 	return e, nil
 }
 
-// byComponent orders slash paths component by component, as a walk meets
+// ByComponent orders slash paths component by component, as a walk meets
 // them: "a/b" before "a-c".
-func byComponent(a, b string) int {
+func ByComponent(a, b string) int {
 	for {
 		ha, ta, _ := strings.Cut(a, "/")
 		hb, tb, _ := strings.Cut(b, "/")
