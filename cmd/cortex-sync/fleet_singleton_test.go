@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -94,7 +95,7 @@ type procAgent struct {
 	root, state string
 	endpoints   []string
 	cmd         *exec.Cmd
-	stderr      *lockedBuffer
+	stderr      *syncbuf.Buffer
 	done        chan struct{}
 }
 
@@ -111,7 +112,7 @@ func (f *singletonFleet) start(name string, endpoints []string) *procAgent {
 		endpoints = f.endpoints
 	}
 	a.endpoints = endpoints
-	a.stderr = &lockedBuffer{}
+	a.stderr = &syncbuf.Buffer{}
 	a.cmd = exec.Command(f.bin, "run", "--repo", "file://"+f.repo, "--branch", "main", "--root", a.root, "--state-dir", a.state,
 		"--host-name", name, "--etcd-endpoints", strings.Join(endpoints, ","), "--singleton-ttl", "2s",
 		"--interval", "1h", "--listen", "127.0.0.1:0", "--log-level", "info")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,10 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 )
 
 // TestSIGTERMAtRandomPoints: SIGTERM at random points of a busy agent's
@@ -50,7 +50,7 @@ func TestSIGTERMAtRandomPoints(t *testing.T) {
 		}
 		addr := ln.Addr().String()
 		ln.Close()
-		stderr := &lockedBuffer{}
+		stderr := &syncbuf.Buffer{}
 		cmd := exec.Command(bin, "run", "--dir", repo, "--root", root, "--state-dir", stateDir, "--listen", addr,
 			"--interval", "200ms", "--drift-interval", "300ms", "--log-level", "info")
 		cmd.Env = append(os.Environ(), "CORTEX_SYNC_CGROUP=off")
@@ -91,22 +91,4 @@ func TestSIGTERMAtRandomPoints(t *testing.T) {
 			t.Fatalf("round %d (SIGTERM after %s): still running 30s later\n%s", round, busy, stderr.String())
 		}
 	}
-}
-
-// lockedBuffer is a buffer a child process writes while the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -3,43 +3,25 @@
 package crashtest
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"net/http"
 	"os/exec"
 	"regexp"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 )
 
 // agentProc is a running `cortex-sync run`.
 type agentProc struct {
 	t     testing.TB
 	cmd   *exec.Cmd
-	out   *lockedBuffer
+	out   *syncbuf.Buffer
 	done  chan error
 	addr  string // where it listens, once known
 	start time.Time
-}
-
-// lockedBuffer is an output buffer read while the process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // startAgent starts the agent over the sandbox's source, pruning, with
@@ -48,7 +30,7 @@ func (l *lockedBuffer) String() string {
 func (s *sandbox) startAgent() *agentProc {
 	s.t.Helper()
 	cmd := s.command("run", "--prune", "--interval", "1h", "--drift-interval", "1h", "--listen", "127.0.0.1:0", "--log-level", "info")
-	a := &agentProc{t: s.t, cmd: cmd, out: &lockedBuffer{}, done: make(chan error, 1)}
+	a := &agentProc{t: s.t, cmd: cmd, out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	cmd.Stdout, cmd.Stderr = a.out, a.out
 	a.start = time.Now()
 	if err := cmd.Start(); err != nil {

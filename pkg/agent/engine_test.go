@@ -10,10 +10,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -23,24 +23,6 @@ import (
 // Where the agent and sync kept two copies of a policy, they disagreed;
 // now both ask the engine's Gate. Each test here failed on the agent's own
 // copy.
-
-// syncedBuffer is a log sink read while the agent writes to it.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // runAgent runs an agent with opts (a directory source at repo) until the
 // test ends.
@@ -221,7 +203,7 @@ spec: {path: /srv/kb/note, content: x}
 	}
 	os.Remove(filepath.Join(repo, "kb.yaml"))
 
-	logs := &syncedBuffer{}
+	logs := &syncbuf.Buffer{}
 	runAgent(t, repo, agent.Options{Prune: true, Log: slog.New(slog.NewTextHandler(logs, nil)),
 		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
 	deleted := regexp.MustCompile(`msg=applied resource=(\S+) .*action=delete`)
@@ -242,7 +224,7 @@ spec: {path: /srv/kb/note, content: x}
 func TestAgentKeepsADamagedSnapshotAside(t *testing.T) {
 	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(repo, "a.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: a}\nspec: {path: /etc/a, content: x}\n")
-	logs := &syncedBuffer{}
+	logs := &syncbuf.Buffer{}
 	a := runAgent(t, repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
 		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
 	waitFor(t, 30*time.Second, "File/a recorded", func() bool {

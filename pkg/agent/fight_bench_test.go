@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -81,7 +82,7 @@ func BenchmarkConvergeAfterChurn(b *testing.B) {
 				}
 			})
 		}
-		cpu0 := cpuTime()
+		cpu0 := benchstat.CPU(false)
 		if churn == 0 { // no fight: every mirrored file spoilt once
 			for i := 1; i < len(paths); i += 2 {
 				os.WriteFile(paths[i], []byte("attacker\n"), 0o644)
@@ -123,7 +124,7 @@ func BenchmarkConvergeAfterChurn(b *testing.B) {
 		b.ReportMetric(float64(writes.Load()), "hostile-writes")
 		b.ReportMetric(float64(fighting), "fighting-at-stop")
 		b.ReportMetric(float64(after), "fighting-reported-after")
-		b.ReportMetric(float64((cpuTime() - cpu0).Milliseconds()), "cpu-ms")
+		b.ReportMetric(float64((benchstat.CPU(false) - cpu0).Milliseconds()), "cpu-ms")
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)

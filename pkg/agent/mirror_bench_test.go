@@ -13,10 +13,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -48,19 +48,12 @@ func mirrorTree(n int) map[string]*string {
 // (user and system) the process spent an operation since cpu0: a shared
 // machine's load stretches the first two, hardly the third.
 func latencies(b *testing.B, took []time.Duration, cpu0 time.Duration) {
-	cpu := cpuTime() - cpu0
+	cpu := benchstat.CPU(false) - cpu0
 	slices.Sort(took)
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "median-ms")
 	b.ReportMetric(float64(took[len(took)*95/100].Microseconds())/1000, "p95-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(len(took)), "cpu-ms/op")
-}
-
-// cpuTime is the user and system time of this process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // waitFile polls until p holds want, at 1 ms.
@@ -92,7 +85,7 @@ func BenchmarkHealInMirror(b *testing.B) {
 	runBench(b, a)
 	target := filepath.Join(root, "srv/kb/d000/f00007.md")
 	var took []time.Duration
-	cpu0 := cpuTime()
+	cpu0 := benchstat.CPU(false)
 	for i := 0; b.Loop(); i++ {
 		start := time.Now()
 		os.WriteFile(target, []byte(fmt.Sprintf("edit %d\n", i)), 0o644)
@@ -134,13 +127,13 @@ func BenchmarkWebhookToMirror(b *testing.B) {
 	target := filepath.Join(root, "srv/kb/d001/f00051.md")
 	var took []time.Duration
 	var commits time.Duration // the commits' CPU is not the agent's
-	cpu0 := cpuTime()
+	cpu0 := benchstat.CPU(false)
 	for i := 1; b.Loop(); i++ {
 		b.StopTimer()
-		c0 := cpuTime()
+		c0 := benchstat.CPU(false)
 		want := fmt.Sprintf("commit %d\n", i)
 		repo.Commit(want, map[string]*string{"kb/d001/f00051.md": gittest.S(want)})
-		commits += cpuTime() - c0
+		commits += benchstat.CPU(false) - c0
 		b.StartTimer()
 		start := time.Now()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(body))

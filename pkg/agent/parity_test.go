@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -119,7 +120,7 @@ func TestParity(t *testing.T) {
 	// The agent's host starts on the same first revision as the other.
 	writeBoth(t, bySync, byAgent, "a.yaml", file("a", "/etc/a", ""))
 	writeBoth(t, bySync, byAgent, "kb.yaml", "apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb}\n"+"---\n"+file("note", "/srv/kb/note", ""))
-	logs := &syncedBuffer{}
+	logs := &syncbuf.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Log(logs.String())
@@ -271,7 +272,7 @@ func TestParitySourceSwitch(t *testing.T) {
 	// agent, and a stop that returns the IDs it applied.
 	run := func(h parityHost, src source.Source) (*agent.Agent, func() []string) {
 		t.Helper()
-		logs := &syncedBuffer{}
+		logs := &syncbuf.Buffer{}
 		a := agent.New(agent.Options{Source: src, Log: slog.New(slog.NewTextHandler(logs, nil)),
 			Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true, WaitTimeout: time.Second,
 			RetryBase: 50 * time.Millisecond, RetryMax: 200 * time.Millisecond,

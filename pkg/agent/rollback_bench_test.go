@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
@@ -113,14 +114,14 @@ func oneFileGood(b *testing.B, minReady time.Duration, trigger agent.Trigger) {
 	for i := 0; b.Loop(); i++ {
 		h.files["files/f7"] = gittest.S(fmt.Sprintf("edit %d\n", i))
 		rev := h.commit(fmt.Sprintf("one file, %d", i), h.files)
-		before := cpuTime()
+		before := benchstat.CPU(false)
 		h.a.Reconcile(trigger)
 		select {
 		case <-verdicts:
 		case <-time.After(time.Minute):
 			b.Fatal("no verdict in 1m")
 		}
-		cpu += cpuTime() - before
+		cpu += benchstat.CPU(false) - before
 		h.waitFor(10*time.Second, "the verdict saved", func() bool {
 			for _, a := range historyOf(h.snapshot(), rev) {
 				if a.Verdict == state.Good {

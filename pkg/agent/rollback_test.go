@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/health"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -37,7 +38,7 @@ type lkgHost struct {
 	url                string
 	root, stateDir     string
 	reg                *prometheus.Registry
-	log                *syncedBuffer
+	log                *syncbuf.Buffer
 	a                  *agent.Agent
 	minReady, deadline time.Duration
 	onFailure          reconcile.OnFailure
@@ -50,7 +51,7 @@ type lkgHost struct {
 }
 
 func newLKGHost(t testing.TB) *lkgHost {
-	h := &lkgHost{t: t, repo: gittest.NewRepo(t), root: t.TempDir(), stateDir: t.TempDir(), log: &syncedBuffer{},
+	h := &lkgHost{t: t, repo: gittest.NewRepo(t), root: t.TempDir(), stateDir: t.TempDir(), log: &syncbuf.Buffer{},
 		minReady: 500 * time.Millisecond, deadline: 3 * time.Second, files: map[string]*string{}}
 	h.url, _ = h.repo.Daemon(t)
 	h.conf = filepath.Join(h.root, "etc/app.conf")

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -95,7 +96,7 @@ func TestStartCountsEachKeyOnce(t *testing.T) {
 	if _, err := syncHost(t, h, reconcile.Policy{}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &syncedBuffer{}
+	logs := &syncbuf.Buffer{}
 	a := runAgent(t, h.repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
 		Engine: reconcile.Config{Root: h.root, StateDir: h.state, Concurrency: 2, LockTimeout: 10 * time.Second}})
 	waitFor(t, 30*time.Second, "the agent ready", func() bool { ok, _ := a.Ready(); return ok })
@@ -142,7 +143,7 @@ func TestDriftJudgedOnTheLookThatActs(t *testing.T) {
 	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
 	writeFile(t, filepath.Join(repo, "all.yaml"), file("a", "/etc/a", ""))
 	reg := agent.NewRegistry()
-	logs := &syncedBuffer{}
+	logs := &syncbuf.Buffer{}
 	a := runAgent(t, repo, agent.Options{Metrics: agent.NewMetrics(reg), Log: slog.New(slog.NewTextHandler(logs, nil)),
 		FightThreshold: 1, // a second correction makes a fight: the detector was fed
 		Engine:         reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 1, LockTimeout: 30 * time.Second}})

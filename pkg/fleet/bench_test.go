@@ -5,33 +5,16 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
-
-// cpuTime is this process's user+sys time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
 
 // BenchmarkRollout100: 100 hosts (each its own etcd client, as 100 agents
 // are) on a real 3-member cluster roll out one revision a loop with
@@ -89,7 +72,7 @@ func BenchmarkRollout100(b *testing.B) {
 		return err == nil && r.Converged
 	})
 	var totals, peaks, writes, statusWrites []float64
-	cpu0, start := cpuTime(), time.Now()
+	cpu0, start := benchstat.CPU(false), time.Now()
 	b.ResetTimer()
 	for it := range b.N {
 		rev := Revision{ID: fmt.Sprintf("main@sha1:%d", it+1), Rollout: resource.Rollout{
@@ -136,7 +119,7 @@ func BenchmarkRollout100(b *testing.B) {
 		prev = rev.ID
 	}
 	b.StopTimer()
-	cpu := cpuTime() - cpu0
+	cpu := benchstat.CPU(false) - cpu0
 	wall := time.Since(start)
 
 	// Status propagation: a change on one host, seen in a fleet read.
@@ -153,22 +136,14 @@ func BenchmarkRollout100(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
-	b.ReportMetric(mean(totals), "rollout_s")
+	b.ReportMetric(benchstat.Mean(totals), "rollout_s")
 	b.ReportMetric(slices.Max(peaks), "peak_in_transition")
-	b.ReportMetric(mean(writes), "writes/host/rev")
-	b.ReportMetric(mean(statusWrites), "status_writes/host/rev")
+	b.ReportMetric(benchstat.Mean(writes), "writes/host/rev")
+	b.ReportMetric(benchstat.Mean(statusWrites), "status_writes/host/rev")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "status_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "status_max_ms")
 	b.Logf("%d rollouts of %d hosts: %.1fs each; CPU user+sys %.1fs over %.1fs wall (all 3 members and 100 clients in this process); load %s",
-		b.N, n, mean(totals), cpu.Seconds(), wall.Seconds(), loadAvg())
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
+		b.N, n, benchstat.Mean(totals), cpu.Seconds(), wall.Seconds(), benchstat.Load())
 }
 
 // BenchmarkSingletonFailover: 20 failovers of a singleton among three
@@ -176,12 +151,12 @@ func mean(xs []float64) float64 {
 // holders (0) and the failover time (TTL 2s).
 func BenchmarkSingletonFailover(b *testing.B) {
 	for range b.N {
-		cpu0 := cpuTime()
+		cpu0 := benchstat.CPU(false)
 		worst, fo := singletonFailovers(b, "kill", 20)
 		slices.Sort(fo)
 		b.ReportMetric(float64(worst.Milliseconds()), "overlap_ms")
 		b.ReportMetric(float64(fo[len(fo)/2].Milliseconds()), "failover_p50_ms")
 		b.ReportMetric(float64(fo[len(fo)-1].Milliseconds()), "failover_max_ms")
-		b.Logf("20 failovers: CPU user+sys %.1fs; load %s", (cpuTime() - cpu0).Seconds(), loadAvg())
+		b.Logf("20 failovers: CPU user+sys %.1fs; load %s", (benchstat.CPU(false) - cpu0).Seconds(), benchstat.Load())
 	}
 }

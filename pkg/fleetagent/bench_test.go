@@ -8,12 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
@@ -107,7 +107,7 @@ func BenchmarkAgents100(b *testing.B) {
 
 	var totals, peaks, writes, statusWrites []float64
 	var lones []string // some writes of a status alone
-	cpu0, start := cpuTime(), time.Now()
+	cpu0, start := benchstat.CPU(true), time.Now()
 	b.ResetTimer()
 	for it := range b.N {
 		// The slots held at once, from a watch on their keys.
@@ -181,7 +181,7 @@ func BenchmarkAgents100(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	cpu, wall := cpuTime()-cpu0, time.Since(start)
+	cpu, wall := benchstat.CPU(true)-cpu0, time.Since(start)
 
 	// A change on one host seen in fleet status: a revision it refuses
 	// (it does not validate) is its last error, written by the host.
@@ -206,40 +206,15 @@ func BenchmarkAgents100(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	slices.Sort(lat)
-	b.ReportMetric(mean(totals), "rollout_s")
+	b.ReportMetric(benchstat.Mean(totals), "rollout_s")
 	b.ReportMetric(slices.Max(peaks), "peak_in_transition")
-	b.ReportMetric(mean(writes), "writes/host/rev")
-	b.ReportMetric(mean(statusWrites), "status_alone/host/rev")
+	b.ReportMetric(benchstat.Mean(writes), "writes/host/rev")
+	b.ReportMetric(benchstat.Mean(statusWrites), "status_alone/host/rev")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "status_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "status_max_ms")
 	b.Logf("%d rollouts of %d agents: %v s; CPU user+sys %.1fs over %.1fs wall (3 etcd members and %d agents in this process, and the supervisors it reaped; the live supervisors and processes not counted); load %s",
-		b.N, n, totals, cpu.Seconds(), wall.Seconds(), n, loadAvg())
+		b.N, n, totals, cpu.Seconds(), wall.Seconds(), n, benchstat.Load())
 	if len(lones) > 0 {
 		b.Logf("writes of a status alone, some:\n%s", strings.Join(lones[:min(3, len(lones))], "\n"))
 	}
-}
-
-func mean(xs []float64) float64 {
-	var s float64
-	for _, x := range xs {
-		s += x
-	}
-	return s / float64(len(xs))
-}
-
-// cpuTime is the user+sys time of this process and its reaped children.
-func cpuTime() time.Duration {
-	var self, kids syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &self)
-	syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
-	return time.Duration(self.Utime.Nano() + self.Stime.Nano() + kids.Utime.Nano() + kids.Stime.Nano())
-}
-
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	fs := strings.Fields(string(b))
-	if len(fs) < 3 {
-		return "?"
-	}
-	return strings.Join(fs[:3], " ")
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
@@ -117,7 +118,7 @@ type host struct {
 	f           *fixture
 	name        string
 	root, state string
-	log         *syncedBuffer
+	log         *syncbuf.Buffer
 	gate        *countingGate
 	a           *agent.Agent
 	link        *Link
@@ -132,7 +133,7 @@ func (f *fixture) start(name string) *host {
 	f.mu.Lock()
 	h := f.hosts[name]
 	if h == nil {
-		h = &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncedBuffer{}}
+		h = &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncbuf.Buffer{}}
 		f.hosts[name] = h
 		f.t.Cleanup(func() { h.stop(); supervise.StopAll(h.state) })
 	}
@@ -286,22 +287,4 @@ func (g *countingGate) asked() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.admits)
-}
-
-// syncedBuffer is a log sink read while the agent writes to it.
-type syncedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
