@@ -37,7 +37,7 @@ These commands act on the newest rollout, or on --revision.`,
 
 var rolloutLong = map[string]string{
 	"status": `status lists the fleet's rollouts, oldest first: the revision, its state
-(progressing, canary, paused or aborted, and why), and the hosts applying
+(canary, progressing, complete, paused or aborted, and why), and the hosts applying
 it, good on it, bad on it and stalled (holding a slot past progressDeadline).`,
 	"pause": `pause stops the rollout of a revision (the newest by default): hosts that
 hold a slot finish; no host takes a new one until resume. A newer revision
