@@ -51,3 +51,6 @@ func StopMirrorAfter(n int, kill bool) func() {
 	}
 	return func() { createdHook = nil }
 }
+
+// HostListings is how many host directories mirror plans listed so far.
+func HostListings() int64 { return listings.Load() }

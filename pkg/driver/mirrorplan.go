@@ -3,8 +3,10 @@ package driver
 import (
 	"cmp"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"io/fs"
 	"maps"
@@ -61,7 +63,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			if failed.Load() {
 				return nil
 			}
-			err := p.compare(ctx, f.host, f.rel, f.entries, f.implied)
+			err := p.compare(ctx, f.host, f.rel, f.entries, f.implied, f.seen)
 			if err != nil {
 				failed.Store(true)
 			}
@@ -115,12 +117,12 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		f.entries = append(f.entries, de)
 		seq++
 		if e.Mode.IsDir() {
-			host, err := p.dirEntry(f.host, de)
+			host, seen, err := p.dirEntry(f.host, de)
 			if err != nil {
 				walkErr = fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
 				return errStopped
 			}
-			stack = append(stack, &dirFrame{rel: e.Path, host: host})
+			stack = append(stack, &dirFrame{rel: e.Path, host: host, seen: seen})
 		}
 		return nil
 	}
@@ -306,6 +308,7 @@ type dirFrame struct {
 	host    *hostfs.Dir // the directory on the host; nil when there is none
 	entries []desiredEntry
 	implied map[string]bool // subdirectories with frames of their own though not entries
+	seen    seenDir         // the directory as the walk met it
 }
 
 // close releases the frame's directory unless it is the tree's top.
@@ -369,8 +372,9 @@ func openSub(d *hostfs.Dir, name string) (*hostfs.Dir, error) {
 // dirEntry decides a desired directory as the walk meets it, in its
 // parent on the host (nil: not there): a sync that writes as it plans
 // makes the directory at once, so that what is inside has somewhere to go.
-// It returns the directory on the host, nil when there is none.
-func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir, error) {
+// It returns the directory on the host, nil when there is none, and how
+// the walk found it.
+func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir, seenDir, error) {
 	name := path.Base(e.Path)
 	var live *hostfs.Stat
 	if parent != nil {
@@ -378,12 +382,13 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 		switch {
 		case missing(err):
 		case err != nil:
-			return nil, err
+			return nil, seenDir{}, err
 		default:
 			live = &st
 		}
 	}
 	prev := p.ix.get(e.Path)
+	var seen seenDir
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
 	switch {
@@ -392,36 +397,53 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 		o.WrongType = typeName(live.Mode)
 	default:
 		o.Matches, o.Ours = true, true
-		if live.Mode.Perm() != op.mode {
+		switch {
+		case live.Mode.Perm() != op.mode:
 			o.Attrs = []diff.Attr{{Field: "mode"}}
-		} else {
+		case prev != nil && prev.Stat.Same(*live):
+			// As recorded, with what its listing held then.
+			seen = seenDir{stat: live, prev: prev}
+		default:
 			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+			seen = seenDir{stat: live}
 		}
 	}
 	if op.decide(&o) {
 		if p.out == nil {
 			p.keep([]treeOp{op}, nil)
 		} else if err := p.out.makeDir(parent, name, &op); err != nil {
-			return nil, err
+			return nil, seenDir{}, err
 		}
 	}
 	if live == nil && p.out == nil {
-		return nil, nil
+		return nil, seen, nil
 	}
-	return openSub(parent, name)
+	d, err := openSub(parent, name)
+	return d, seen, err
 }
 
 // compare decides a directory's entries other than directories (decided
 // as the walk met them): the desired ones against what the host and the
 // index hold, then the host's that are not desired, and forgets recorded
 // entries that are on neither side.
-func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool) error {
+func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool, seen seenDir) error {
 	var live map[string]liveEntry
 	var err error
 	recorded := p.ix.children(rel)
-	if p.whole(rel) {
+	names := ""
+	if (seen.stat != nil || p.out != nil && rel != "") && implied == nil && !p.env.Verify {
+		names = namesDigest(desired)
+	}
+	unlisted := false
+	switch {
+	case p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev):
+		// The directory has not changed since it held exactly the desired
+		// names: those are looked at, and nothing else is there.
+		unlisted = true
+		live, err = statHost(host, fileNames(desired))
+	case p.whole(rel):
 		live, err = listHost(host)
-	} else {
+	default:
 		// On the way to the scope: only its names are looked at.
 		names := p.scoped(rel)
 		for _, e := range desired {
@@ -555,11 +577,87 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		}
 	}
 	p.ix.mu.Unlock()
+	wrote := p.out != nil && len(ops)+len(gone) > 0
 	if p.out != nil {
-		return p.out.writeDir(ctx, host, rel, ops, gone)
+		if err := p.out.writeDir(ctx, host, rel, ops, gone); err != nil {
+			return err
+		}
+	} else {
+		p.keep(ops, gone)
 	}
-	p.keep(ops, gone)
+	switch {
+	case names == "" || unlisted || !p.whole(rel):
+	case !wrote && seen.stat != nil:
+		if len(live) == len(want) && exactly(live, want) {
+			// A racily clean record is written again, newer than the
+			// directory's timestamps, as a racily clean file's is.
+			racy := seen.prev != nil && p.ix.racy(seen.prev)
+			if seen.prev == nil || seen.prev.ContentID != names || racy {
+				p.ix.set(rel, &state.IndexEntry{Stat: *seen.stat, ContentID: names}, racy)
+			}
+		}
+	case p.out != nil:
+		// Made or written here: what it holds is listed again once the
+		// writes are in place.
+		p.out.relistLater(rel, names)
+	}
 	return nil
+}
+
+// seenDir is a desired directory as the walk found it on the host: its
+// stat before anything in it was listed, and its index entry when that
+// records the same stat (nil otherwise).
+type seenDir struct {
+	stat *hostfs.Stat
+	prev *state.IndexEntry
+}
+
+// namesDigest names the set of a directory's desired entries. A
+// directory's index entry keeps it (as its ContentID) with the stat the
+// directory had when it held exactly those names and nothing else: while
+// its stat is still that one (adding, removing or renaming an entry moves
+// a directory's mtime and ctime), it holds them still, and a converged
+// check stats them by name without listing the directory.
+func namesDigest(desired []desiredEntry) string {
+	names := make([]string, len(desired))
+	for i, e := range desired {
+		names[i] = path.Base(e.Path)
+	}
+	return digestNames(names)
+}
+
+// digestNames is namesDigest of these names, in any order.
+func digestNames(names []string) string {
+	slices.Sort(names)
+	h := fnv.New128a()
+	for _, name := range names {
+		io.WriteString(h, name)
+		h.Write([]byte{0})
+	}
+	var sum [16]byte
+	return "names:" + hex.EncodeToString(h.Sum(sum[:0]))
+}
+
+// fileNames are the names of the desired entries other than directories
+// (which the walk looked at as it met them).
+func fileNames(desired []desiredEntry) []string {
+	names := make([]string, 0, len(desired))
+	for _, e := range desired {
+		if !e.Mode.IsDir() {
+			names = append(names, path.Base(e.Path))
+		}
+	}
+	return names
+}
+
+// exactly reports whether every live name is a desired one.
+func exactly(live map[string]liveEntry, want map[string]fs.FileMode) bool {
+	for name := range live {
+		if _, ok := want[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // keep holds a directory's changes for the plan: every one as shown, and
@@ -606,7 +704,7 @@ func (p *treePlanner) hostOnly(ctx context.Context, parent *hostfs.Dir, rel stri
 		return err
 	}
 	defer sub.Close()
-	return p.compare(ctx, sub, rel, nil, nil)
+	return p.compare(ctx, sub, rel, nil, nil, seenDir{})
 }
 
 // ownedBelow reports whether rel and everything below it is as
@@ -656,12 +754,16 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 	return true, nil
 }
 
+// listings counts the host directories the planner listed (for tests).
+var listings atomic.Int64
+
 // listHost lists a live directory's entries, never following symlinks;
 // nothing when d is nil.
 func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	if d == nil {
 		return nil, nil
 	}
+	listings.Add(1)
 	entries, err := d.List()
 	if err != nil {
 		return nil, err

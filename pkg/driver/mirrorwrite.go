@@ -91,6 +91,51 @@ type treeWriter struct {
 	// fsyncDirs, made durable by one syncfs.
 	touched map[string]bool
 	many    bool
+	// relists are the directories written, to be recorded, once their
+	// writes are in place, as holding exactly these names (namesDigest).
+	relists []relist
+}
+
+type relist struct{ rel, names string }
+
+// relistLater records the directory at rel, once the writes are done, as
+// holding exactly the desired names digested as names, when it does.
+func (t *treeWriter) relistLater(rel, names string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.relists = append(t.relists, relist{rel, names})
+}
+
+// relist records each directory written as holding exactly its desired
+// names, when it does: stat first, then list, so that a change after the
+// stat moves the directory's stat past what is recorded.
+func (t *treeWriter) relist() error {
+	for _, r := range t.relists {
+		d, err := openRel(t.top, r.rel)
+		if missing(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		st, err := d.Lstat(".")
+		var listed []hostfs.DirEntry
+		if err == nil {
+			listed, err = d.List()
+		}
+		d.Close()
+		if err != nil {
+			return err
+		}
+		names := make([]string, len(listed))
+		for i, e := range listed {
+			names[i] = e.Name
+		}
+		if digestNames(names) == r.names {
+			t.ix.set(r.rel, &state.IndexEntry{Stat: st, ContentID: r.names}, false)
+		}
+	}
+	t.relists = nil
+	return nil
 }
 
 // staged is a file written to a temporary name, waiting for its batch's
@@ -472,6 +517,9 @@ func (t *treeWriter) finish() error {
 	}
 	if err := t.ix.syncIntents(); err != nil {
 		return err // the directories and symlinks made since the last batch
+	}
+	if err := t.relist(); err != nil {
+		return err
 	}
 	if t.many {
 		return t.env.Root.SyncFS()
