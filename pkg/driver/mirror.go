@@ -71,10 +71,11 @@ func (t *treeIndex) records(rel string) (prev *state.IndexEntry, intents []*stat
 	return t.x.Get(rel), t.x.Intents(rel)
 }
 
-func (t *treeIndex) children(rel string) map[string]state.Child {
+// children lists what the index holds directly in rel into k.
+func (t *treeIndex) children(rel string, k *state.Kids) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.x.Children(rel)
+	t.x.ChildrenOf(rel, k)
 }
 
 func (t *treeIndex) racy(e *state.IndexEntry) bool {

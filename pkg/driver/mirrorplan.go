@@ -3,15 +3,14 @@ package driver
 import (
 	"cmp"
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"io/fs"
 	"maps"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -319,10 +318,12 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 	}
 }
 
-// A tree's directories take their entries' slices, and compare its maps,
-// from pools: a walk of many directories reuses a few, where each
-// directory's own cost the collector as much as the rest of the plan.
+// A tree's directories take their entries' slices, and compare its maps
+// and index children, from pools: a walk of many directories reuses a
+// few, where each directory's own cost the collector as much as the rest
+// of the plan.
 var (
+	kidsPool    = sync.Pool{New: func() any { return new(state.Kids) }}
 	entrySlices = sync.Pool{New: func() any { return new([]desiredEntry) }}
 	liveMaps    = sync.Pool{New: func() any { return map[string]liveEntry{} }}
 	wantMaps    = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
@@ -429,7 +430,9 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool, seen seenDir) error {
 	var live map[string]liveEntry
 	var err error
-	recorded := p.ix.children(rel)
+	recorded := kidsPool.Get().(*state.Kids)
+	defer kidsPool.Put(recorded)
+	p.ix.children(rel, recorded)
 	names := ""
 	if (seen.stat != nil || p.out != nil && rel != "") && implied == nil && !p.env.Verify {
 		names = namesDigest(desired)
@@ -440,7 +443,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		// The directory has not changed since it held exactly the desired
 		// names: those are looked at, and nothing else is there.
 		unlisted = true
-		live, err = statHost(host, fileNames(desired))
+		live, err = statDesired(host, desired)
 	case p.whole(rel):
 		live, err = listHost(host)
 	default:
@@ -450,11 +453,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			names = append(names, path.Base(e.Path))
 		}
 		live, err = statHost(host, names)
-		for name := range recorded {
-			if !p.relevant(path.Join(rel, name)) {
-				delete(recorded, name)
-			}
-		}
+		recorded.Keep(func(name string) bool { return p.relevant(path.Join(rel, name)) })
 	}
 	if err != nil {
 		return err
@@ -470,7 +469,8 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			continue
 		}
 		le, ok := live[name]
-		prev, intents := recorded[name].Entry, recorded[name].Intents
+		c, _ := recorded.Find(name)
+		prev, intents := c.Entry, c.Intents
 		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
@@ -526,7 +526,8 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			continue
 		}
 		sub := path.Join(rel, name)
-		prev, intents := recorded[name].Entry, recorded[name].Intents
+		c, _ := recorded.Find(name)
+		prev, intents := c.Entry, c.Intents
 		op := treeOp{rel: sub, action: diff.Delete, typ: le.Mode.Type()}
 		temp := hostfs.IsTemp(name) && le.Mode.IsRegular()
 		owned := false
@@ -566,7 +567,8 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	// Recorded entries that are neither desired nor on the host are
 	// forgotten.
 	p.ix.mu.Lock()
-	for name, c := range recorded {
+	for i, name := range recorded.Names {
+		c := recorded.Of[i]
 		le, isLive := live[name]
 		mode, isWanted := want[name]
 		if c.Entry != nil && !isLive && !isWanted {
@@ -619,35 +621,36 @@ type seenDir struct {
 // a directory's mtime and ctime), it holds them still, and a converged
 // check stats them by name without listing the directory.
 func namesDigest(desired []desiredEntry) string {
-	names := make([]string, len(desired))
-	for i, e := range desired {
-		names[i] = path.Base(e.Path)
-	}
-	return digestNames(names)
-}
-
-// digestNames is namesDigest of these names, in any order.
-func digestNames(names []string) string {
-	slices.Sort(names)
-	h := fnv.New128a()
-	for _, name := range names {
-		io.WriteString(h, name)
-		h.Write([]byte{0})
-	}
-	var sum [16]byte
-	return "names:" + hex.EncodeToString(h.Sum(sum[:0]))
-}
-
-// fileNames are the names of the desired entries other than directories
-// (which the walk looked at as it met them).
-func fileNames(desired []desiredEntry) []string {
-	names := make([]string, 0, len(desired))
+	var d nameSet
 	for _, e := range desired {
-		if !e.Mode.IsDir() {
-			names = append(names, path.Base(e.Path))
-		}
+		d.add(path.Base(e.Path))
 	}
-	return names
+	return d.String()
+}
+
+// nameSet digests a set of names in any order, without allocating: two
+// sums of a 64-bit FNV-1a of each name (from two offset bases), and the
+// count.
+type nameSet struct{ a, b, n uint64 }
+
+func (d *nameSet) add(name string) {
+	ha, hb := uint64(14695981039346656037), uint64(0x9ae16a3b2f90404f)
+	for i := 0; i < len(name); i++ {
+		ha = (ha ^ uint64(name[i])) * 1099511628211
+		hb = (hb ^ uint64(name[i])) * 1099511628211
+	}
+	d.a, d.b, d.n = d.a+ha, d.b+hb, d.n+1
+}
+
+func (d nameSet) String() string {
+	b := make([]byte, 0, 48)
+	b = append(b, "names:"...)
+	b = strconv.AppendUint(b, d.a, 16)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, d.b, 16)
+	b = append(b, '.')
+	b = strconv.AppendUint(b, d.n, 10)
+	return string(b)
 }
 
 // exactly reports whether every live name is a desired one.
@@ -771,6 +774,23 @@ func listHost(d *hostfs.Dir) (map[string]liveEntry, error) {
 	out := liveMaps.Get().(map[string]liveEntry)
 	for _, e := range entries {
 		if err := describeHost(d, e.Name, out); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// statDesired describes the live entries of the desired ones other than
+// directories (which the walk looked at as it met them), never following
+// symlinks; those missing are left out.
+func statDesired(d *hostfs.Dir, desired []desiredEntry) (map[string]liveEntry, error) {
+	out := liveMaps.Get().(map[string]liveEntry)
+	for _, e := range desired {
+		if e.Mode.IsDir() {
+			continue
+		}
+		if err := describeHost(d, path.Base(e.Path), out); err != nil {
+			putLive(out)
 			return nil, err
 		}
 	}

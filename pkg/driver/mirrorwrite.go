@@ -126,11 +126,11 @@ func (t *treeWriter) relist() error {
 		if err != nil {
 			return err
 		}
-		names := make([]string, len(listed))
-		for i, e := range listed {
-			names[i] = e.Name
+		var names nameSet
+		for _, e := range listed {
+			names.add(e.Name)
 		}
-		if digestNames(names) == r.names {
+		if names.String() == r.names {
 			t.ix.set(r.rel, &state.IndexEntry{Stat: st, ContentID: r.names}, false)
 		}
 	}

@@ -180,8 +180,10 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		prefix = top + "/"
 	}
 	// What the stat cache holds for the directory, read in one go.
+	cached := kidsPool.Get().(*state.Kids)
+	defer kidsPool.Put(cached)
 	t.mu.Lock()
-	cached := t.cache.Children(strings.TrimSuffix(prefix, "/"))
+	t.cache.ChildrenOf(strings.TrimSuffix(prefix, "/"), cached)
 	t.mu.Unlock()
 	// The directory's paths in one string, its files in one slice: a
 	// walked file costs no allocation of its own.
@@ -210,7 +212,10 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 		case st.Mode.IsRegular():
 			f := &files[0]
 			files = files[1:]
-			f.t, f.full, f.st, f.prev = t, full, st, cached[w.name].Entry
+			f.t, f.full, f.st = t, full, st
+			if c, _ := cached.Find(w.name); c.Entry != nil {
+				f.prev, f.cached = *c.Entry, true
+			}
 			e.File, e.ContentID = f, f.ContentID
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
@@ -235,6 +240,10 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	return nil
 }
 
+// kidsPool holds what the walk's directories read of the stat cache: a
+// walk of many directories uses a few.
+var kidsPool = sync.Pool{New: func() any { return new(state.Kids) }}
+
 // walked is a listed entry and its stat.
 type walked struct {
 	name string
@@ -247,7 +256,9 @@ type dirFile struct {
 	t    *dirTree
 	full string // its path in the repository
 	st   hostfs.Stat
-	prev *state.IndexEntry // the stat cache's entry when the walk listed it
+	// prev is the stat cache's entry when the walk listed it, if cached.
+	prev   state.IndexEntry
+	cached bool
 
 	mu   sync.Mutex
 	read *namingReader // the last Open, hashing what it reads
@@ -256,8 +267,10 @@ type dirFile struct {
 // ContentID is the file's Git blob ID, from the stat cache while the
 // file's stat holds.
 func (f *dirFile) ContentID() (string, error) {
-	if e := f.t.stands(f.prev, f.st); e != nil {
-		return e.ContentID, nil
+	if f.cached {
+		if e := f.t.stands(&f.prev, f.st); e != nil {
+			return e.ContentID, nil
+		}
 	}
 	return f.t.contentID(f.full, f.st)
 }

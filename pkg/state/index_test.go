@@ -485,8 +485,12 @@ func TestIndexConvergedLookups(t *testing.T) {
 		t.Error("entries set as they were: the index is dirty")
 	}
 	// The 40 entries of a directory, or 5,000 of one: the allocations of
-	// Children do not grow with the entries (the map's buckets aside).
-	few := testing.AllocsPerRun(5, func() { y.Children("src/pkg0") })
+	// ChildrenOf do not grow with the entries (a Kids used again).
+	var k Kids
+	few := testing.AllocsPerRun(5, func() { y.ChildrenOf("src/pkg0", &k) })
+	if few > 2 {
+		t.Errorf("ChildrenOf: %.0f allocations for 40 entries, want the cursor and the strings (2)", few)
+	}
 	big := NewIndex()
 	for i := range n {
 		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
@@ -501,8 +505,11 @@ func TestIndexConvergedLookups(t *testing.T) {
 	if kids := big.Children("dir"); len(kids) != n || *kids["file2"].Entry != *kinds[2] {
 		t.Fatalf("Children: %d names, file2 %+v", len(kids), kids["file2"].Entry)
 	}
-	if many := testing.AllocsPerRun(5, func() { big.Children("dir") }); many > few+n/100 {
-		t.Errorf("Children: %.0f allocations for %d entries, %.0f for 40", many, n, few)
+	if c, ok := k.Find("file0"); !ok || c.Entry == nil || k.Len() != 40 {
+		t.Fatalf("ChildrenOf(src/pkg0): %d names, file0 %+v", k.Len(), c)
+	}
+	if many := testing.AllocsPerRun(5, func() { big.ChildrenOf("dir", &k) }); many > few {
+		t.Errorf("ChildrenOf: %.0f allocations for %d entries, %.0f for 40", many, n, few)
 	}
 	changed := *y.Get("src/pkg0/file0")
 	changed.Size++

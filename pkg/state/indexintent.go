@@ -280,21 +280,17 @@ func (x *Index) AllIntents() iter.Seq2[string, *IndexEntry] {
 
 // intendedChildren adds the intents directly in dir (below prefix) to
 // out, and marks the names with intents below them.
-func (x *Index) intendedChildren(prefix string, out map[string]Child) {
+func (x *Index) intendedChildren(prefix string, k *Kids) {
 	i, _ := x.intents.find(prefix)
 	for ; i < len(x.intents) && strings.HasPrefix(x.intents[i].p, prefix); i++ {
 		rest := x.intents[i].p[len(prefix):]
-		name, below := rest, false
 		if j := strings.IndexByte(rest, '/'); j >= 0 {
-			name, below = rest[:j], true
+			k.Names = append(k.Names, rest[:j])
+			k.Of = append(k.Of, Child{Below: true})
+			continue
 		}
-		ch := out[name]
-		if below {
-			ch.Below = true
-		} else {
-			c := *x.intents[i].e
-			ch.Intents = append(ch.Intents, &c)
-		}
-		out[name] = ch
+		c := *x.intents[i].e
+		k.Names = append(k.Names, rest)
+		k.Of = append(k.Of, Child{Intents: []*IndexEntry{&c}})
 	}
 }

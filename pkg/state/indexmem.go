@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -263,19 +262,101 @@ type Child struct {
 	Below   bool
 }
 
-// Children lists the names directly in dir ("" is the top): a contiguous
-// run of entries, whose subdirectories are stepped over by search. The
-// entries of one call share two allocations (their structs, and one
-// string their strings are cut from), however many there are: a
-// converged check lists every directory of a tree.
+// Children lists the names directly in dir ("" is the top), by name:
+// what ChildrenOf lists.
 func (x *Index) Children(dir string) map[string]Child {
+	var k Kids
+	x.ChildrenOf(dir, &k)
+	out := make(map[string]Child, len(k.Names))
+	for i, name := range k.Names {
+		out[name] = k.Of[i]
+	}
+	return out
+}
+
+// Kids are the names directly in an index directory, in name order, and
+// each one's Child: what ChildrenOf lists. A Kids is used again by each
+// call: the entries of the last call are good until the next one, their
+// strings for good.
+type Kids struct {
+	Names []string
+	Of    []Child
+	ents  []IndexEntry
+	list  childList
+}
+
+// Find is name's Child, by a binary search.
+func (k *Kids) Find(name string) (Child, bool) {
+	i, ok := slices.BinarySearch(k.Names, name)
+	if !ok {
+		return Child{}, false
+	}
+	return k.Of[i], true
+}
+
+// Keep keeps the names keep reports true for, and drops the others.
+func (k *Kids) Keep(keep func(name string) bool) {
+	n := 0
+	for i, name := range k.Names {
+		if keep(name) {
+			k.Names[n], k.Of[n] = name, k.Of[i]
+			n++
+		}
+	}
+	clear(k.Of[n:])
+	k.Names, k.Of = k.Names[:n], k.Of[:n]
+}
+
+// Len is how many names there are.
+func (k *Kids) Len() int { return len(k.Names) }
+
+// sort orders the names and merges a name's entry, intents and Below.
+func (k *Kids) sort() {
+	if !slices.IsSorted(k.Names) {
+		sort.Stable(kidsOrder{k})
+	}
+	n := 0
+	for i := range k.Names {
+		if n > 0 && k.Names[n-1] == k.Names[i] {
+			c, d := &k.Of[n-1], k.Of[i]
+			c.Below = c.Below || d.Below
+			if d.Entry != nil {
+				c.Entry = d.Entry
+			}
+			c.Intents = append(c.Intents, d.Intents...)
+			continue
+		}
+		k.Names[n], k.Of[n] = k.Names[i], k.Of[i]
+		n++
+	}
+	clear(k.Of[n:])
+	k.Names, k.Of = k.Names[:n], k.Of[:n]
+}
+
+// kidsOrder sorts a Kids' names and children together.
+type kidsOrder struct{ k *Kids }
+
+func (o kidsOrder) Len() int           { return len(o.k.Names) }
+func (o kidsOrder) Less(i, j int) bool { return o.k.Names[i] < o.k.Names[j] }
+func (o kidsOrder) Swap(i, j int) {
+	o.k.Names[i], o.k.Names[j] = o.k.Names[j], o.k.Names[i]
+	o.k.Of[i], o.k.Of[j] = o.k.Of[j], o.k.Of[i]
+}
+
+// ChildrenOf lists the names directly in dir ("" is the top) into k: a
+// contiguous run of entries, whose subdirectories are stepped over by
+// search. The strings of one call share one allocation, however many
+// there are: a converged check lists every directory of a tree.
+func (x *Index) ChildrenOf(dir string, k *Kids) {
 	prefix := ""
 	if dir != "" {
 		prefix = dir + "/"
 	}
-	kids := childLists.Get().(*childList)
-	defer childLists.Put(kids)
-	var below []string
+	k.Names, k.Of = k.Names[:0], k.Of[:0]
+	kids := &k.list
+	kids.buf, kids.kids = kids.buf[:0], kids.kids[:0]
+	var below []span // names with entries below them, in kids.buf
+	var seek []byte
 	c := x.cursor(prefix)
 	for {
 		a, ok := c.step()
@@ -296,9 +377,9 @@ func (x *Index) Children(dir string) map[string]Child {
 			if a.dead(c.b) {
 				continue
 			}
-			name := string(rest[:j])
-			below = append(below, name)
-			c = x.cursor(prefix + name + "0") // '0' follows '/': past name's entries
+			below = append(below, kids.put(rest[:j]))
+			seek = append(append(append(seek[:0], prefix...), rest[:j]...), '0') // '0' follows '/': past name's entries
+			c.seek(unsafe.String(unsafe.SliceData(seek), len(seek)))
 			continue
 		}
 		if a.dead(c.b) {
@@ -306,19 +387,31 @@ func (x *Index) Children(dir string) map[string]Child {
 		}
 		kids.add(c.b, a, rest)
 	}
-	out := make(map[string]Child, len(kids.kids)+len(below))
-	x.intendedChildren(prefix, out)
-	for _, name := range below {
-		ch := out[name]
-		ch.Below = true
-		out[name] = ch
+	all := string(kids.buf)
+	cut := func(s span) string { return all[s.from:s.to] }
+	k.ents = slices.Grow(k.ents[:0], len(kids.kids))[:len(kids.kids)]
+	for i := range kids.kids {
+		kid := &kids.kids[i]
+		e := &k.ents[i]
+		*e = kid.e
+		if kid.cid != (span{}) {
+			e.ContentID = cut(kid.cid)
+		}
+		if kid.sha != (span{}) {
+			e.SHA256 = cut(kid.sha)
+		}
+		if kid.target != (span{}) {
+			e.Target = cut(kid.target)
+		}
+		k.Names = append(k.Names, cut(kid.name))
+		k.Of = append(k.Of, Child{Entry: e})
 	}
-	for name, e := range kids.entries() {
-		ch := out[name]
-		ch.Entry = e
-		out[name] = ch
+	for _, b := range below {
+		k.Names = append(k.Names, cut(b))
+		k.Of = append(k.Of, Child{Below: true})
 	}
-	return out
+	x.intendedChildren(prefix, k)
+	k.sort()
 }
 
 // childList gathers the entries Children finds: their names and strings
@@ -328,9 +421,6 @@ type childList struct {
 	buf  []byte
 	kids []child
 }
-
-// childLists are Children's scratch, used again by the next call.
-var childLists = sync.Pool{New: func() any { return &childList{buf: make([]byte, 0, 16<<10)} }}
 
 type child struct {
 	name, cid, sha, target span
@@ -384,34 +474,7 @@ func (l *childList) add(b *base, a at, name []byte) {
 	l.kids = append(l.kids, k)
 }
 
-// entries yields each name and its entry, their strings cut from one,
-// and empties the list for its next use.
-func (l *childList) entries() iter.Seq2[string, *IndexEntry] {
-	return func(yield func(string, *IndexEntry) bool) {
-		all := string(l.buf)
-		ents := make([]IndexEntry, len(l.kids))
-		defer func() { l.buf, l.kids = l.buf[:0], l.kids[:0] }()
-		cut := func(s span) string { return all[s.from:s.to] }
-		for i := range l.kids {
-			k := &l.kids[i]
-			e := &ents[i]
-			*e = k.e
-			if k.cid != (span{}) {
-				e.ContentID = cut(k.cid)
-			}
-			if k.sha != (span{}) {
-				e.SHA256 = cut(k.sha)
-			}
-			if k.target != (span{}) {
-				e.Target = cut(k.target)
-			}
-			if !yield(cut(k.name), e) {
-				return
-			}
-		}
-	}
-}
-
+// cursor walks the base and the layers in path order; where they hold the
 // item is an entry as a merge of the base and the layers meets it: its
 // row (whose flags carry the marks) and its strings.
 type item struct {
@@ -419,7 +482,6 @@ type item struct {
 	r              row
 }
 
-// cursor walks the base and the layers in path order; where they hold the
 // same path, the newer one wins.
 type cursor struct {
 	b             *base
@@ -431,12 +493,18 @@ type cursor struct {
 // change while it is used.
 func (x *Index) cursor(from string) *cursor {
 	c := &cursor{b: x.base, logged: x.logged, added: x.added}
+	c.seek(from)
+	return c
+}
+
+// seek moves the cursor to the first path not below from; from is not
+// kept.
+func (c *cursor) seek(from string) {
 	if c.b != nil {
 		c.bi = c.b.search(from)
 	}
 	c.li, _ = c.logged.find(from)
 	c.ai, _ = c.added.find(from)
-	return c
 }
 
 // at is where the cursor stands: a base row (bi), or a layer's entry
