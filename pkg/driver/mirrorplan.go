@@ -70,6 +70,17 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			return err
 		})
 	}
+	// A tree written before, looked at whole, is read front to back as the
+	// walk meets its files: a directory that turns out unchanged needs no
+	// listing of the index either.
+	var arena []byte // the found entries' strings; only ever appended to
+	if p.scope == nil && top != nil && !env.recalled() && !env.Verify {
+		ix.mu.Lock()
+		if ix.x.Len() > 0 && !ix.x.Intending() {
+			p.scan = ix.x.Scan()
+		}
+		ix.mu.Unlock()
+	}
 	// The open directories of the walk, top first: a directory is complete
 	// when the walk leaves it.
 	stack := []*dirFrame{{host: top}}
@@ -110,6 +121,14 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		}
 		f := stack[len(stack)-1]
 		de := desiredEntry{Entry: e, seq: seq}
+		if p.scan != nil && !e.Mode.IsDir() {
+			if cap(arena)-len(arena) < recordBytes {
+				arena = make([]byte, 0, 64<<10)
+			}
+			ix.mu.Lock()
+			de.recorded = p.scan.Find(e.Path, &de.rec, &arena)
+			ix.mu.Unlock()
+		}
 		if f.entries == nil {
 			f.entries = getEntries()
 		}
@@ -230,6 +249,9 @@ type treePlanner struct {
 	// counted replaces shown beyond maxHeldOps when the plan is only to
 	// be applied (Env.CountFiles).
 	counted map[shownKey]int
+	// scan, when not nil, finds each desired file's index entry as the
+	// walk meets it (desiredEntry.rec).
+	scan *state.Scan
 	// scope, when not nil, narrows the plan to these entries (each with
 	// what is below it) and the directories on the way to them: what a
 	// watch event named (Env.Scope).
@@ -355,6 +377,10 @@ func putLive(m map[string]liveEntry) {
 type desiredEntry struct {
 	source.Entry
 	seq int
+	// rec is the index's entry for a file, found as the walk met it
+	// (recorded: there is one), when the planner scans the index.
+	rec      state.IndexEntry
+	recorded bool
 }
 
 // openSub opens the directory name in d; nil when d is nil or name is not
@@ -430,19 +456,24 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool, seen seenDir) error {
 	var live map[string]liveEntry
 	var err error
-	recorded := kidsPool.Get().(*state.Kids)
-	defer kidsPool.Put(recorded)
-	p.ix.children(rel, recorded)
 	names := ""
 	if (seen.stat != nil || p.out != nil && rel != "") && implied == nil && !p.env.Verify {
 		names = namesDigest(desired)
 	}
-	unlisted := false
+	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev)
+	recorded := kidsPool.Get().(*state.Kids)
+	defer kidsPool.Put(recorded)
+	if unlisted && p.scan != nil {
+		// What the index holds here is what the walk found for each file
+		// (when it held exactly these names, the rest was forgotten).
+		recorded.Reset()
+	} else {
+		p.ix.children(rel, recorded)
+	}
 	switch {
-	case p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev):
+	case unlisted:
 		// The directory has not changed since it held exactly the desired
 		// names: those are looked at, and nothing else is there.
-		unlisted = true
 		live, err = statDesired(host, desired)
 	case p.whole(rel):
 		live, err = listHost(host)
@@ -462,7 +493,8 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	want := wantMaps.Get().(map[string]fs.FileMode)
 	defer func() { clear(want); wantMaps.Put(want) }()
 	var ops []treeOp
-	for _, e := range desired {
+	for i := range desired {
+		e := &desired[i]
 		name := path.Base(e.Path)
 		want[name] = e.Mode
 		if e.Mode.IsDir() {
@@ -471,6 +503,9 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		le, ok := live[name]
 		c, _ := recorded.Find(name)
 		prev, intents := c.Entry, c.Intents
+		if unlisted && p.scan != nil {
+			prev = p.recorded(e)
+		}
 		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 		if ok && le.Mode.Type() != e.Mode.Type() {
@@ -605,6 +640,20 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	}
 	return nil
 }
+
+// recorded is a desired file's index entry: as the walk's scan found
+// it, else as the index holds it now (the scan reads the index as it
+// stood when the walk began).
+func (p *treePlanner) recorded(e *desiredEntry) *state.IndexEntry {
+	if e.recorded {
+		return &e.rec
+	}
+	return p.ix.get(e.Path)
+}
+
+// recordBytes is the most an index entry's strings take: a content ID, a
+// SHA-256 in hex, and a symlink's target of a typical length.
+const recordBytes = len("sha256:") + 64 + 64 + 256
 
 // seenDir is a desired directory as the walk found it on the host: its
 // stat before anything in it was listed, and its index entry when that

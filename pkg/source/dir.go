@@ -140,7 +140,10 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 		return err
 	}
 	defer d.Close()
-	return t.walk(d, dir, "", fn)
+	t.mu.Lock()
+	scan := t.cache.Scan()
+	t.mu.Unlock()
+	return t.walk(d, scan, dir, "", fn)
 }
 
 // walk lists each directory once (getdents64: names and types without a
@@ -148,7 +151,7 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 // contents right after it: the order of the paths in a tree index. A
 // directory's paths, files and stat cache entries are a few allocations,
 // whatever the number of its entries.
-func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) error {
+func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func(Entry) error) error {
 	listed, err := d.List()
 	if err != nil {
 		return err
@@ -179,12 +182,6 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	default:
 		prefix = top + "/"
 	}
-	// What the stat cache holds for the directory, read in one go.
-	cached := kidsPool.Get().(*state.Kids)
-	defer kidsPool.Put(cached)
-	t.mu.Lock()
-	t.cache.ChildrenOf(strings.TrimSuffix(prefix, "/"), cached)
-	t.mu.Unlock()
 	// The directory's paths in one string, its files in one slice: a
 	// walked file costs no allocation of its own.
 	var paths strings.Builder
@@ -202,6 +199,9 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	}
 	all := paths.String()
 	files := make([]dirFile, nfiles)
+	// What the stat cache holds for the files: a scan of it in path order,
+	// their strings in one buffer.
+	arena := make([]byte, 0, nfiles*cachedBytes)
 	for _, w := range entries {
 		full := all[:len(prefix)+len(w.name)]
 		all = all[len(full):]
@@ -213,9 +213,9 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 			f := &files[0]
 			files = files[1:]
 			f.t, f.full, f.st = t, full, st
-			if c, _ := cached.Find(w.name); c.Entry != nil {
-				f.prev, f.cached = *c.Entry, true
-			}
+			t.mu.Lock()
+			f.cached = scan.Find(full, &f.prev, &arena)
+			t.mu.Unlock()
 			e.File, e.ContentID = f, f.ContentID
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
@@ -230,7 +230,7 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 			if err != nil {
 				return err
 			}
-			err = t.walk(sub, top, p, fn)
+			err = t.walk(sub, scan, top, p, fn)
 			sub.Close()
 			if err != nil {
 				return err
@@ -240,9 +240,9 @@ func (t *dirTree) walk(d *hostfs.Dir, top, rel string, fn func(Entry) error) err
 	return nil
 }
 
-// kidsPool holds what the walk's directories read of the stat cache: a
-// walk of many directories uses a few.
-var kidsPool = sync.Pool{New: func() any { return new(state.Kids) }}
+// cachedBytes is what a stat cache entry's strings take: its content ID
+// and SHA-256, in hex.
+const cachedBytes = len("sha256:") + 64 + len("git:") + 40 + 64
 
 // walked is a listed entry and its stat.
 type walked struct {

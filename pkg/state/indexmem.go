@@ -307,6 +307,12 @@ func (k *Kids) Keep(keep func(name string) bool) {
 	k.Names, k.Of = k.Names[:n], k.Of[:n]
 }
 
+// Reset empties k.
+func (k *Kids) Reset() {
+	clear(k.Of)
+	k.Names, k.Of = k.Names[:0], k.Of[:0]
+}
+
 // Len is how many names there are.
 func (k *Kids) Len() int { return len(k.Names) }
 
