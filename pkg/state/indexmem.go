@@ -394,26 +394,16 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 		kids.add(c.b, a, rest)
 	}
 	all := string(kids.buf)
-	cut := func(s span) string { return all[s.from:s.to] }
 	k.ents = slices.Grow(k.ents[:0], len(kids.kids))[:len(kids.kids)]
 	for i := range kids.kids {
 		kid := &kids.kids[i]
 		e := &k.ents[i]
-		*e = kid.e
-		if kid.cid != (span{}) {
-			e.ContentID = cut(kid.cid)
-		}
-		if kid.sha != (span{}) {
-			e.SHA256 = cut(kid.sha)
-		}
-		if kid.target != (span{}) {
-			e.Target = cut(kid.target)
-		}
-		k.Names = append(k.Names, cut(kid.name))
+		kid.entry(e, all)
+		k.Names = append(k.Names, all[kid.name.from:kid.name.to])
 		k.Of = append(k.Of, Child{Entry: e})
 	}
 	for _, b := range below {
-		k.Names = append(k.Names, cut(b))
+		k.Names = append(k.Names, all[b.from:b.to])
 		k.Of = append(k.Of, Child{Below: true})
 	}
 	x.intendedChildren(prefix, k)
@@ -431,6 +421,22 @@ type childList struct {
 type child struct {
 	name, cid, sha, target span
 	e                      IndexEntry // its strings set at the end
+}
+
+// entry sets e to the child's entry, its strings cut from all (the
+// buffer as a string).
+func (k *child) entry(e *IndexEntry, all string) {
+	*e = k.e
+	cut := func(sp span) string { return all[sp.from:sp.to] }
+	if k.cid != (span{}) {
+		e.ContentID = cut(k.cid)
+	}
+	if k.sha != (span{}) {
+		e.SHA256 = cut(k.sha)
+	}
+	if k.target != (span{}) {
+		e.Target = cut(k.target)
+	}
 }
 
 // span is where a string lies in the buffer.

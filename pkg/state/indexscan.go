@@ -59,23 +59,13 @@ func (s *Scan) Find(p string, e *IndexEntry, arena *[]byte) bool {
 	l := &s.list
 	l.buf, l.kids = l.buf[:0], l.kids[:0]
 	l.add(s.c.b, s.at, nil)
-	k := &l.kids[0]
-	*e = k.e
+	all := ""
 	if len(l.buf) > 0 {
 		from := len(*arena)
 		*arena = append(*arena, l.buf...)
-		all := unsafe.String(&(*arena)[from], len(l.buf))
-		cut := func(sp span) string { return all[sp.from:sp.to] }
-		if k.cid != (span{}) {
-			e.ContentID = cut(k.cid)
-		}
-		if k.sha != (span{}) {
-			e.SHA256 = cut(k.sha)
-		}
-		if k.target != (span{}) {
-			e.Target = cut(k.target)
-		}
+		all = unsafe.String(&(*arena)[from], len(l.buf))
 	}
+	l.kids[0].entry(e, all)
 	s.next()
 	return true
 }
