@@ -359,7 +359,7 @@ func putEntries(s []desiredEntry) {
 	if cap(s) == 0 || cap(s) > 1<<16 {
 		return
 	}
-	clear(s[:cap(s)])
+	clear(s) // what lies past it was cleared when last given back
 	s = s[:0]
 	entrySlices.Put(&s)
 }

@@ -143,7 +143,9 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 	t.mu.Lock()
 	scan := t.cache.Scan()
 	t.mu.Unlock()
-	return t.walk(d, scan, dir, "", fn)
+	// The strings of what the scan finds, a buffer only ever appended to.
+	var arena []byte
+	return t.walk(d, scan, &arena, dir, "", fn)
 }
 
 // walk lists each directory once (getdents64: names and types without a
@@ -151,7 +153,7 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 // contents right after it: the order of the paths in a tree index. A
 // directory's paths, files and stat cache entries are a few allocations,
 // whatever the number of its entries.
-func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func(Entry) error) error {
+func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel string, fn func(Entry) error) error {
 	listed, err := d.List()
 	if err != nil {
 		return err
@@ -199,9 +201,11 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 	}
 	all := paths.String()
 	files := make([]dirFile, nfiles)
-	// What the stat cache holds for the files: a scan of it in path order,
-	// their strings in one buffer.
-	arena := make([]byte, 0, nfiles*cachedBytes)
+	// What the stat cache holds for the files, found by a scan of it in
+	// path order: their strings go to the walk's buffer.
+	if cap(*arena)-len(*arena) < nfiles*cachedBytes {
+		*arena = make([]byte, 0, max(64<<10, nfiles*cachedBytes))
+	}
 	for _, w := range entries {
 		full := all[:len(prefix)+len(w.name)]
 		all = all[len(full):]
@@ -214,7 +218,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 			files = files[1:]
 			f.t, f.full, f.st = t, full, st
 			t.mu.Lock()
-			f.cached = scan.Find(full, &f.prev, &arena)
+			f.cached = scan.Find(full, &f.prev, arena)
 			t.mu.Unlock()
 			e.File, e.ContentID = f, f.ContentID
 		case st.Mode&fs.ModeSymlink != 0:
@@ -230,7 +234,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 			if err != nil {
 				return err
 			}
-			err = t.walk(sub, scan, top, p, fn)
+			err = t.walk(sub, scan, arena, top, p, fn)
 			sub.Close()
 			if err != nil {
 				return err
