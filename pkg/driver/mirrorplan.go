@@ -93,9 +93,9 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		if !p.relevant(e.Path) {
 			return nil
 		}
-		parent := path.Dir(e.Path)
-		if parent == "." {
-			parent = ""
+		parent := "" // a walk's paths are clean
+		if i := strings.LastIndexByte(e.Path, '/'); i >= 0 {
+			parent = e.Path[:i]
 		}
 		for len(stack) > 1 && !within(parent, stack[len(stack)-1].rel) {
 			dispatch(stack[len(stack)-1])

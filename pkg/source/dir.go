@@ -220,7 +220,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel 
 			t.mu.Lock()
 			f.cached = scan.Find(full, &f.prev, arena)
 			t.mu.Unlock()
-			e.File, e.ContentID = f, f.ContentID
+			e.File = f
 		case st.Mode&fs.ModeSymlink != 0:
 			if e.Target, err = d.Readlink(w.name); err != nil {
 				return err

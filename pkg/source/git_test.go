@@ -582,7 +582,7 @@ func TestWalkScope(t *testing.T) {
 		err := source.WalkScope(tree, "kb", scope, func(e source.Entry) error {
 			id := ""
 			if e.Mode.IsRegular() {
-				id, _ = e.ContentID()
+				id, _ = e.ID()
 			}
 			if e.Mode.IsRegular() && !strings.HasPrefix(id, "git:") {
 				t.Errorf("%s: %s has content ID %q", name, e.Path, id)

@@ -52,7 +52,8 @@ type Entry struct {
 	Mode   fs.FileMode // type and permission bits
 	Size   int64
 	Target string // a symlink's target
-	// ContentID names a regular file's content; cheap when the tree knows it.
+	// ContentID names a regular file's content; cheap when the tree knows
+	// it (nil when File answers: use ID).
 	ContentID func() (string, error)
 	// Open, when not nil, reads a regular file's content faster than the
 	// tree's Open by path (a Git blob by its ID). It is safe to call from
@@ -66,12 +67,11 @@ type Entry struct {
 	// before content IDs were Git blob IDs everywhere: a record of then
 	// still compares.
 	Legacy func() (string, error)
-	// File, when not nil, answers for a regular file in place of Open,
-	// Digested and Legacy, which are then nil: a tree that knows its files
-	// as values (a directory's walk) spares an allocation per function per
-	// file. ContentID is set all the same, for callers that ask it
-	// directly. Use ID, OpenFunc, DigestedFunc and LegacyFunc, which ask
-	// whichever is set.
+	// File, when not nil, answers for a regular file in place of
+	// ContentID, Open, Digested and Legacy, which are then nil: a tree
+	// that knows its files as values (a directory's walk) spares an
+	// allocation per function per file. Use ID, OpenFunc, DigestedFunc and
+	// LegacyFunc, which ask whichever is set.
 	File File
 }
 
