@@ -364,9 +364,14 @@ func putEntries(s []desiredEntry) {
 	entrySlices.Put(&s)
 }
 
+// pooledMap is the most entries a map given back to its pool held: a
+// map is cleared at the cost of the most it ever held, and a large
+// directory's would cost every small one after it as much.
+const pooledMap = 256
+
 // putLive gives a map of listHost's back once its caller is done with it.
 func putLive(m map[string]liveEntry) {
-	if m != nil && len(m) <= 1<<16 {
+	if m != nil && len(m) <= pooledMap {
 		clear(m)
 		liveMaps.Put(m)
 	}
@@ -491,7 +496,12 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	}
 	defer putLive(live)
 	want := wantMaps.Get().(map[string]fs.FileMode)
-	defer func() { clear(want); wantMaps.Put(want) }()
+	defer func() {
+		if len(want) <= pooledMap {
+			clear(want)
+			wantMaps.Put(want)
+		}
+	}()
 	var ops []treeOp
 	for i := range desired {
 		e := &desired[i]
