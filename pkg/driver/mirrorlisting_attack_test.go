@@ -1,0 +1,112 @@
+package driver_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/cortex-sync/cortex-sync/internal/fsclock"
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/driver"
+)
+
+// unlistedHost is a host with the Directory kb (/srv/kb from kb/ in the
+// repository) synced until a converged check lists no directory below its
+// top: the shortcut under attack is in force for every one of them.
+func unlistedHost(t *testing.T, purge bool, files ...string) (*host, string) {
+	t.Helper()
+	h := newHost(t)
+	p := "false"
+	if purge {
+		p = "true"
+	}
+	h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb, purge: "+p+"}\n")
+	for _, f := range files {
+		h.write(filepath.Join(h.repo, "kb", f), f+"\n")
+	}
+	kb := h.hostPath("srv/kb")
+	unlisted(t, h, kb)
+	return h, kb
+}
+
+// unlisted syncs until a converged check of kb lists its top alone.
+func unlisted(t *testing.T, h *host, kb string) {
+	t.Helper()
+	for range 3 {
+		if rep := h.sync(); rep.Failed() {
+			t.Fatalf("sync: %+v", rep.Results[0])
+		}
+		fsclock.WaitPast(t, h.stdir, filepath.Join(kb, "d"))
+		before := driver.HostListings()
+		c := find(h.plan(false), "Directory/kb")
+		if c.Action != diff.NoOp {
+			t.Fatalf("converged tree planned %s: %+v", c.Action, c.Files)
+		}
+		if driver.HostListings()-before == 1 { // the top alone
+			return
+		}
+	}
+	t.Fatal("a converged check still lists the tree's directories")
+}
+
+// planned is the Directory kb's planned changes, by path.
+func planned(t *testing.T, h *host) map[string]diff.Action {
+	t.Helper()
+	got := map[string]diff.Action{}
+	for _, f := range find(h.plan(false), "Directory/kb").Files {
+		got[f.Path] = f.Action
+	}
+	return got
+}
+
+// hostNames are the names in dir on the host, sorted.
+func hostNames(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// TestAttackNamesDigestCollides (finding): the digest of a directory's
+// desired names is a sum of each name's FNV-1a, and FNV-1a's last step is
+// linear in the last byte: {v1, v2} and {v0, v3} digest the same (as any
+// {x, x^3} and {x^1, x^2} in the last byte do). A commit that renames
+// d/v1 and d/v2 to d/v0 and d/v3 leaves d's recorded digest standing:
+// the converged check does not list d, creates v0 and v3, never prunes v1
+// and v2, and forgets them from the index (so no later check prunes
+// them either).
+func TestAttackNamesDigestCollides(t *testing.T) {
+	for _, purge := range []bool{false, true} {
+		t.Run(map[bool]string{false: "purge false", true: "purge true"}[purge], func(t *testing.T) {
+			h, kb := unlistedHost(t, purge, "a.md", "d/keep.md", "d/v1", "d/v2")
+			for _, f := range []string{"v1", "v2"} {
+				if err := os.Remove(filepath.Join(h.repo, "kb/d", f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, f := range []string{"v0", "v3"} {
+				h.write(filepath.Join(h.repo, "kb/d", f), f+"\n")
+			}
+			got := planned(t, h)
+			want := map[string]diff.Action{"d/v0": diff.Create, "d/v3": diff.Create, "d/v1": diff.Delete, "d/v2": diff.Delete}
+			for p, a := range want {
+				if got[p] != a {
+					t.Errorf("%s planned %q, want %q (plan: %v)", p, got[p], a, got)
+				}
+			}
+			if rep := h.sync(); rep.Failed() {
+				t.Fatalf("sync: %+v", rep.Results[0])
+			}
+			if names, want := hostNames(t, filepath.Join(kb, "d")), []string{"keep.md", "v0", "v3"}; !slices.Equal(names, want) {
+				t.Errorf("after the sync the host's d holds %v, want %v", names, want)
+			}
+		})
+	}
+}
