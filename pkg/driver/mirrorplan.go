@@ -629,8 +629,10 @@ func namesDigest(desired []desiredEntry) string {
 }
 
 // nameSet digests a set of names in any order, without allocating: two
-// sums of a 64-bit FNV-1a of each name (from two offset bases), and the
-// count.
+// sums of a 64-bit FNV-1a of each name (from two offset bases), each
+// mixed by a finalizer of its own before it is added, and the count.
+// Unmixed, FNV-1a's last step is linear in a name's last byte, and sums
+// of it collide for ordinary names ({v1, v2} and {v0, v3}).
 type nameSet struct{ a, b, n uint64 }
 
 func (d *nameSet) add(name string) {
@@ -639,6 +641,17 @@ func (d *nameSet) add(name string) {
 		ha = (ha ^ uint64(name[i])) * 1099511628211
 		hb = (hb ^ uint64(name[i])) * 1099511628211
 	}
+	// MurmurHash3's fmix64 for one, SplitMix64's finalizer for the other.
+	ha ^= ha >> 33
+	ha *= 0xff51afd7ed558ccd
+	ha ^= ha >> 33
+	ha *= 0xc4ceb9fe1a85ec53
+	ha ^= ha >> 33
+	hb ^= hb >> 30
+	hb *= 0xbf58476d1ce4e5b9
+	hb ^= hb >> 27
+	hb *= 0x94d049bb133111eb
+	hb ^= hb >> 31
 	d.a, d.b, d.n = d.a+ha, d.b+hb, d.n+1
 }
 
