@@ -1,6 +1,7 @@
 package driver_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,6 +107,38 @@ func TestAttackNamesDigestCollides(t *testing.T) {
 			}
 			if names, want := hostNames(t, filepath.Join(kb, "d")), []string{"keep.md", "v0", "v3"}; !slices.Equal(names, want) {
 				t.Errorf("after the sync the host's d holds %v, want %v", names, want)
+			}
+		})
+	}
+}
+
+// TestAttackUnmanagedEmptyDirectoryKept (finding): with purge false, an
+// empty directory made by hand in the tree is not cortex-sync's and stays.
+// A sync weighs what is inside it (hostOnly), and that comparison asked
+// to have the directory listed again after the writes and recorded as
+// holding exactly its desired names, of which it has none: the index then
+// records the user's directory as one cortex-sync wrote, and the next
+// sync deletes it as removed from Git.
+func TestAttackUnmanagedEmptyDirectoryKept(t *testing.T) {
+	for _, where := range []string{"u", "d/u"} {
+		t.Run(where, func(t *testing.T) {
+			defer driver.HoldOps(0)() // planned again as written
+			h, kb := unlistedHost(t, false, "a.md", "d/keep.md")
+			if err := os.Mkdir(filepath.Join(kb, where), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				// A commit, so that each sync writes the tree.
+				h.write(filepath.Join(h.repo, "kb", fmt.Sprintf("d/new%d.md", i)), "new\n")
+				if got := planned(t, h); len(got) != 1 {
+					t.Errorf("check %d planned %v, want the new file alone (purge false)", i, got)
+				}
+				if rep := h.sync(); rep.Failed() {
+					t.Fatalf("sync: %+v", rep.Results[0])
+				}
+				if _, err := os.Lstat(filepath.Join(kb, where)); err != nil {
+					t.Fatalf("after sync %d: %v (purge false: a directory made by hand stays)", i, err)
+				}
 			}
 		})
 	}
