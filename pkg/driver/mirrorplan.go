@@ -389,7 +389,7 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 		}
 	}
 	prev := p.ix.get(e.Path)
-	var seen seenDir
+	seen := seenDir{desired: true}
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
 	switch {
@@ -403,10 +403,10 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 			o.Attrs = []diff.Attr{{Field: "mode"}}
 		case prev != nil && prev.Stat.Same(*live):
 			// As recorded, with what its listing held then.
-			seen = seenDir{stat: live, prev: prev}
+			seen.stat, seen.prev = live, prev
 		default:
 			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
-			seen = seenDir{stat: live}
+			seen.stat = live
 		}
 	}
 	if op.decide(&o) {
@@ -434,7 +434,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	defer kidsPool.Put(recorded)
 	p.ix.children(rel, recorded)
 	names := ""
-	if (seen.stat != nil || p.out != nil && rel != "") && implied == nil && !p.env.Verify {
+	if seen.desired && (seen.stat != nil || p.out != nil) && implied == nil && !p.env.Verify {
 		names = namesDigest(desired)
 	}
 	unlisted := false
@@ -608,10 +608,13 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 
 // seenDir is a desired directory as the walk found it on the host: its
 // stat before anything in it was listed, and its index entry when that
-// records the same stat (nil otherwise).
+// records the same stat (nil otherwise). The zero seenDir is a directory
+// that is not desired (the top, or one only the host holds): its listing
+// is never recorded, for the index holds only what cortex-sync wrote.
 type seenDir struct {
-	stat *hostfs.Stat
-	prev *state.IndexEntry
+	desired bool
+	stat    *hostfs.Stat
+	prev    *state.IndexEntry
 }
 
 // namesDigest names the set of a directory's desired entries. A
