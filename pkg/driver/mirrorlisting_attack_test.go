@@ -143,3 +143,82 @@ func TestAttackUnmanagedEmptyDirectoryKept(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackUnlistedScenarios: changes a converged check must still find
+// while the directories they land in have the stats recorded with their
+// names (none of these found a defect: each is here so that it stays so).
+func TestAttackUnlistedScenarios(t *testing.T) {
+	files := []string{"a.md", "d/b.md", "d/e/c.md", "d/l"}
+	cases := []struct {
+		name   string
+		edit   func(h *host, kb string)
+		recall bool // status without a source also finds it
+		wants  map[string]diff.Action
+	}{
+		{"temp file left by hand", func(h *host, kb string) {
+			h.write(filepath.Join(kb, "d/e/.cortex-sync-1-1-c.md"), "half")
+		}, true, map[string]diff.Action{"d/e/.cortex-sync-1-1-c.md": diff.Delete}},
+		{"directory made again with the same names and one more", func(h *host, kb string) {
+			if err := os.RemoveAll(filepath.Join(kb, "d/e")); err != nil {
+				t.Fatal(err)
+			}
+			h.write(filepath.Join(kb, "d/e/c.md"), "d/e/c.md\n")
+			h.write(filepath.Join(kb, "d/e/more.md"), "more\n")
+		}, true, map[string]diff.Action{"d/e/more.md": diff.Delete}},
+		{"name differing in case", func(h *host, kb string) {
+			h.write(filepath.Join(kb, "d/B.md"), "d/b.md\n")
+		}, true, map[string]diff.Action{"d/B.md": diff.Delete}},
+		{"name not UTF-8", func(h *host, kb string) {
+			h.write(filepath.Join(kb, "d/\xff.md"), "x\n")
+		}, true, map[string]diff.Action{"d/\xff.md": diff.Delete}},
+		{"symlink made a file", func(h *host, kb string) {
+			os.Remove(filepath.Join(kb, "d/l"))
+			h.write(filepath.Join(kb, "d/l"), "../a.md")
+		}, false, map[string]diff.Action{"d/l": diff.Update}},
+		{"file removed in Git", func(h *host, kb string) {
+			os.Remove(filepath.Join(h.repo, "kb/d/b.md"))
+		}, false, map[string]diff.Action{"d/b.md": diff.Delete}},
+		{"file renamed in Git", func(h *host, kb string) {
+			os.Rename(filepath.Join(h.repo, "kb/d/b.md"), filepath.Join(h.repo, "kb/d/b2.md"))
+		}, false, map[string]diff.Action{"d/b.md": diff.Delete, "d/b2.md": diff.Create}},
+		{"file made a directory in Git", func(h *host, kb string) {
+			os.Remove(filepath.Join(h.repo, "kb/d/b.md"))
+			h.write(filepath.Join(h.repo, "kb/d/b.md/in.md"), "in\n")
+		}, false, map[string]diff.Action{"d/b.md": diff.Update, "d/b.md/in.md": diff.Create}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h, kb := newHost(t), ""
+			h.write(filepath.Join(h.repo, "kb.yaml"), manifest+"kind: Directory\nmetadata: {name: kb}\nspec: {path: /srv/kb, source: kb, purge: true}\n")
+			for _, f := range files {
+				if f == "d/l" {
+					if err := os.Symlink("../a.md", filepath.Join(h.repo, "kb", f)); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				h.write(filepath.Join(h.repo, "kb", f), f+"\n")
+			}
+			kb = h.hostPath("srv/kb")
+			unlisted(t, h, kb)
+			tc.edit(h, kb)
+			for _, recall := range []bool{false, true} {
+				if recall && !tc.recall {
+					continue
+				}
+				got := map[string]diff.Action{}
+				for _, f := range find(h.plan(recall), "Directory/kb").Files {
+					got[f.Path] = f.Action
+				}
+				if len(got) != len(tc.wants) {
+					t.Errorf("recalled %v: planned %v, want %v", recall, got, tc.wants)
+				}
+				for p, a := range tc.wants {
+					if got[p] != a {
+						t.Errorf("recalled %v: %s planned %q, want %q (plan: %v)", recall, p, got[p], a, got)
+					}
+				}
+			}
+		})
+	}
+}
