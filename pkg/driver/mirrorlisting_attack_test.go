@@ -222,3 +222,39 @@ func TestAttackUnlistedScenarios(t *testing.T) {
 		})
 	}
 }
+
+// TestAttackStoppedSyncThenUnlisted: a sync stopped part way through a
+// commit (by an error, or by a SIGKILL of the process, after its writer
+// created two entries), in both ways a sync writes, leaves the converged
+// check to find the rest, and the next sync ends with the host holding
+// exactly the commit.
+func TestAttackStoppedSyncThenUnlisted(t *testing.T) {
+	for _, kill := range []bool{false, true} {
+		for _, hold := range []int{0, 1 << 20} {
+			t.Run(fmt.Sprintf("kill=%v/hold=%d", kill, hold), func(t *testing.T) {
+				defer driver.HoldOps(hold)()
+				h, kb := unlistedHost(t, false, "a.md", "d/b.md", "d/e/c.md")
+				os.Remove(filepath.Join(h.repo, "kb/d/b.md"))
+				for _, f := range []string{"d/e/n1.md", "d/e/n2.md", "d/e/n3.md", "d/n4.md"} {
+					h.write(filepath.Join(h.repo, "kb", f), f+"\n")
+				}
+				h.stoppedSync(t, 2, kill, hold)
+				if got := planned(t, h); len(got) == 0 {
+					t.Error("after the stopped sync a check planned nothing, want what is left of the commit")
+				}
+				if rep := h.sync(); rep.Failed() {
+					t.Fatalf("sync: %+v", rep.Results[0])
+				}
+				if names, want := hostNames(t, filepath.Join(kb, "d")), []string{"e", "n4.md"}; !slices.Equal(names, want) {
+					t.Errorf("d holds %v, want %v", names, want)
+				}
+				if names, want := hostNames(t, filepath.Join(kb, "d/e")), []string{"c.md", "n1.md", "n2.md", "n3.md"}; !slices.Equal(names, want) {
+					t.Errorf("d/e holds %v, want %v", names, want)
+				}
+				if got := planned(t, h); len(got) != 0 {
+					t.Errorf("converged check planned %v", got)
+				}
+			})
+		}
+	}
+}
