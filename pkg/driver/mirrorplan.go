@@ -420,7 +420,7 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 		}
 	}
 	prev := p.ix.get(e.Path)
-	var seen seenDir
+	seen := seenDir{desired: true}
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), typ: fs.ModeDir, entry: e.Entry, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: live != nil}
 	switch {
@@ -434,10 +434,10 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 			o.Attrs = []diff.Attr{{Field: "mode"}}
 		case prev != nil && prev.Stat.Same(*live):
 			// As recorded, with what its listing held then.
-			seen = seenDir{stat: live, prev: prev}
+			seen.stat, seen.prev = live, prev
 		default:
 			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
-			seen = seenDir{stat: live}
+			seen.stat = live
 		}
 	}
 	if op.decide(&o) {
@@ -462,7 +462,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	var live map[string]liveEntry
 	var err error
 	names := ""
-	if (seen.stat != nil || p.out != nil && rel != "") && implied == nil && !p.env.Verify {
+	if seen.desired && (seen.stat != nil || p.out != nil) && implied == nil && !p.env.Verify {
 		names = namesDigest(desired)
 	}
 	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev)
@@ -667,10 +667,13 @@ const recordBytes = len("sha256:") + 64 + 64 + 256
 
 // seenDir is a desired directory as the walk found it on the host: its
 // stat before anything in it was listed, and its index entry when that
-// records the same stat (nil otherwise).
+// records the same stat (nil otherwise). The zero seenDir is a directory
+// that is not desired (the top, or one only the host holds): its listing
+// is never recorded, for the index holds only what cortex-sync wrote.
 type seenDir struct {
-	stat *hostfs.Stat
-	prev *state.IndexEntry
+	desired bool
+	stat    *hostfs.Stat
+	prev    *state.IndexEntry
 }
 
 // namesDigest names the set of a directory's desired entries. A
@@ -688,8 +691,10 @@ func namesDigest(desired []desiredEntry) string {
 }
 
 // nameSet digests a set of names in any order, without allocating: two
-// sums of a 64-bit FNV-1a of each name (from two offset bases), and the
-// count.
+// sums of a 64-bit FNV-1a of each name (from two offset bases), each
+// mixed by a finalizer of its own before it is added, and the count.
+// Unmixed, FNV-1a's last step is linear in a name's last byte, and sums
+// of it collide for ordinary names ({v1, v2} and {v0, v3}).
 type nameSet struct{ a, b, n uint64 }
 
 func (d *nameSet) add(name string) {
@@ -698,6 +703,17 @@ func (d *nameSet) add(name string) {
 		ha = (ha ^ uint64(name[i])) * 1099511628211
 		hb = (hb ^ uint64(name[i])) * 1099511628211
 	}
+	// MurmurHash3's fmix64 for one, SplitMix64's finalizer for the other.
+	ha ^= ha >> 33
+	ha *= 0xff51afd7ed558ccd
+	ha ^= ha >> 33
+	ha *= 0xc4ceb9fe1a85ec53
+	ha ^= ha >> 33
+	hb ^= hb >> 30
+	hb *= 0xbf58476d1ce4e5b9
+	hb ^= hb >> 27
+	hb *= 0x94d049bb133111eb
+	hb ^= hb >> 31
 	d.a, d.b, d.n = d.a+ha, d.b+hb, d.n+1
 }
 
