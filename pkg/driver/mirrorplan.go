@@ -3,6 +3,8 @@ package driver
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -10,7 +12,6 @@ import (
 	"maps"
 	"path"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -683,49 +684,43 @@ type seenDir struct {
 // a directory's mtime and ctime), it holds them still, and a converged
 // check stats them by name without listing the directory.
 func namesDigest(desired []desiredEntry) string {
-	var d nameSet
+	d := nameSets.Get().(*nameSet)
+	defer d.reset()
 	for _, e := range desired {
 		d.add(path.Base(e.Path))
 	}
 	return d.String()
 }
 
-// nameSet digests a set of names in any order, without allocating: two
-// sums of a 64-bit FNV-1a of each name (from two offset bases), each
-// mixed by a finalizer of its own before it is added, and the count.
-// Unmixed, FNV-1a's last step is linear in a name's last byte, and sums
-// of it collide for ordinary names ({v1, v2} and {v0, v3}).
-type nameSet struct{ a, b, n uint64 }
-
-func (d *nameSet) add(name string) {
-	ha, hb := uint64(14695981039346656037), uint64(0x9ae16a3b2f90404f)
-	for i := 0; i < len(name); i++ {
-		ha = (ha ^ uint64(name[i])) * 1099511628211
-		hb = (hb ^ uint64(name[i])) * 1099511628211
-	}
-	// MurmurHash3's fmix64 for one, SplitMix64's finalizer for the other.
-	ha ^= ha >> 33
-	ha *= 0xff51afd7ed558ccd
-	ha ^= ha >> 33
-	ha *= 0xc4ceb9fe1a85ec53
-	ha ^= ha >> 33
-	hb ^= hb >> 30
-	hb *= 0xbf58476d1ce4e5b9
-	hb ^= hb >> 27
-	hb *= 0x94d049bb133111eb
-	hb ^= hb >> 31
-	d.a, d.b, d.n = d.a+ha, d.b+hb, d.n+1
+// nameSet digests a set of names in any order: the SHA-256 of the names
+// sorted, each ended by a NUL (no name holds one), cut to 128 bits. A
+// sum of each name's hash, which needs no sort, is not enough: sums of a
+// public function's values collide by design (FNV-1a's made {v1, v2} and
+// {v0, v3} digest the same), and the names are the repository's to pick.
+type nameSet struct {
+	names []string
+	buf   []byte
 }
 
-func (d nameSet) String() string {
-	b := make([]byte, 0, 48)
-	b = append(b, "names:"...)
-	b = strconv.AppendUint(b, d.a, 16)
-	b = append(b, '.')
-	b = strconv.AppendUint(b, d.b, 16)
-	b = append(b, '.')
-	b = strconv.AppendUint(b, d.n, 10)
-	return string(b)
+// nameSets are the digests' scratch, used again.
+var nameSets = sync.Pool{New: func() any { return new(nameSet) }}
+
+func (d *nameSet) add(name string) { d.names = append(d.names, name) }
+
+// reset empties d and gives it back to the pool.
+func (d *nameSet) reset() {
+	clear(d.names)
+	d.names, d.buf = d.names[:0], d.buf[:0]
+	nameSets.Put(d)
+}
+
+func (d *nameSet) String() string {
+	slices.Sort(d.names) // the walk's order, mostly: little to move
+	for _, name := range d.names {
+		d.buf = append(append(d.buf, name...), 0)
+	}
+	sum := sha256.Sum256(d.buf)
+	return "names:" + hex.EncodeToString(sum[:16])
 }
 
 // exactly reports whether every live name is a desired one.

@@ -126,11 +126,13 @@ func (t *treeWriter) relist() error {
 		if err != nil {
 			return err
 		}
-		var names nameSet
+		names := nameSets.Get().(*nameSet)
 		for _, e := range listed {
 			names.add(e.Name)
 		}
-		if names.String() == r.names {
+		same := names.String() == r.names
+		names.reset()
+		if same {
 			t.ix.set(r.rel, &state.IndexEntry{Stat: st, ContentID: r.names}, false)
 		}
 	}
