@@ -2,6 +2,7 @@ package state
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -160,5 +161,76 @@ func TestIndexIntents(t *testing.T) {
 func TestIndexIntentsInMemory(t *testing.T) {
 	if err := NewIndex().Intend(Intended{"a", &IndexEntry{}}); err == nil {
 		t.Fatal("an index in memory recorded an intent")
+	}
+}
+
+// TestIndexIntentsReadWhenAsked: the intents of a log are read at the
+// first question about them, not with the index: a save, which loads the
+// index again beside the log its own write filled, holds none of them in
+// memory, and clearing them reads nothing. An index asked after another
+// write appended to the log answers with what was there when it was
+// loaded.
+func TestIndexIntentsReadWhenAsked(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "trees", "Directory.kb.idx")
+	file := func(rel string) *IndexEntry {
+		return &IndexEntry{Stat: hostfs.Stat{Size: int64(len(rel)), Mode: 0o644}, SHA256: "sum of " + rel, ContentID: "id of " + rel}
+	}
+	x := NewIndexAt(fileAt(p))
+	const batches, batch = 4, 1000
+	for b := range batches {
+		es := make([]Intended, batch)
+		for i := range es {
+			rel := fmt.Sprintf("d%d/f%04d", b, i)
+			es[i] = Intended{rel, file(rel)}
+		}
+		if err := x.Intend(es...); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.SyncIntents(); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range es {
+			x.Set(e.Path, e.Entry)
+		}
+	}
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	if len(x.intents) != 0 {
+		t.Fatalf("the save read back the %d intents its own write recorded, before anything asked for them", len(x.intents))
+	}
+	if !x.Dirty() {
+		t.Fatal("a saved index beside an intent log is not dirty: nothing would clear the log")
+	}
+
+	y, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := x.Intend(Intended{"later", file("later")}); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for rel, e := range y.AllIntents() {
+		if *e != *file(rel) {
+			t.Fatalf("intent of %s is %+v, want %+v", rel, e, file(rel))
+		}
+		n++
+	}
+	if n != batches*batch || y.Intents("later") != nil {
+		t.Fatalf("an index loaded before another write appended has %d intents and %v for it, want the %d there at its load", n, y.Intents("later"), batches*batch)
+	}
+	if got := x.Intents("d3/f0999"); len(got) != 1 || *got[0] != *file("d3/f0999") {
+		t.Fatalf("the saved index, asked, has intents %v for d3/f0999", got)
+	}
+	if err := x.ClearIntents(true); err != nil {
+		t.Fatal(err)
+	}
+	z, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if z.Dirty() || z.Len() != batches*batch {
+		t.Fatalf("after ClearIntents: dirty %v, %d entries, want clean and %d", z.Dirty(), z.Len(), batches*batch)
 	}
 }

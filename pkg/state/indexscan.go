@@ -70,5 +70,9 @@ func (s *Scan) Find(p string, e *IndexEntry, arena *[]byte) bool {
 	return true
 }
 
-// Intending reports whether stopped writes left intents in the index.
-func (x *Index) Intending() bool { return len(x.intents) > 0 }
+// Intending reports whether stopped writes left intents in the index
+// (reading them, when the load left them unread).
+func (x *Index) Intending() bool {
+	x.readIntents()
+	return len(x.intents) > 0
+}
