@@ -48,8 +48,10 @@ type Index struct {
 	// disk is the base file the log extends, as loaded; zero when there
 	// was none.
 	disk     baseID
-	logValid int64 // bytes of the log that decoded; a torn tail is cut off
-	logOK    bool  // the log exists, extends the base, and can be appended to
+	diskFile fileID // the base file as loaded (indexcache.go)
+	logValid int64  // bytes of the log that decoded; a torn tail is cut off
+	logSum   uint32 // the CRC-32C of those bytes
+	logOK    bool   // the log exists, extends the base, and can be appended to
 	// file is where the index is saved; the zero File: it is kept in
 	// memory.
 	file File
@@ -91,7 +93,8 @@ const indexMagic = "CSIX\x01"
 var ErrCorruptIndex = errors.New("index is corrupt")
 
 // LoadIndex opens an index, replays its log and reads its intents; a
-// missing file is an empty index. A damaged base is an error wrapping
+// missing file is an empty index. A log this process loaded or saved last
+// is not replayed again (indexcache.go). A damaged base is an error wrapping
 // ErrCorruptIndex and naming the file; a damaged log ends where the
 // damage starts (it only ever loses the last writes, as a torn append
 // would), and so does the intent log. The base stays open, read as it is
@@ -103,6 +106,7 @@ func LoadIndex(path File) (*Index, error) {
 	}
 	f, err := path.open()
 	if errors.Is(err, fs.ErrNotExist) {
+		loaded.forget(path)
 		return x, nil
 	}
 	if err != nil {
@@ -131,7 +135,7 @@ func LoadIndex(path File) (*Index, error) {
 		return nil, loadError(path, err)
 	}
 	x.n = x.base.live
-	x.disk = baseOf(fi)
+	x.disk, x.diskFile = baseOf(fi), fileIDOf(fi)
 	x.ref = fi.ModTime().UnixNano()
 	if err := x.replay(path.with(logSuffix)); err != nil {
 		return nil, err
@@ -403,7 +407,7 @@ func (x *Index) appendLog(logPath File, frame []byte) error {
 		if err := logPath.dir.WriteFile(logPath.name, data); err != nil {
 			return err
 		}
-		x.logValid, x.logOK = int64(len(data)), true
+		x.logValid, x.logOK, x.logSum = int64(len(data)), true, logSumOf(0, data)
 	} else {
 		f, err := logPath.dir.OpenFile(logPath.name, os.O_WRONLY, 0)
 		if err != nil {
@@ -422,10 +426,15 @@ func (x *Index) appendLog(logPath File, frame []byte) error {
 			return err
 		}
 		x.logValid += int64(len(frame))
+		x.logSum = logSumOf(x.logSum, frame)
 	}
-	if st, err := logPath.dir.Lstat(logPath.name); err == nil {
-		x.ref = st.Mtime
+	fi, err := logPath.stat()
+	if err != nil {
+		loaded.forget(x.file)
+		return nil
 	}
+	x.ref = fi.ModTime().UnixNano()
+	x.appended(fileIDOf(fi))
 	return nil
 }
 
@@ -497,40 +506,79 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // replay applies the log's frames in order. A log that names another base
 // is ignored; a frame that is cut short or fails its checksum ends the log
-// (a torn last append); nothing in a log can make loading fail.
+// (a torn last append); nothing in a log can make loading fail. What this
+// process loaded of the same base and log before is taken as it was, and
+// of a log that grew since, only the frames after it are replayed.
 func (x *Index) replay(logPath File) error {
-	data, fi, err := readBounded(logPath)
+	was := loaded.get(x.file)
+	if was != nil && (was.base != x.diskFile || !was.settled) {
+		was = nil
+	}
+	f, err := logPath.open()
 	if errors.Is(err, fs.ErrNotExist) {
+		x.keep(x.diskFile, fileID{}) // nothing to replay
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("read index log: %w", err)
 	}
-	if !x.replayLog(data) {
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("read index log: %w", err)
+	}
+	log := fileIDOf(fi)
+	if was != nil && was.log == log {
+		x.resume(was, false)
+		x.keep(x.diskFile, log)
+		return nil
+	}
+	data, err := readAll(f)
+	if err != nil {
+		return fmt.Errorf("read index log: %w", err)
+	}
+	from := 0
+	if was != nil && was.logOK && int64(len(data)) >= was.logValid && logSumOf(0, data[:was.logValid]) == was.logSum {
+		// The log grew: the frames this process knows are as they were.
+		x.resume(was, true)
+		from = int(was.logValid)
+	}
+	if !x.replayFrom(data, from) {
+		x.keep(x.diskFile, log)
 		return nil // stale or damaged header: the next save starts a new log
 	}
 	if t := fi.ModTime().UnixNano(); t > x.ref {
 		x.ref = t
 	}
+	x.keep(x.diskFile, log)
 	return nil
 }
 
 // replayLog applies the frames of a log's bytes up to the first damage and
 // records how far they reached; false when the header does not name the
 // base.
-func (x *Index) replayLog(data []byte) bool {
+func (x *Index) replayLog(data []byte) bool { return x.replayFrom(data, 0) }
+
+// replayFrom is replayLog of the frames from byte from (0: the first,
+// after the header) over an index that holds those before.
+func (x *Index) replayFrom(data []byte, from int) bool {
 	head := x.disk.header()
 	if !bytes.HasPrefix(data, head) {
 		return false
 	}
+	sum := x.logSum
+	if from < len(head) {
+		from, sum = len(head), logSumOf(0, head)
+	}
 	x.replaying = true
-	off := readFrames(data, len(head), x.applyFrame)
+	off := readFrames(data, from, x.applyFrame)
 	// What the log holds is on disk: below what the next save writes.
 	for _, l := range x.added {
 		x.logged.put(l.p, l.e)
 	}
 	x.added = nil
 	x.logValid, x.logOK = int64(off), true
+	x.logSum = logSumOf(sum, data[from:off])
 	x.replaying = false
 	x.grew()
 	return true
