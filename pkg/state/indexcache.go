@@ -38,7 +38,7 @@ type fileID struct {
 func fileIDOf(fi fs.FileInfo) fileID {
 	id := fileID{size: fi.Size(), mtime: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.dev, id.ino, id.ctime = uint64(st.Dev), st.Ino, st.Ctim.Nano()
+		id.dev, id.ino, id.ctime = uint64(st.Dev), st.Ino, ctimeOf(st)
 	}
 	return id
 }

@@ -1,0 +1,6 @@
+package state
+
+import "syscall"
+
+// ctimeOf is a stat's ctime, in nanoseconds.
+func ctimeOf(st *syscall.Stat_t) int64 { return st.Ctim.Nano() }
