@@ -467,16 +467,19 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		names = namesDigest(desired)
 	}
 	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev)
+	// fast: nothing is here but the desired entries, and the walk found
+	// each file's record (when the directory held exactly these names, the
+	// rest was forgotten): each is looked at alone, no map of either side.
+	fast := unlisted && p.scan != nil
 	recorded := kidsPool.Get().(*state.Kids)
 	defer kidsPool.Put(recorded)
-	if unlisted && p.scan != nil {
-		// What the index holds here is what the walk found for each file
-		// (when it held exactly these names, the rest was forgotten).
+	if fast {
 		recorded.Reset()
 	} else {
 		p.ix.children(rel, recorded)
 	}
 	switch {
+	case fast:
 	case unlisted:
 		// The directory has not changed since it held exactly the desired
 		// names: those are looked at, and nothing else is there.
@@ -507,15 +510,23 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	for i := range desired {
 		e := &desired[i]
 		name := path.Base(e.Path)
-		want[name] = e.Mode
+		if !fast {
+			want[name] = e.Mode
+		}
 		if e.Mode.IsDir() {
 			continue
 		}
-		le, ok := live[name]
+		var le liveEntry
+		var ok bool
 		c, _ := recorded.Find(name)
 		prev, intents := c.Entry, c.Intents
-		if unlisted && p.scan != nil {
+		if fast {
+			if le, ok, err = liveAt(host, name); err != nil {
+				return err
+			}
 			prev = p.recorded(e)
+		} else {
+			le, ok = live[name]
 		}
 		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
@@ -888,21 +899,30 @@ func statHost(d *hostfs.Dir, names []string) (map[string]liveEntry, error) {
 // describeHost adds the live entry name of d to out, never following a
 // symlink (its target is read instead); one missing is left out.
 func describeHost(d *hostfs.Dir, name string, out map[string]liveEntry) error {
+	le, ok, err := liveAt(d, name)
+	if ok {
+		out[name] = le
+	}
+	return err
+}
+
+// liveAt is the live entry name of d, never following a symlink (its
+// target is read instead); false when it is missing.
+func liveAt(d *hostfs.Dir, name string) (liveEntry, bool, error) {
 	st, err := d.Lstat(name)
 	if missing(err) {
-		return nil
+		return liveEntry{}, false, nil
 	}
 	if err != nil {
-		return err
+		return liveEntry{}, false, err
 	}
 	le := liveEntry{Stat: st}
 	if st.Mode&fs.ModeSymlink != 0 {
 		if le.target, err = d.Readlink(name); err != nil {
-			return err
+			return liveEntry{}, false, err
 		}
 	}
-	out[name] = le
-	return nil
+	return le, true, nil
 }
 
 // recalledWalk walks the desired tree as last written, from its index:
