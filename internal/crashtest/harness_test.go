@@ -226,6 +226,9 @@ func (s *sandbox) loads() (*state.Snapshot, error) {
 	}
 	idx, _ := filepath.Glob(filepath.Join(s.State, "trees", "*.idx"))
 	for _, p := range idx {
+		if hostfs.IsTemp(filepath.Base(p)) {
+			continue // a write's temp file, cut short by the kill: no index
+		}
 		if _, err := state.LoadIndex(state.At(s.State).File("trees/" + filepath.Base(p))); err != nil {
 			return nil, err
 		}

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"path"
 	"strings"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
 // Finding is one thing state check looked at.
@@ -61,8 +63,8 @@ func (d Dir) Check() []Finding {
 			out = append(out, Finding{File: sub, What: err.Error(), Fix: "repair cannot fix this: see the message"})
 		}
 		for _, e := range entries {
-			if !strings.HasSuffix(e.Name(), ".idx") {
-				continue
+			if !strings.HasSuffix(e.Name(), ".idx") || hostfs.IsTemp(e.Name()) {
+				continue // a temp file (an index's, cut short by a kill) is listed below as one
 			}
 			rel := path.Join(sub, e.Name())
 			p := d.File(rel)

@@ -495,3 +495,27 @@ func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 		t.Errorf("the base was rewritten: %d bytes", fi.Size())
 	}
 }
+
+// TestCheckCallsAnIndexTempFileATempFile: a kill while an index was being
+// written leaves its temp file, named for the index; check reports it
+// once, as a temp file to delete, not as a corrupt index that costs the
+// tree's ownership (the crash suite's kill found it so).
+func TestCheckCallsAnIndexTempFileATempFile(t *testing.T) {
+	d, _ := saved(t, 1)
+	name := tempPrefix + "2169-rv-Directory.kb.idx"
+	if err := os.MkdirAll(d.Sub("trees").Path(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Sub("trees").Path(), name), []byte("CSIX half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var found []Finding
+	for _, f := range d.Check() {
+		if f.File == filepath.Join("trees", name) {
+			found = append(found, f)
+		}
+	}
+	if len(found) != 1 || !strings.Contains(found[0].What, "temp file") || strings.Contains(found[0].What, "corrupt") {
+		t.Fatalf("findings for %s: %+v, want one: a temp file", name, found)
+	}
+}
