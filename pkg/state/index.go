@@ -31,7 +31,7 @@ import (
 //
 // An Index is not safe for concurrent use.
 type Index struct {
-	// The entries, read with Get, Children and All, changed with Set,
+	// The entries, read with Get, ChildrenOf, Scan and All, changed with Set,
 	// Touch and Delete so that Save can write only what changed (see
 	// indexmem.go).
 	base          *base // nil: none

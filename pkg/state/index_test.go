@@ -458,14 +458,7 @@ func TestIndexConvergedLookups(t *testing.T) {
 		e.Ino = uint64(i)
 		x.Set(fmt.Sprintf("src/pkg%d/file%d", i/40, i), &e)
 	}
-	p := filepath.Join(t.TempDir(), "x.idx")
-	if err := x.Save(fileAt(p)); err != nil {
-		t.Fatal(err)
-	}
-	y, err := LoadIndex(fileAt(p))
-	if err != nil {
-		t.Fatal(err)
-	}
+	y := reloaded(t, x, filepath.Join(t.TempDir(), "x.idx"))
 	for i := range len(kinds) {
 		path := fmt.Sprintf("src/pkg%d/file%d", i/40, i)
 		e := y.Get(path)
@@ -495,18 +488,12 @@ func TestIndexConvergedLookups(t *testing.T) {
 	for i := range n {
 		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
 	}
-	q := filepath.Join(t.TempDir(), "big.idx")
-	if err := big.Save(fileAt(q)); err != nil {
-		t.Fatal(err)
-	}
-	if big, err = LoadIndex(fileAt(q)); err != nil {
-		t.Fatal(err)
-	}
+	big = reloaded(t, big, filepath.Join(t.TempDir(), "big.idx"))
 	if kids := big.Children("dir"); len(kids) != n || *kids["file2"].Entry != *kinds[2] {
 		t.Fatalf("Children: %d names, file2 %+v", len(kids), kids["file2"].Entry)
 	}
-	if c, ok := k.Find("file0"); !ok || c.Entry == nil || k.Len() != 40 {
-		t.Fatalf("ChildrenOf(src/pkg0): %d names, file0 %+v", k.Len(), c)
+	if c, ok := k.Find("file0"); !ok || c.Entry == nil || len(k.Names) != 40 {
+		t.Fatalf("ChildrenOf(src/pkg0): %d names, file0 %+v", len(k.Names), c)
 	}
 	if many := testing.AllocsPerRun(5, func() { big.ChildrenOf("dir", &k) }); many > few {
 		t.Errorf("ChildrenOf: %.0f allocations for %d entries, %.0f for 40", many, n, few)
@@ -655,4 +642,15 @@ func TestIndexDamagedAfterLoad(t *testing.T) {
 			t.Fatalf("index damaged in place, %v after: err = %v, want ErrCorruptIndex", wait, err)
 		}
 	}
+}
+
+// Children is what ChildrenOf lists, by name: the tests' view of it.
+func (x *Index) Children(dir string) map[string]Child {
+	var k Kids
+	x.ChildrenOf(dir, &k)
+	out := make(map[string]Child, len(k.Names))
+	for i, name := range k.Names {
+		out[name] = k.Of[i]
+	}
+	return out
 }

@@ -19,7 +19,7 @@ import (
 // records what was created is saved only once the write is done, and a
 // write killed or failed before that would otherwise leave entries that
 // nothing names as cortex-sync's. The next load holds the intents
-// (Intents, AllIntents, Children), and the next run judges each intended
+// (Intents, AllIntents, ChildrenOf, Intending), and the next run judges each intended
 // path on the host: what holds what was intended (a file with its content,
 // a directory, a symlink with its target; any of them, where writes
 // stopped one after another intended several) is cortex-sync's, adopted

@@ -262,18 +262,6 @@ type Child struct {
 	Below   bool
 }
 
-// Children lists the names directly in dir ("" is the top), by name:
-// what ChildrenOf lists.
-func (x *Index) Children(dir string) map[string]Child {
-	var k Kids
-	x.ChildrenOf(dir, &k)
-	out := make(map[string]Child, len(k.Names))
-	for i, name := range k.Names {
-		out[name] = k.Of[i]
-	}
-	return out
-}
-
 // Kids are the names directly in an index directory, in name order, and
 // each one's Child: what ChildrenOf lists. A Kids is used again by each
 // call: the entries of the last call are good until the next one, their
@@ -312,9 +300,6 @@ func (k *Kids) Reset() {
 	clear(k.Of)
 	k.Names, k.Of = k.Names[:0], k.Of[:0]
 }
-
-// Len is how many names there are.
-func (k *Kids) Len() int { return len(k.Names) }
 
 // sort orders the names and merges a name's entry, intents and Below.
 func (k *Kids) sort() {
@@ -410,7 +395,7 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 	k.sort()
 }
 
-// childList gathers the entries Children finds: their names and strings
+// childList gathers the entries ChildrenOf and a Scan find: their names and strings
 // one after another in one buffer, made a string once at the end, and
 // the entries copied out into a slice of their own.
 type childList struct {

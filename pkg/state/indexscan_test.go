@@ -33,22 +33,11 @@ func TestIndexScan(t *testing.T) {
 	x.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "../t"})
 	paths = append(paths, "l")
 	p := filepath.Join(t.TempDir(), "x.idx")
-	if err := x.Save(fileAt(p)); err != nil {
-		t.Fatal(err)
-	}
-	y, err := LoadIndex(fileAt(p))
-	if err != nil {
-		t.Fatal(err)
-	}
+	y := reloaded(t, x, p)
 	// A log, and entries set since: the scan merges all three.
 	y.Delete(paths[5])
 	y.Set(paths[6], entry(1000))
-	if err := y.Save(fileAt(p)); err != nil {
-		t.Fatal(err)
-	}
-	if y, err = LoadIndex(fileAt(p)); err != nil {
-		t.Fatal(err)
-	}
+	y = reloaded(t, y, p)
 	y.Delete(paths[8])
 	y.Set(paths[9], entry(2000))
 	y.Set("d0/new", entry(3000))
@@ -71,4 +60,17 @@ func TestIndexScan(t *testing.T) {
 	if found != y.Len()-1 { // all but the directory's entry
 		t.Errorf("found %d entries, the index holds %d", found, y.Len())
 	}
+}
+
+// reloaded saves x as the file p and loads it again.
+func reloaded(t *testing.T, x *Index, p string) *Index {
+	t.Helper()
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return y
 }
