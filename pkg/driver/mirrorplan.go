@@ -21,7 +21,6 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -54,22 +53,49 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	if top != nil && ix.x != nil && ix.x.Len() > 0 {
 		p.scope = env.Scope // what an event named, in a tree written before
 	}
-	var g errgroup.Group
-	g.SetLimit(max(1, env.Concurrency))
-	var failed atomic.Bool
-	dispatch := func(f *dirFrame) {
-		g.Go(func() error {
-			defer f.close(top)
-			if failed.Load() {
-				return nil
+	// Directories are compared by a few goroutines that live as long as
+	// the plan: one per directory would grow a fresh stack for each (a
+	// comparison runs deep), which cost as much as the comparing. They
+	// are handed directories in batches of about batchEntries entries:
+	// waking a worker for each small directory cost more than comparing it.
+	workers := max(1, env.Concurrency)
+	batches := make(chan []*dirFrame, workers)
+	var (
+		wg       sync.WaitGroup
+		failed   atomic.Bool
+		errOnce  sync.Once
+		firstErr error
+	)
+	for range workers {
+		wg.Go(func() {
+			for batch := range batches {
+				for _, f := range batch {
+					if !failed.Load() {
+						if err := p.compare(ctx, f.host, f.rel, f.entries, f.implied, f.seen); err != nil {
+							errOnce.Do(func() { firstErr = err })
+							failed.Store(true)
+						}
+					}
+					putEntries(f.entries)
+					f.close(top)
+				}
 			}
-			err := p.compare(ctx, f.host, f.rel, f.entries, f.implied, f.seen)
-			if err != nil {
-				failed.Store(true)
-			}
-			putEntries(f.entries)
-			return err
 		})
+	}
+	var batch []*dirFrame
+	batched := 0
+	flush := func() {
+		if len(batch) > 0 {
+			batches <- batch
+			batch, batched = nil, 0
+		}
+	}
+	dispatch := func(f *dirFrame) {
+		batch = append(batch, f)
+		batched += len(f.entries) + 1
+		if batched >= batchEntries || len(batch) >= batchFrames {
+			flush()
+		}
 	}
 	// A tree written before, looked at whole, is read front to back as the
 	// walk meets its files: a directory that turns out unchanged needs no
@@ -170,7 +196,10 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			stack[i].close(top)
 		}
 	}
-	err := g.Wait()
+	flush()
+	close(batches)
+	wg.Wait()
+	err := firstErr
 	switch {
 	case err != nil:
 	case walkErr != nil:
@@ -223,6 +252,14 @@ func (p *treePlanner) plan() *treePlan {
 	}
 	return t
 }
+
+// A batch of directories handed to a comparing goroutine ends once it
+// holds batchEntries entries or batchFrames directories (each holds an
+// open directory on the host).
+const (
+	batchEntries = 256
+	batchFrames  = 16
+)
 
 // errStopped ends the source's walk once a directory's comparison failed.
 var errStopped = errors.New("stopped")
