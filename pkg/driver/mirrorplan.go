@@ -100,7 +100,6 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	// A tree written before, looked at whole, is read front to back as the
 	// walk meets its files: a directory that turns out unchanged needs no
 	// listing of the index either.
-	var arena []byte // the found entries' strings; only ever appended to
 	if p.scope == nil && top != nil && !env.recalled() && !env.Verify {
 		ix.mu.Lock()
 		if ix.x.Len() > 0 && !ix.x.Intending() {
@@ -149,11 +148,8 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		f := stack[len(stack)-1]
 		de := desiredEntry{Entry: e, seq: seq}
 		if p.scan != nil && !e.Mode.IsDir() {
-			if cap(arena)-len(arena) < recordBytes {
-				arena = make([]byte, 0, 64<<10)
-			}
 			ix.mu.Lock()
-			de.recorded = p.scan.Find(e.Path, &de.rec, &arena)
+			de.recorded = p.scan.Find(e.Path, &de.rec)
 			ix.mu.Unlock()
 		}
 		if f.entries == nil {
@@ -422,7 +418,7 @@ type desiredEntry struct {
 	seq int
 	// rec is the index's entry for a file, found as the walk met it
 	// (recorded: there is one), when the planner scans the index.
-	rec      state.IndexEntry
+	rec      state.Found
 	recorded bool
 }
 
@@ -560,6 +556,9 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		if fast {
 			if le, ok, err = liveAt(host, name); err != nil {
 				return err
+			}
+			if ok && p.stands(e, le) {
+				continue
 			}
 			prev = p.recorded(e)
 		} else {
@@ -705,14 +704,27 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 // stood when the walk began).
 func (p *treePlanner) recorded(e *desiredEntry) *state.IndexEntry {
 	if e.recorded {
-		return &e.rec
+		return e.rec.Entry()
 	}
 	return p.ix.get(e.Path)
 }
 
-// recordBytes is the most an index entry's strings take: a content ID, a
-// SHA-256 in hex, and a symlink's target of a typical length.
-const recordBytes = len("sha256:") + 64 + 64 + 256
+// stands reports whether a desired file is converged as asRecorded finds
+// it, told from the records the walk found without spelling them out:
+// the live file's stat is the one recorded, and the source's stat cache
+// names the content the index recorded. False is not a change: only that
+// asRecorded has to look.
+func (p *treePlanner) stands(e *desiredEntry, le liveEntry) bool {
+	if !e.recorded || !e.Mode.IsRegular() || p.env.Verify || le.Stat != e.rec.Stat || le.Mode.Perm() != mirrorMode(e.Entry) {
+		return false
+	}
+	c, ok := e.File.(source.ContentComparer)
+	if !ok || p.ix.racy(&state.IndexEntry{Stat: e.rec.Stat}) {
+		return false
+	}
+	same, known := c.SameContent(&e.rec)
+	return same && known
+}
 
 // seenDir is a desired directory as the walk found it on the host: its
 // stat before anything in it was listed, and its index entry when that

@@ -143,9 +143,7 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 	t.mu.Lock()
 	scan := t.cache.Scan()
 	t.mu.Unlock()
-	// The strings of what the scan finds, a buffer only ever appended to.
-	var arena []byte
-	return t.walk(d, scan, &arena, dir, "", fn)
+	return t.walk(d, scan, dir, "", fn)
 }
 
 // walk lists each directory once (getdents64: names and types without a
@@ -153,7 +151,7 @@ func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
 // contents right after it: the order of the paths in a tree index. A
 // directory's paths, files and stat cache entries are a few allocations,
 // whatever the number of its entries.
-func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel string, fn func(Entry) error) error {
+func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func(Entry) error) error {
 	listed, err := d.List()
 	if err != nil {
 		return err
@@ -201,11 +199,6 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel 
 	}
 	all := paths.String()
 	files := make([]dirFile, nfiles)
-	// What the stat cache holds for the files, found by a scan of it in
-	// path order: their strings go to the walk's buffer.
-	if cap(*arena)-len(*arena) < nfiles*cachedBytes {
-		*arena = make([]byte, 0, max(64<<10, nfiles*cachedBytes))
-	}
 	for _, w := range entries {
 		full := all[:len(prefix)+len(w.name)]
 		all = all[len(full):]
@@ -217,8 +210,10 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel 
 			f := &files[0]
 			files = files[1:]
 			f.t, f.full, f.st = t, full, st
+			// What the stat cache holds for it, found by a scan of the
+			// cache in path order.
 			t.mu.Lock()
-			f.cached = scan.Find(full, &f.prev, arena)
+			f.cached = scan.Find(full, &f.prev)
 			t.mu.Unlock()
 			e.File = f
 		case st.Mode&fs.ModeSymlink != 0:
@@ -234,7 +229,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel 
 			if err != nil {
 				return err
 			}
-			err = t.walk(sub, scan, arena, top, p, fn)
+			err = t.walk(sub, scan, top, p, fn)
 			sub.Close()
 			if err != nil {
 				return err
@@ -243,10 +238,6 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, arena *[]byte, top, rel 
 	}
 	return nil
 }
-
-// cachedBytes is what a stat cache entry's strings take: its content ID
-// and SHA-256, in hex.
-const cachedBytes = len("sha256:") + 64 + len("git:") + 40 + 64
 
 // walked is a listed entry and its stat.
 type walked struct {
@@ -261,22 +252,48 @@ type dirFile struct {
 	full string // its path in the repository
 	st   hostfs.Stat
 	// prev is the stat cache's entry when the walk listed it, if cached.
-	prev   state.IndexEntry
+	prev   state.Found
 	cached bool
 
 	mu   sync.Mutex
 	read *namingReader // the last Open, hashing what it reads
+	id   string        // prev's content ID, once spelled out
 }
 
 // ContentID is the file's Git blob ID, from the stat cache while the
 // file's stat holds.
 func (f *dirFile) ContentID() (string, error) {
-	if f.cached {
-		if e := f.t.stands(&f.prev, f.st); e != nil {
-			return e.ContentID, nil
-		}
+	if !f.standing() {
+		return f.t.contentID(f.full, f.st)
 	}
-	return f.t.contentID(f.full, f.st)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.id == "" {
+		f.id = f.prev.ContentID() // spelled out once, when first asked
+	}
+	return f.id, nil
+}
+
+// SameContent reports whether the file holds the content rec records,
+// as the stat cache knows it without reading the file or spelling either
+// ID out; known is false when only ContentID can tell.
+func (f *dirFile) SameContent(rec *state.Found) (same, known bool) {
+	if !f.standing() {
+		return false, false
+	}
+	return f.prev.SameContent(rec)
+}
+
+// standing reports whether the stat cache's entry the walk found names
+// the file's content: see stands.
+func (f *dirFile) standing() bool {
+	if !f.cached || !f.prev.Stat.Same(f.st) || !f.prev.HasSHA256() {
+		return false
+	}
+	f.t.mu.Lock()
+	racy := f.t.cache.Racy(&state.IndexEntry{Stat: f.prev.Stat})
+	f.t.mu.Unlock()
+	return !racy
 }
 
 // LegacyID names the content as before content IDs were Git blob IDs.

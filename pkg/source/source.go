@@ -83,6 +83,13 @@ type File interface {
 	LegacyID() (string, error)
 }
 
+// ContentComparer is a File that can tell, from what it recorded of
+// itself, whether it holds the content an index entry records, without
+// spelling either content ID out.
+type ContentComparer interface {
+	SameContent(rec *state.Found) (same, known bool)
+}
+
 // ID is the content ID of a regular file.
 func (e *Entry) ID() (string, error) {
 	if e.File != nil {

@@ -1,6 +1,10 @@
 package state
 
-import "unsafe"
+import (
+	"encoding/hex"
+
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+)
 
 // A Scan finds entries in path order, each at or past the last one
 // sought: a walk in path order reads the index once, front to back, where
@@ -45,29 +49,103 @@ func (s *Scan) next() {
 	}
 }
 
-// Find puts p's entry in e and reports whether there is one; p must not
-// sort before a path sought before. The entry's strings are appended to
-// arena and cut from it: the caller must never write over what arena
-// holds (a fresh buffer, only appended to, does).
-func (s *Scan) Find(p string, e *IndexEntry, arena *[]byte) bool {
+// Find puts p's entry in f and reports whether there is one; p must not
+// sort before a path sought before.
+func (s *Scan) Find(p string, f *Found) bool {
 	for s.ok && string(s.path) < p {
 		s.next()
 	}
 	if !s.ok || string(s.path) != p {
 		return false
 	}
-	l := &s.list
-	l.buf, l.kids = l.buf[:0], l.kids[:0]
-	l.add(s.c.b, s.at, nil)
-	all := ""
-	if len(l.buf) > 0 {
-		from := len(*arena)
-		*arena = append(*arena, l.buf...)
-		all = unsafe.String(&(*arena)[from], len(l.buf))
-	}
-	l.kids[0].entry(e, all)
+	f.set(s.c.b, s.at, &s.list)
 	s.next()
 	return true
+}
+
+// Found is an entry a Scan found, kept as the index encodes it: its stat,
+// and its content ID and SHA-256 as bytes. A check that finds nothing
+// changed compares two of them (SameContent) without spelling either in
+// hex; Entry spells the entry out when its strings are wanted.
+type Found struct {
+	hostfs.Stat
+	flags uint16   // the row's: what sum and git hold
+	sum   [32]byte // the SHA-256 (fSHA), or the content ID's (fCidSum)
+	git   [20]byte // a Git content ID's object ID (fCidGit)
+	// whole is the entry spelled out where its strings are not sum and
+	// git alone: a layer's entry, a target, a content ID of another kind.
+	whole *IndexEntry
+}
+
+// set reads the entry at a into f.
+func (f *Found) set(b *base, a at, l *childList) {
+	if a.bi >= 0 {
+		r := b.row(a.bi)
+		*f = Found{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid},
+			flags: r.flags & fEntry, sum: r.sum}
+		if r.flags&(fStr|fCidStr) == 0 && (r.flags&fCidGit == 0 || len(b.strBytes(r.cid, f.git[:0])) == len(f.git)) {
+			return
+		}
+	}
+	// Spelled out, as ChildrenOf would.
+	l.buf, l.kids = l.buf[:0], l.kids[:0]
+	l.add(b, a, nil)
+	e := new(IndexEntry)
+	l.kids[0].entry(e, string(l.buf))
+	*f = Found{Stat: e.Stat, whole: e}
+}
+
+// Entry is the entry spelled out.
+func (f *Found) Entry() *IndexEntry {
+	if f.whole != nil {
+		return f.whole
+	}
+	e := &IndexEntry{Stat: f.Stat, ContentID: f.ContentID()}
+	if f.flags&fSHA != 0 {
+		e.SHA256 = hex.EncodeToString(f.sum[:])
+	}
+	return e
+}
+
+// HasSHA256 reports whether the entry records the SHA-256 of a content.
+func (f *Found) HasSHA256() bool {
+	if f.whole != nil {
+		return f.whole.SHA256 != ""
+	}
+	return f.flags&fSHA != 0
+}
+
+// ContentID is the entry's content ID: one allocation, where its strings
+// are not spelled out already.
+func (f *Found) ContentID() string {
+	var buf [len("sha256:") + 2*32]byte
+	switch {
+	case f.whole != nil:
+		return f.whole.ContentID
+	case f.flags&fCidSum != 0:
+		return string(hex.AppendEncode(append(buf[:0], "sha256:"...), f.sum[:]))
+	case f.flags&fCidGit != 0:
+		return string(hex.AppendEncode(append(buf[:0], "git:"...), f.git[:]))
+	}
+	return ""
+}
+
+// SameContent reports whether f and g record the same content ID; known
+// is false when only the IDs spelled out can tell (either is of a kind
+// kept as a string).
+func (f *Found) SameContent(g *Found) (same, known bool) {
+	if f.whole != nil || g.whole != nil {
+		return false, false
+	}
+	switch kinds := f.flags & (fCidSum | fCidGit); {
+	case kinds != g.flags&(fCidSum|fCidGit):
+		return false, false
+	case kinds == fCidGit:
+		return f.git == g.git, true
+	case kinds == fCidSum:
+		return f.sum == g.sum, true
+	}
+	return false, false
 }
 
 // Intending reports whether stopped writes left intents in the index

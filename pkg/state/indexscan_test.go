@@ -12,13 +12,13 @@ import (
 
 // TestIndexScan: a scan in path order finds what Get finds, for entries
 // of the base, of the log and set since, and nothing for paths deleted or
-// never set; the strings it cuts from the arena stay right as the arena
-// grows.
+// never set; entries of the base compare their content IDs as the IDs
+// spelled out do, without spelling them.
 func TestIndexScan(t *testing.T) {
 	x := NewIndex()
 	entry := func(i int) *IndexEntry {
 		return &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: int64(i), Mode: 0o644},
-			SHA256: fmt.Sprintf("%064x", i), ContentID: fmt.Sprintf("git:%040x", i)}
+			SHA256: fmt.Sprintf("%064x", i), ContentID: fmt.Sprintf("git:%040x", i/2)}
 	}
 	var paths []string
 	for i := range 300 {
@@ -44,18 +44,32 @@ func TestIndexScan(t *testing.T) {
 	paths = append(paths, "d0/new", "d0/missing", "zz")
 	slices.Sort(paths)
 	s := y.Scan()
-	var arena []byte
-	found := 0
+	found, raw := 0, 0
+	var prev Found
 	for _, p := range paths {
-		var e IndexEntry
-		ok := s.Find(p, &e, &arena)
+		var f Found
+		ok := s.Find(p, &f)
 		want := y.Get(p)
-		if ok != (want != nil) || ok && e != *want {
-			t.Fatalf("Find(%s) = %v, %+v; Get: %+v", p, ok, e, want)
+		if ok != (want != nil) || ok && (*f.Entry() != *want || f.ContentID() != want.ContentID || f.HasSHA256() != (want.SHA256 != "")) {
+			t.Fatalf("Find(%s) = %v, %+v; Get: %+v", p, ok, f.Entry(), want)
 		}
-		if ok {
-			found++
+		if !ok {
+			continue
 		}
+		found++
+		// Compared without their IDs spelled out, as they are spelled.
+		same, known := f.SameContent(&prev)
+		spelled := f.ContentID() == prev.ContentID()
+		if known && same != spelled {
+			t.Errorf("SameContent(%s, the entry before) = %v; their IDs: %q, %q", p, same, f.ContentID(), prev.ContentID())
+		}
+		if known && spelled {
+			raw++
+		}
+		prev = f
+	}
+	if raw < 100 {
+		t.Errorf("%d entries compared the same as the one before without their IDs spelled out, want most of 150", raw)
 	}
 	if found != y.Len()-1 { // all but the directory's entry
 		t.Errorf("found %d entries, the index holds %d", found, y.Len())
