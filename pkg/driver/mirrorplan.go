@@ -76,7 +76,6 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 							failed.Store(true)
 						}
 					}
-					putEntries(f.entries)
 					f.close(top)
 				}
 			}
@@ -117,6 +116,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			return errStopped
 		}
 		if !p.relevant(e.Path) {
+			e.Release()
 			return nil
 		}
 		parent := "" // a walk's paths are clean
@@ -173,16 +173,25 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		srcErr = recalledWalk(ix.x, add)
 	case spec.sourcePath != "":
 		walk := env.Tree.Walk
+		if w, ok := env.Tree.(source.StatLaterWalker); ok {
+			// The walk is the plan's slowest part: the comparing
+			// goroutines stat its files instead (compare).
+			walk = w.WalkStatLater
+		}
 		if p.scope != nil {
 			walk = func(dir string, fn func(source.Entry) error) error {
 				return source.WalkScope(env.Tree, dir, p.scope, fn)
 			}
 		}
 		srcErr = walk(spec.sourcePath, func(e source.Entry) error {
-			if e.Mode.IsDir() || e.Mode.IsRegular() || e.Mode&fs.ModeSymlink != 0 {
-				return add(e)
+			if !e.Mode.IsDir() && !e.Mode.IsRegular() && e.Mode&fs.ModeSymlink == 0 {
+				return nil
 			}
-			return nil
+			err := add(e)
+			if err != nil {
+				e.Release() // not kept: a frame releases what it keeps
+			}
+			return err
 		})
 	}
 	for i := len(stack) - 1; i >= 0; i-- {
@@ -366,12 +375,19 @@ type dirFrame struct {
 	seen    seenDir         // the directory as the walk met it
 }
 
-// close releases the frame's directory unless it is the tree's top.
+// close releases the frame's directory unless it is the tree's top, and
+// its entries, whether they were compared or not (what a walk for stats
+// later holds open for them goes).
 func (f *dirFrame) close(top *hostfs.Dir) {
 	if f.host != nil && f.host != top {
 		f.host.Close()
 		f.host = nil
 	}
+	for i := range f.entries {
+		f.entries[i].Release()
+	}
+	putEntries(f.entries)
+	f.entries = nil
 }
 
 // A tree's directories take their entries' slices, and compare its maps
@@ -493,6 +509,11 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 // index hold, then the host's that are not desired, and forgets recorded
 // entries that are on neither side.
 func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool, seen seenDir) error {
+	for i := range desired {
+		if err := desired[i].Settle(); err != nil {
+			return fmt.Errorf("read source %s: %w", p.spec.Source, err)
+		}
+	}
 	var live map[string]liveEntry
 	var err error
 	names := ""

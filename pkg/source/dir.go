@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -83,6 +84,9 @@ type dirTree struct {
 	mu        sync.Mutex
 	cache     *state.Index
 	cacheFile state.File // the zero File: none
+	// held are the directories of walks that files not yet settled hold
+	// (WalkStatLater).
+	held map[*heldDir]struct{}
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
@@ -131,27 +135,53 @@ func (t *dirTree) Close() error {
 	if t.cache.Dirty() && t.cacheFile != (state.File{}) {
 		err = t.cache.Save(t.cacheFile)
 	}
+	for h := range t.held {
+		h.d.Close() // files walked that were never settled
+	}
+	t.held = nil
 	return errors.Join(err, t.root.Close())
 }
 
 func (t *dirTree) Walk(dir string, fn func(Entry) error) error {
+	return t.walkTop(dir, false, fn)
+}
+
+// WalkStatLater is Walk, but a regular file that its directory's listing
+// names as one comes before its stat: Mode holds its type alone and Size
+// is unknown until Settle. A caller that settles entries on other
+// goroutines spares the walk a stat per file.
+func (t *dirTree) WalkStatLater(dir string, fn func(Entry) error) error {
+	return t.walkTop(dir, true, fn)
+}
+
+func (t *dirTree) walkTop(dir string, later bool, fn func(Entry) error) error {
 	d, err := t.root.OpenDir(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
 	t.mu.Lock()
 	scan := t.cache.Scan()
 	t.mu.Unlock()
-	return t.walk(d, scan, dir, "", fn)
+	return t.walk(d, scan, later, dir, "", fn)
 }
 
 // walk lists each directory once (getdents64: names and types without a
-// stat), stats each entry, and yields them in Git's order, a directory's
+// stat), stats each entry (but regular files, later: see WalkStatLater),
+// and yields them in Git's order, a directory's
 // contents right after it: the order of the paths in a tree index. A
 // directory's paths, files and stat cache entries are a few allocations,
 // whatever the number of its entries.
-func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func(Entry) error) error {
+//
+// The walk closes d, unless files walked before their stat (later) hold
+// it: then the last of them to settle does.
+func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel string, fn func(Entry) error) error {
+	var held *heldDir
+	if later {
+		held = t.hold(d)
+		defer held.release()
+	} else {
+		defer d.Close()
+	}
 	listed, err := d.List()
 	if err != nil {
 		return err
@@ -159,6 +189,11 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 	entries := make([]walked, 0, len(listed))
 	for _, e := range listed {
 		if e.Name == ".git" && rel == "" {
+			continue
+		}
+		if later && e.TypeKnown && e.Type == 0 {
+			// A regular file: stated when settled.
+			entries = append(entries, walked{name: e.Name, later: true})
 			continue
 		}
 		st, err := d.Lstat(e.Name)
@@ -210,6 +245,10 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 			f := &files[0]
 			files = files[1:]
 			f.t, f.full, f.st = t, full, st
+			if w.later {
+				f.name, f.held = w.name, held
+				held.refs.Add(1)
+			}
 			// What the stat cache holds for it, found by a scan of the
 			// cache in path order.
 			t.mu.Lock()
@@ -229,9 +268,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 			if err != nil {
 				return err
 			}
-			err = t.walk(sub, scan, top, p, fn)
-			sub.Close()
-			if err != nil {
+			if err := t.walk(sub, scan, later, top, p, fn); err != nil {
 				return err
 			}
 		}
@@ -239,10 +276,11 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, top, rel string, fn func
 	return nil
 }
 
-// walked is a listed entry and its stat.
+// walked is a listed entry and its stat (none yet, later).
 type walked struct {
-	name string
-	st   hostfs.Stat
+	name  string
+	st    hostfs.Stat
+	later bool
 }
 
 // dirFile is a walked file, its entry's File: the files of a directory
@@ -251,6 +289,10 @@ type dirFile struct {
 	t    *dirTree
 	full string // its path in the repository
 	st   hostfs.Stat
+	// held, until settle, is the directory of a file walked before its
+	// stat (named name there).
+	held *heldDir
+	name string
 	// prev is the stat cache's entry when the walk listed it, if cached.
 	prev   state.Found
 	cached bool
@@ -272,6 +314,62 @@ func (f *dirFile) ContentID() (string, error) {
 		f.id = f.prev.ContentID() // spelled out once, when first asked
 	}
 	return f.id, nil
+}
+
+// settle stats a file walked before its stat (a no-op once it has it).
+func (f *dirFile) settle() (hostfs.Stat, error) {
+	if f.held == nil {
+		return f.st, nil
+	}
+	st, err := f.held.d.Lstat(f.name)
+	f.release()
+	if err == nil && !st.Mode.IsRegular() {
+		err = &fs.PathError{Op: "lstat", Path: f.full, Err: errors.New("no longer a regular file")}
+	}
+	if err != nil {
+		return hostfs.Stat{}, err
+	}
+	f.st = st
+	return st, nil
+}
+
+func (f *dirFile) release() {
+	if f.held != nil {
+		f.held.release()
+		f.held = nil
+	}
+}
+
+// heldDir is a directory of a walk that its files walked before their
+// stat still need: closed once the walk has left it and each has settled,
+// or else when the tree closes.
+type heldDir struct {
+	t    *dirTree
+	d    *hostfs.Dir
+	refs atomic.Int32
+}
+
+// hold holds d for the walk.
+func (t *dirTree) hold(d *hostfs.Dir) *heldDir {
+	h := &heldDir{t: t, d: d}
+	h.refs.Store(1)
+	t.mu.Lock()
+	if t.held == nil {
+		t.held = map[*heldDir]struct{}{}
+	}
+	t.held[h] = struct{}{}
+	t.mu.Unlock()
+	return h
+}
+
+func (h *heldDir) release() {
+	if h.refs.Add(-1) != 0 {
+		return
+	}
+	h.t.mu.Lock()
+	delete(h.t.held, h)
+	h.t.mu.Unlock()
+	h.d.Close()
 }
 
 // SameContent reports whether the file holds the content rec records,

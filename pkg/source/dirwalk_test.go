@@ -136,3 +136,93 @@ func writeFile(t *testing.T, p, content string) {
 		t.Fatal(err)
 	}
 }
+
+// A walk that leaves files' stats for later gives what Walk gives once
+// each entry is settled (from another goroutine, as the mirror planner
+// does), and holds no directory open after: those its files need stay
+// open until each has settled, or until the tree is closed for files that
+// never were. A file replaced by a directory before it settles is an
+// error, not a file.
+func TestDirWalkStatLater(t *testing.T) {
+	repo := t.TempDir()
+	for i := range 30 {
+		writeFile(t, filepath.Join(repo, "tree", fmt.Sprintf("d%d", i%4), fmt.Sprintf("e%d", i%3), fmt.Sprintf("f%d", i)), strings.Repeat("x", i))
+	}
+	if err := os.Chmod(filepath.Join(repo, "tree", "d1", "e1", "f13"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	co, err := (&Dir{Dir: repo, Cache: state.At(t.TempDir())}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	tree := co.Tree.(*dirTree)
+	var want []string
+	if err := tree.Walk("tree", func(e Entry) error {
+		want = append(want, fmt.Sprintf("%s %v %d", e.Path, e.Mode, e.Size))
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	held := func() int {
+		tree.mu.Lock()
+		defer tree.mu.Unlock()
+		return len(tree.held)
+	}
+	var later []Entry
+	if err := tree.WalkStatLater("tree", func(e Entry) error {
+		later = append(later, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if held() == 0 {
+		t.Fatal("no directory held for the files to settle")
+	}
+	got := make([]string, len(later))
+	done := make(chan error)
+	go func() {
+		for i := range later {
+			if err := later[i].Settle(); err != nil {
+				done <- err
+				return
+			}
+			got[i] = fmt.Sprintf("%s %v %d", later[i].Path, later[i].Mode, later[i].Size)
+		}
+		done <- nil
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("settled:\n%q\nwalked:\n%q", got, want)
+	}
+	if n := held(); n != 0 {
+		t.Errorf("%d directories still held once every file settled", n)
+	}
+	// Never settled: the tree's Close closes what they held.
+	later = later[:0]
+	if err := tree.WalkStatLater("tree", func(e Entry) error {
+		later = append(later, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	replaced := filepath.Join(repo, "tree", "d0", "e0", "f0")
+	if err := os.Remove(replaced); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(replaced, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(later, func(e Entry) bool { return e.Path == "d0/e0/f0" })
+	if err := later[i].Settle(); err == nil || !strings.Contains(err.Error(), "no longer a regular file") {
+		t.Errorf("a file replaced by a directory settled: %v, %v", later[i].Mode, err)
+	}
+	if err := co.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := held(); n != 0 {
+		t.Errorf("%d directories still held once the tree closed", n)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"strings"
 
+	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -88,6 +89,44 @@ type File interface {
 // spelling either content ID out.
 type ContentComparer interface {
 	SameContent(rec *state.Found) (same, known bool)
+}
+
+// StatLaterWalker is a Tree that can walk without a stat per regular file
+// (see Entry.Settle).
+type StatLaterWalker interface {
+	WalkStatLater(dir string, fn func(Entry) error) error
+}
+
+// settler is a File walked before its stat.
+type settler interface {
+	settle() (hostfs.Stat, error)
+	release()
+}
+
+// Settle completes an entry a StatLaterWalker's walk gave before its stat:
+// its Mode and Size, then. It must come before anything else asks the
+// entry or its File of its content, and before the entry is copied on;
+// on an entry that has its stat, it does nothing.
+func (e *Entry) Settle() error {
+	s, ok := e.File.(settler)
+	if !ok {
+		return nil
+	}
+	st, err := s.settle()
+	if err != nil {
+		return err
+	}
+	e.Mode, e.Size = st.Mode, st.Size
+	return nil
+}
+
+// Release lets go of what an entry walked before its stat holds open
+// until it settles, when it is not to be settled after all. It does
+// nothing to an entry that settled or had its stat.
+func (e *Entry) Release() {
+	if s, ok := e.File.(settler); ok {
+		s.release()
+	}
 }
 
 // ID is the content ID of a regular file.
