@@ -162,7 +162,20 @@ func (t *dirTree) walkTop(dir string, later bool, fn func(Entry) error) error {
 	t.mu.Lock()
 	scan := t.cache.Scan()
 	t.mu.Unlock()
-	return t.walk(d, scan, later, dir, "", fn)
+	w := &walker{t: t, scan: scan, later: later, top: dir, fn: fn}
+	return w.walk(d, "", 0)
+}
+
+// walker is one walk of a dirTree.
+type walker struct {
+	t     *dirTree
+	scan  *state.Scan // the stat cache, read as the walk meets its files
+	later bool        // regular files' stats are left to Settle
+	top   string      // the directory walked
+	fn    func(Entry) error
+	// levels are a directory's entries at each depth, sorted: needed
+	// until the walk leaves it, and used again by the next one there.
+	levels [][]walked
 }
 
 // walk lists each directory once (getdents64: names and types without a
@@ -174,9 +187,10 @@ func (t *dirTree) walkTop(dir string, later bool, fn func(Entry) error) error {
 //
 // The walk closes d, unless files walked before their stat (later) hold
 // it: then the last of them to settle does.
-func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel string, fn func(Entry) error) error {
+func (wk *walker) walk(d *hostfs.Dir, rel string, depth int) error {
+	t, top := wk.t, wk.top
 	var held *heldDir
-	if later {
+	if wk.later {
 		held = t.hold(d)
 		defer held.release()
 	} else {
@@ -186,12 +200,16 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel str
 	if err != nil {
 		return err
 	}
-	entries := make([]walked, 0, len(listed))
+	if len(wk.levels) == depth {
+		wk.levels = append(wk.levels, nil)
+	}
+	entries := slices.Grow(wk.levels[depth][:0], len(listed))
+	defer func() { wk.levels[depth] = entries[:0] }()
 	for _, e := range listed {
 		if e.Name == ".git" && rel == "" {
 			continue
 		}
-		if later && e.TypeKnown && e.Type == 0 {
+		if wk.later && e.TypeKnown && e.Type == 0 {
 			// A regular file: stated when settled.
 			entries = append(entries, walked{name: e.Name, later: true})
 			continue
@@ -252,7 +270,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel str
 			// What the stat cache holds for it, found by a scan of the
 			// cache in path order.
 			t.mu.Lock()
-			f.cached = scan.Find(full, &f.prev)
+			f.cached = wk.scan.Find(full, &f.prev)
 			t.mu.Unlock()
 			e.File = f
 		case st.Mode&fs.ModeSymlink != 0:
@@ -260,7 +278,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel str
 				return err
 			}
 		}
-		if err := fn(e); err != nil {
+		if err := wk.fn(e); err != nil {
 			return err
 		}
 		if st.Mode.IsDir() {
@@ -268,7 +286,7 @@ func (t *dirTree) walk(d *hostfs.Dir, scan *state.Scan, later bool, top, rel str
 			if err != nil {
 				return err
 			}
-			if err := t.walk(sub, scan, later, top, p, fn); err != nil {
+			if err := wk.walk(sub, p, depth+1); err != nil {
 				return err
 			}
 		}
