@@ -86,7 +86,8 @@ type dirTree struct {
 	cacheFile state.File // the zero File: none
 	// held are the directories of walks that files not yet settled hold
 	// (WalkStatLater).
-	held map[*heldDir]struct{}
+	held   map[*heldDir]struct{}
+	closed bool
 }
 
 func (t *dirTree) Open(name string) (fs.File, error) {
@@ -135,10 +136,15 @@ func (t *dirTree) Close() error {
 	if t.cache.Dirty() && t.cacheFile != (state.File{}) {
 		err = t.cache.Save(t.cacheFile)
 	}
+	// Directories that files never settled hold (a plan that stopped);
+	// a walk still in one closes it as it leaves.
+	t.closed = true
 	for h := range t.held {
-		h.d.Close() // files walked that were never settled
+		if !h.walking {
+			h.close()
+			delete(t.held, h)
+		}
 	}
-	t.held = nil
 	return errors.Join(err, t.root.Close())
 }
 
@@ -192,7 +198,7 @@ func (wk *walker) walk(d *hostfs.Dir, rel string, depth int) error {
 	var held *heldDir
 	if wk.later {
 		held = t.hold(d)
-		defer held.release()
+		defer held.leave()
 	} else {
 		defer d.Close()
 	}
@@ -339,7 +345,7 @@ func (f *dirFile) settle() (hostfs.Stat, error) {
 	if f.held == nil {
 		return f.st, nil
 	}
-	st, err := f.held.d.Lstat(f.name)
+	st, err := f.held.lstat(f.name)
 	f.release()
 	if err == nil && !st.Mode.IsRegular() {
 		err = &fs.PathError{Op: "lstat", Path: f.full, Err: errors.New("no longer a regular file")}
@@ -362,14 +368,38 @@ func (f *dirFile) release() {
 // stat still need: closed once the walk has left it and each has settled,
 // or else when the tree closes.
 type heldDir struct {
-	t    *dirTree
-	d    *hostfs.Dir
-	refs atomic.Int32
+	t       *dirTree
+	refs    atomic.Int32 // the walk's, while walking, and each file's
+	walking bool         // guarded by t.mu
+	// mu guards d against a Close of the tree while a file settles: the
+	// descriptor, once closed, may name another file.
+	mu sync.Mutex
+	d  *hostfs.Dir // nil once closed
+}
+
+// lstat stats name in the directory, unless the tree closed it.
+func (h *heldDir) lstat(name string) (hostfs.Stat, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.d == nil {
+		return hostfs.Stat{}, &fs.PathError{Op: "lstat", Path: name, Err: fs.ErrClosed}
+	}
+	return h.d.Lstat(name)
+}
+
+// close closes the directory, once.
+func (h *heldDir) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.d != nil {
+		h.d.Close()
+		h.d = nil
+	}
 }
 
 // hold holds d for the walk.
 func (t *dirTree) hold(d *hostfs.Dir) *heldDir {
-	h := &heldDir{t: t, d: d}
+	h := &heldDir{t: t, d: d, walking: true}
 	h.refs.Store(1)
 	t.mu.Lock()
 	if t.held == nil {
@@ -380,6 +410,23 @@ func (t *dirTree) hold(d *hostfs.Dir) *heldDir {
 	return h
 }
 
+// leave is the walk's release, once it has left the directory: the tree
+// closed meanwhile, the directory goes at once.
+func (h *heldDir) leave() {
+	h.t.mu.Lock()
+	h.walking = false
+	closed := h.t.closed
+	if closed {
+		delete(h.t.held, h)
+	}
+	h.t.mu.Unlock()
+	if closed {
+		h.close()
+		return
+	}
+	h.release()
+}
+
 func (h *heldDir) release() {
 	if h.refs.Add(-1) != 0 {
 		return
@@ -387,7 +434,7 @@ func (h *heldDir) release() {
 	h.t.mu.Lock()
 	delete(h.t.held, h)
 	h.t.mu.Unlock()
-	h.d.Close()
+	h.close()
 }
 
 // SameContent reports whether the file holds the content rec records,

@@ -2,7 +2,9 @@ package source
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -141,8 +143,8 @@ func writeFile(t *testing.T, p, content string) {
 // each entry is settled (from another goroutine, as the mirror planner
 // does), and holds no directory open after: those its files need stay
 // open until each has settled, or until the tree is closed for files that
-// never were. A file replaced by a directory before it settles is an
-// error, not a file.
+// never were; one that settles after the close is refused. A file
+// replaced by a directory before it settles is an error, not a file.
 func TestDirWalkStatLater(t *testing.T) {
 	repo := t.TempDir()
 	for i := range 30 {
@@ -224,5 +226,11 @@ func TestDirWalkStatLater(t *testing.T) {
 	}
 	if n := held(); n != 0 {
 		t.Errorf("%d directories still held once the tree closed", n)
+	}
+	// What settles after the tree closed is refused, not stated through a
+	// descriptor that may name another directory by then.
+	j := slices.IndexFunc(later, func(e Entry) bool { return e.Path == "d1/e1/f13" })
+	if err := later[j].Settle(); !errors.Is(err, fs.ErrClosed) {
+		t.Errorf("a file settled after the tree closed: %v, %v", later[j].Mode, err)
 	}
 }
