@@ -58,8 +58,13 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 	// comparison runs deep), which cost as much as the comparing. They
 	// are handed directories in batches of about batchEntries entries:
 	// waking a worker for each small directory cost more than comparing it.
+	// A directory handed over holds its host directory, and its source
+	// directory until its files settle, open: at most inFlight(workers)
+	// are handed over and not yet compared, the walk waiting for the
+	// workers beyond that.
 	workers := max(1, env.Concurrency)
 	batches := make(chan []*dirFrame, workers)
+	slots := make(chan struct{}, inFlight(workers))
 	var (
 		wg       sync.WaitGroup
 		failed   atomic.Bool
@@ -77,6 +82,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 						}
 					}
 					f.close(top)
+					<-slots
 				}
 			}
 		})
@@ -90,6 +96,12 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 		}
 	}
 	dispatch := func(f *dirFrame) {
+		select {
+		case slots <- struct{}{}:
+		default:
+			flush() // what holds the slots is then the workers' to free
+			slots <- struct{}{}
+		}
 		batch = append(batch, f)
 		batched += len(f.entries) + 1
 		if batched >= batchEntries || len(batch) >= batchFrames {
@@ -259,12 +271,18 @@ func (p *treePlanner) plan() *treePlan {
 }
 
 // A batch of directories handed to a comparing goroutine ends once it
-// holds batchEntries entries or batchFrames directories (each holds an
-// open directory on the host).
+// holds batchEntries entries or batchFrames directories.
 const (
 	batchEntries = 256
-	batchFrames  = 16
+	batchFrames  = 8
 )
+
+// inFlight is how many directories a plan hands to its workers before
+// they have compared them, each holding up to two open: enough for a
+// batch in each worker's hands, one queued and one being made, and never
+// more than 128 however many workers (a plan of 3,000 directories at
+// --concurrency 8 held 547 descriptors at once with no bound).
+func inFlight(workers int) int { return min(batchFrames*(workers+2), 128) }
 
 // errStopped ends the source's walk once a directory's comparison failed.
 var errStopped = errors.New("stopped")
