@@ -78,10 +78,12 @@ func (t *treeIndex) children(rel string, k *state.Kids) {
 	t.x.ChildrenOf(rel, k)
 }
 
-func (t *treeIndex) racy(e *state.IndexEntry) bool {
+// racy reports whether an entry recorded with stat st may have changed
+// unseen (state.Index.Racy).
+func (t *treeIndex) racy(st hostfs.Stat) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.x.Racy(e)
+	return t.x.Racy(st)
 }
 
 // set records an entry that stands; touch records it anew although it did

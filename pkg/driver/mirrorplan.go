@@ -538,7 +538,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	if seen.desired && (seen.stat != nil || p.out != nil) && implied == nil && !p.env.Verify {
 		names = namesDigest(desired)
 	}
-	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev)
+	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev.Stat)
 	// fast: nothing is here but the desired entries, and the walk found
 	// each file's record (when the directory held exactly these names, the
 	// rest was forgotten): each is looked at alone, no map of either side.
@@ -725,7 +725,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		if len(live) == len(want) && exactly(live, want) {
 			// A racily clean record is written again, newer than the
 			// directory's timestamps, as a racily clean file's is.
-			racy := seen.prev != nil && p.ix.racy(seen.prev)
+			racy := seen.prev != nil && p.ix.racy(seen.prev.Stat)
 			if seen.prev == nil || seen.prev.ContentID != names || racy {
 				p.ix.set(rel, &state.IndexEntry{Stat: *seen.stat, ContentID: names}, racy)
 			}
@@ -754,11 +754,12 @@ func (p *treePlanner) recorded(e *desiredEntry) *state.IndexEntry {
 // names the content the index recorded. False is not a change: only that
 // asRecorded has to look.
 func (p *treePlanner) stands(e *desiredEntry, le liveEntry) bool {
-	if !e.recorded || !e.Mode.IsRegular() || p.env.Verify || le.Stat != e.rec.Stat || le.Mode.Perm() != mirrorMode(e.Entry) {
+	if !e.recorded || !e.Mode.IsRegular() || p.env.Verify || le.Mode.Perm() != mirrorMode(e.Entry) {
 		return false
 	}
+	rec := e.rec.Stat()
 	c, ok := e.File.(source.ContentComparer)
-	if !ok || p.ix.racy(&state.IndexEntry{Stat: e.rec.Stat}) {
+	if !ok || le.Stat != rec || p.ix.racy(rec) {
 		return false
 	}
 	same, known := c.SameContent(&e.rec)
@@ -1041,7 +1042,7 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 // index entry that stands when none is needed (racy: it was verified by
 // its hash and is to be recorded anew). The file's directory is opened
 // only when a file must be read, and the file is hashed at most once.
-func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(*state.IndexEntry) bool) (*treeOp, *state.IndexEntry, bool, error) {
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(hostfs.Stat) bool) (*treeOp, *state.IndexEntry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
 	hash := sync.OnceValues(func() (string, error) {
@@ -1051,7 +1052,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		}
 		return hashFile(d, name)
 	})
-	racy := prev != nil && isRacy(prev)
+	racy := prev != nil && isRacy(prev.Stat)
 	var o diff.Observation
 	var err error
 	// An intent holds no stat of the file created: it is judged by content.
@@ -1108,7 +1109,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 // with nothing to do and the entry standing as it is, decided without
 // the observation's allocations (most files of a converged tree).
 func asRecorded(env *Env, e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, ix *treeIndex) (bool, error) {
-	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev) {
+	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev.Stat) {
 		return false, nil
 	}
 	id, err := e.ID()

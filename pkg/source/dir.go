@@ -448,15 +448,9 @@ func (f *dirFile) SameContent(rec *state.Found) (same, known bool) {
 }
 
 // standing reports whether the stat cache's entry the walk found names
-// the file's content: see stands.
+// the file's content (trusted).
 func (f *dirFile) standing() bool {
-	if !f.cached || !f.prev.Stat.Same(f.st) || !f.prev.HasSHA256() {
-		return false
-	}
-	f.t.mu.Lock()
-	racy := f.t.cache.Racy(&state.IndexEntry{Stat: f.prev.Stat})
-	f.t.mu.Unlock()
-	return !racy
+	return f.cached && f.t.trusted(f.prev.Stat(), f.prev.HasSHA256(), f.st)
 }
 
 // LegacyID names the content as before content IDs were Git blob IDs.
@@ -567,19 +561,24 @@ func (t *dirTree) legacyID(full string, st hostfs.Stat) (string, error) {
 	return "sha256:" + e.SHA256, nil
 }
 
-// stands is e when it names the content of a file with stat st: its stat
-// has not moved, it is not racily clean, and it holds both IDs.
+// stands is e when it names the content of a file with stat st (trusted).
 func (t *dirTree) stands(e *state.IndexEntry, st hostfs.Stat) *state.IndexEntry {
-	if e == nil || !e.Stat.Same(st) || e.SHA256 == "" {
-		return nil
-	}
-	t.mu.Lock()
-	racy := t.cache.Racy(e)
-	t.mu.Unlock()
-	if racy {
+	if e == nil || !t.trusted(e.Stat, e.SHA256 != "", st) {
 		return nil
 	}
 	return e
+}
+
+// trusted reports whether a stat cache entry recorded with stat rec names
+// the content of a file with stat st: the stat has not moved, it is not
+// racily clean, and the entry holds both IDs (hasSHA: its SHA-256 too).
+func (t *dirTree) trusted(rec hostfs.Stat, hasSHA bool, st hostfs.Stat) bool {
+	if !hasSHA || !rec.Same(st) {
+		return false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.cache.Racy(rec)
 }
 
 // cached is the cache's entry for a file with stat st: its Git blob ID

@@ -79,10 +79,10 @@ func NewIndex() *Index { return &Index{} }
 // beside it.
 func NewIndexAt(f File) *Index { return &Index{spill: f.dir, file: f} }
 
-// Racy reports whether a file whose stat matches e may still have changed
-// unseen: its timestamps are as new as the index itself.
-func (x *Index) Racy(e *IndexEntry) bool {
-	return x.ref == 0 || e.Mtime >= x.ref || e.Ctime >= x.ref
+// Racy reports whether a file whose stat matches st, as recorded, may
+// still have changed unseen: its timestamps are as new as the index itself.
+func (x *Index) Racy(st hostfs.Stat) bool {
+	return x.ref == 0 || st.Mtime >= x.ref || st.Ctime >= x.ref
 }
 
 // indexMagic starts an index of format 1, an entry after another in

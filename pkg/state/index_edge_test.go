@@ -356,7 +356,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 			if kids[filepath.Base(name)].Entry == nil {
 				t.Fatalf("%s not among the children of %s", name, dp)
 			}
-			if e := y.Get(name); e == nil || y.Racy(e) {
+			if e := y.Get(name); e == nil || y.Racy(e.Stat) {
 				t.Fatalf("%s: %+v", name, e)
 			}
 			y.Set(name, entry(i))

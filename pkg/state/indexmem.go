@@ -448,7 +448,7 @@ func (l *childList) add(b *base, a at, name []byte) {
 		return
 	}
 	r := b.row(a.bi)
-	k.e.Stat = hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}
+	k.e.Stat = r.stat()
 	var scratch [64]byte
 	switch {
 	case r.flags&fCidSum != 0:
@@ -736,16 +736,8 @@ func (it *item) entry() *IndexEntry {
 // entryWith is entry with a Git content ID's bytes given.
 func (it *item) entryWith(raw []byte) *IndexEntry {
 	r := &it.r
-	e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}}
-	var buf [7 + 64]byte
-	switch {
-	case r.flags&fCidSum != 0:
-		e.ContentID = string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
-	case r.flags&fCidGit != 0:
-		e.ContentID = string(hex.AppendEncode(append(buf[:0], "git:"...), raw))
-	case r.flags&fCidStr != 0:
-		e.ContentID = it.cid
-	}
+	e := &IndexEntry{Stat: r.stat(), ContentID: r.contentID(raw, it.cid)}
+	var buf [64]byte
 	switch {
 	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
 		e.SHA256 = e.ContentID[7:]
@@ -757,6 +749,26 @@ func (it *item) entryWith(raw []byte) *IndexEntry {
 		e.SHA256 = it.str
 	}
 	return e
+}
+
+// stat is the row's stat.
+func (r *row) stat() hostfs.Stat {
+	return hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid}
+}
+
+// contentID spells the row's content ID: a Git one from its object ID's
+// bytes (raw), one kept as a string (cid) as it is.
+func (r *row) contentID(raw []byte, cid string) string {
+	var buf [len("sha256:") + 64]byte
+	switch {
+	case r.flags&fCidSum != 0:
+		return string(hex.AppendEncode(append(buf[:0], "sha256:"...), r.sum[:]))
+	case r.flags&fCidGit != 0:
+		return string(hex.AppendEncode(append(buf[:0], "git:"...), raw))
+	case r.flags&fCidStr != 0:
+		return cid
+	}
+	return ""
 }
 
 // isHex reports whether s is lowercase hex, as hex.EncodeToString writes.

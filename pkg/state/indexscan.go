@@ -1,10 +1,6 @@
 package state
 
-import (
-	"encoding/hex"
-
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
-)
+import "github.com/cortex-sync/cortex-sync/pkg/hostfs"
 
 // A Scan finds entries in path order, each at or past the last one
 // sought: a walk in path order reads the index once, front to back, where
@@ -63,27 +59,26 @@ func (s *Scan) Find(p string, f *Found) bool {
 	return true
 }
 
-// Found is an entry a Scan found, kept as the index encodes it: its stat,
-// and its content ID and SHA-256 as bytes. A check that finds nothing
-// changed compares two of them (SameContent) without spelling either in
-// hex; Entry spells the entry out when its strings are wanted.
+// Found is an entry a Scan found, kept as the index encodes it: its row
+// (the stat, and the content ID and SHA-256 as bytes) and a Git content
+// ID's object ID. A check that finds nothing changed compares two of them
+// (SameContent) without spelling either in hex; Entry spells the entry
+// out when its strings are wanted.
 type Found struct {
-	hostfs.Stat
-	flags uint16   // the row's: what sum and git hold
-	sum   [32]byte // the SHA-256 (fSHA), or the content ID's (fCidSum)
-	git   [20]byte // a Git content ID's object ID (fCidGit)
-	// whole is the entry spelled out where its strings are not sum and
-	// git alone: a layer's entry, a target, a content ID of another kind.
+	r   row
+	git [20]byte // a Git content ID's object ID (fCidGit)
+	// whole is the entry spelled out where its strings are not the row's
+	// and git alone: a layer's entry, a target, a content ID of another
+	// kind.
 	whole *IndexEntry
 }
 
 // set reads the entry at a into f.
 func (f *Found) set(b *base, a at, l *childList) {
 	if a.bi >= 0 {
-		r := b.row(a.bi)
-		*f = Found{Stat: hostfs.Stat{Ino: uint64(r.ino), Size: r.size, Mtime: r.mtime, Ctime: r.ctime, Mode: r.mode, UID: r.uid, GID: r.gid},
-			flags: r.flags & fEntry, sum: r.sum}
-		if r.flags&(fStr|fCidStr) == 0 && (r.flags&fCidGit == 0 || len(b.strBytes(r.cid, f.git[:0])) == len(f.git)) {
+		*f = Found{r: b.row(a.bi)}
+		f.r.flags &= fEntry
+		if f.r.flags&(fStr|fCidStr) == 0 && (f.r.flags&fCidGit == 0 || len(b.strBytes(f.r.cid, f.git[:0])) == len(f.git)) {
 			return
 		}
 	}
@@ -92,7 +87,15 @@ func (f *Found) set(b *base, a at, l *childList) {
 	l.add(b, a, nil)
 	e := new(IndexEntry)
 	l.kids[0].entry(e, string(l.buf))
-	*f = Found{Stat: e.Stat, whole: e}
+	*f = Found{whole: e}
+}
+
+// Stat is the entry's stat.
+func (f *Found) Stat() hostfs.Stat {
+	if f.whole != nil {
+		return f.whole.Stat
+	}
+	return f.r.stat()
 }
 
 // Entry is the entry spelled out.
@@ -100,11 +103,8 @@ func (f *Found) Entry() *IndexEntry {
 	if f.whole != nil {
 		return f.whole
 	}
-	e := &IndexEntry{Stat: f.Stat, ContentID: f.ContentID()}
-	if f.flags&fSHA != 0 {
-		e.SHA256 = hex.EncodeToString(f.sum[:])
-	}
-	return e
+	it := item{r: f.r}
+	return it.entryWith(f.git[:])
 }
 
 // HasSHA256 reports whether the entry records the SHA-256 of a content.
@@ -112,22 +112,16 @@ func (f *Found) HasSHA256() bool {
 	if f.whole != nil {
 		return f.whole.SHA256 != ""
 	}
-	return f.flags&fSHA != 0
+	return f.r.flags&fSHA != 0
 }
 
 // ContentID is the entry's content ID: one allocation, where its strings
 // are not spelled out already.
 func (f *Found) ContentID() string {
-	var buf [len("sha256:") + 2*32]byte
-	switch {
-	case f.whole != nil:
+	if f.whole != nil {
 		return f.whole.ContentID
-	case f.flags&fCidSum != 0:
-		return string(hex.AppendEncode(append(buf[:0], "sha256:"...), f.sum[:]))
-	case f.flags&fCidGit != 0:
-		return string(hex.AppendEncode(append(buf[:0], "git:"...), f.git[:]))
 	}
-	return ""
+	return f.r.contentID(f.git[:], "")
 }
 
 // SameContent reports whether f and g record the same content ID; known
@@ -137,13 +131,13 @@ func (f *Found) SameContent(g *Found) (same, known bool) {
 	if f.whole != nil || g.whole != nil {
 		return false, false
 	}
-	switch kinds := f.flags & (fCidSum | fCidGit); {
-	case kinds != g.flags&(fCidSum|fCidGit):
+	switch kinds := f.r.flags & (fCidSum | fCidGit); {
+	case kinds != g.r.flags&(fCidSum|fCidGit):
 		return false, false
 	case kinds == fCidGit:
 		return f.git == g.git, true
 	case kinds == fCidSum:
-		return f.sum == g.sum, true
+		return f.r.sum == g.r.sum, true
 	}
 	return false, false
 }
