@@ -140,7 +140,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 		o.Attrs = w.attrs.diffs(live)
 	}
 	if spec.tracksContent() {
-		t, err := planTree(ctx, env, r, spec, top, &treeIndex{x: old}, nil)
+		t, err := planTree(ctx, env, r, spec, top, newTreeIndex(old), nil)
 		if err != nil {
 			return nil, err
 		}

@@ -54,9 +54,12 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirR
 // treeIndex is a tree's index as the planner's goroutines and the
 // writer's share it.
 type treeIndex struct {
-	mu sync.Mutex // guards x
-	x  *state.Index
+	mu   sync.Mutex // guards x
+	x    *state.Index
+	rule state.RacyRule // x's, asked without the lock
 }
+
+func newTreeIndex(x *state.Index) *treeIndex { return &treeIndex{x: x, rule: x.RacyRule()} }
 
 func (t *treeIndex) get(rel string) *state.IndexEntry {
 	t.mu.Lock()
@@ -80,11 +83,7 @@ func (t *treeIndex) children(rel string, k *state.Kids) {
 
 // racy reports whether an entry recorded with stat st may have changed
 // unseen (state.Index.Racy).
-func (t *treeIndex) racy(st hostfs.Stat) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.x.Racy(st)
-}
+func (t *treeIndex) racy(st hostfs.Stat) bool { return t.rule.Racy(st) }
 
 // set records an entry that stands; touch records it anew although it did
 // not change (see state.Index.Touch).

@@ -152,7 +152,7 @@ type staged struct {
 
 // newTreeWriter is the writer of the tree at top, recording in w's index.
 func newTreeWriter(ctx context.Context, env *Env, spec *DirectorySpec, top *hostfs.Dir, w *dirWork) *treeWriter {
-	t := &treeWriter{env: env, spec: spec, top: top, attrs: w.attrs, ix: &treeIndex{x: w.index}, task: progress.None,
+	t := &treeWriter{env: env, spec: spec, top: top, attrs: w.attrs, ix: newTreeIndex(w.index), task: progress.None,
 		few: w.writes <= fsyncBatch, touched: map[string]bool{}}
 	if w.writes >= progressFiles {
 		t.task = progress.Start(ctx, "writing "+spec.Path, int64(w.writes))

@@ -67,6 +67,7 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 	} else {
 		t.cache = state.NewIndex()
 	}
+	t.racy = t.cache.RacyRule()
 	p := cleanPath(d.Path)
 	if p == "" {
 		p = "."
@@ -83,7 +84,8 @@ type dirTree struct {
 	root      *hostfs.Root
 	mu        sync.Mutex
 	cache     *state.Index
-	cacheFile state.File // the zero File: none
+	racy      state.RacyRule // cache's, asked without the lock
+	cacheFile state.File     // the zero File: none
 	// held are the directories of walks that files not yet settled hold
 	// (WalkStatLater).
 	held   map[*heldDir]struct{}
@@ -573,12 +575,7 @@ func (t *dirTree) stands(e *state.IndexEntry, st hostfs.Stat) *state.IndexEntry 
 // the content of a file with stat st: the stat has not moved, it is not
 // racily clean, and the entry holds both IDs (hasSHA: its SHA-256 too).
 func (t *dirTree) trusted(rec hostfs.Stat, hasSHA bool, st hostfs.Stat) bool {
-	if !hasSHA || !rec.Same(st) {
-		return false
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return !t.cache.Racy(rec)
+	return hasSHA && rec.Same(st) && !t.racy.Racy(rec)
 }
 
 // cached is the cache's entry for a file with stat st: its Git blob ID

@@ -81,8 +81,20 @@ func NewIndexAt(f File) *Index { return &Index{spill: f.dir, file: f} }
 
 // Racy reports whether a file whose stat matches st, as recorded, may
 // still have changed unseen: its timestamps are as new as the index itself.
-func (x *Index) Racy(st hostfs.Stat) bool {
-	return x.ref == 0 || st.Mtime >= x.ref || st.Ctime >= x.ref
+func (x *Index) Racy(st hostfs.Stat) bool { return x.RacyRule().Racy(st) }
+
+// RacyRule is Racy as the index stands, a value that the goroutines of a
+// pass ask without a lock while the index is written: only a load or a
+// save moves the index's own rule, and that forward, so a rule taken
+// earlier only finds more entries racy.
+func (x *Index) RacyRule() RacyRule { return RacyRule{x.ref} }
+
+// RacyRule tells racily clean entries by the index files' newest mtime.
+type RacyRule struct{ ref int64 }
+
+// Racy is Index.Racy as the rule was taken.
+func (r RacyRule) Racy(st hostfs.Stat) bool {
+	return r.ref == 0 || st.Mtime >= r.ref || st.Ctime >= r.ref
 }
 
 // indexMagic starts an index of format 1, an entry after another in
