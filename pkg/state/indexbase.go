@@ -11,6 +11,7 @@ import (
 	"hash/crc32"
 	"io"
 	"io/fs"
+	"math/bits"
 	"os"
 	"slices"
 	"sync"
@@ -230,20 +231,34 @@ func (b *base) row(i int) row {
 // strBytes reads the string at off in the table into dst's memory.
 // parseBase checked every offset a row names.
 func (b *base) strBytes(off uint32, dst []byte) []byte {
-	var head [binary.MaxVarintLen64]byte
-	at := b.strOff + int64(off)
-	if at >= b.size {
+	at, l, ok := b.strHead(off)
+	if !ok {
 		return dst[:0] // only after a failed read
 	}
-	h := head[:min(int64(len(head)), b.size-at)]
-	b.read(at, h)
-	l, k := binary.Uvarint(h)
-	if k <= 0 || int64(l) > b.size-at-int64(k) {
-		return dst[:0] // only after a failed read
-	}
-	dst = slices.Grow(dst[:0], int(l))[:l]
-	b.read(at+int64(k), dst)
+	dst = slices.Grow(dst[:0], l)[:l]
+	b.read(at, dst)
 	return dst
+}
+
+// strHead is where the bytes of the string at off in the table start, and
+// how many there are; false when no whole string starts there.
+func (b *base) strHead(off uint32) (int64, int, bool) {
+	table := uint64(b.size - b.strOff)
+	if uint64(off) >= table {
+		return 0, 0, false
+	}
+	at, n := b.strOff+int64(off), min(binary.MaxVarintLen64, table-uint64(off))
+	h := b.view(at, int(n))
+	var head [binary.MaxVarintLen64]byte
+	if h == nil {
+		h = head[:n]
+		b.read(at, h)
+	}
+	l, k := binary.Uvarint(h)
+	if k <= 0 || l > table-uint64(off)-uint64(k) {
+		return 0, 0, false
+	}
+	return at + int64(k), int(l), true
 }
 
 func (b *base) str(off uint32) string {
@@ -288,15 +303,26 @@ func (b *base) pathView(i int) []byte {
 	if ob == nil {
 		return b.path(i, 0)
 	}
-	at := b.strOff + int64(binary.LittleEndian.Uint32(ob))
-	if h := b.view(at, int(min(binary.MaxVarintLen32, b.size-at))); h != nil {
-		if l, k := binary.Uvarint(h); k > 0 && int64(l) <= b.size-at-int64(k) {
-			if v := b.view(at+int64(k), int(l)); v != nil {
-				return v
-			}
-		}
+	if v, ok := b.strView(binary.LittleEndian.Uint32(ob)); ok {
+		return v
 	}
 	return b.path(i, 0)
+}
+
+// strView is the whole string at off in the table: a view into the cache
+// where it lies in one block, else a copy in scratch 0; false when no
+// whole string starts there. It is good until the next read.
+func (b *base) strView(off uint32) ([]byte, bool) {
+	at, l, ok := b.strHead(off)
+	if !ok {
+		return nil, false
+	}
+	if v := b.view(at, l); v != nil {
+		return v, true
+	}
+	b.scratch[0] = slices.Grow(b.scratch[0][:0], l)[:l]
+	b.read(at, b.scratch[0])
+	return b.scratch[0], b.err == nil
 }
 
 // find is p's row, tried first just after the one found last.
@@ -473,33 +499,49 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 	if marked {
 		allowed |= fMarks
 	}
+	// Each row is looked at where it lies in the cache, and its path
+	// where its string does: only the previous path is copied.
 	var raw [rowSize]byte
-	strSize := uint64(size - b.strOff)
+	prev := b.scratch[1][:0]
 	for i := range b.n {
-		b.read(headerSize+int64(i)*rowSize, raw[:])
-		r := getRow(raw[:])
-		if !validFlags(r, allowed) || le.Uint16(raw[90:]) != 0 {
-			return nil, corrupt("entry %d: bad flags %#x", i+1, r.flags)
+		at := headerSize + int64(i)*rowSize
+		v := b.view(at, rowSize)
+		if v == nil {
+			b.read(at, raw[:])
+			v = raw[:]
 		}
-		for _, s := range []struct {
+		flags, mode := le.Uint16(v[88:]), fs.FileMode(le.Uint32(v[76:]))
+		path, str, cid := le.Uint32(v[64:]), le.Uint32(v[68:]), le.Uint32(v[72:])
+		if !validFlags(flags, mode, allowed) || le.Uint16(v[90:]) != 0 {
+			return nil, corrupt("entry %d: bad flags %#x", i+1, flags)
+		}
+		for _, s := range [...]struct {
 			off  uint32
 			used bool
-		}{{r.path, true}, {r.str, r.flags&fStr != 0}, {r.cid, r.flags&(fCidGit|fCidStr) != 0}} {
-			if s.used && !b.validString(s.off, strSize) {
+		}{{str, flags&fStr != 0}, {cid, flags&(fCidGit|fCidStr) != 0}} {
+			if !s.used {
+				continue
+			}
+			if _, _, ok := b.strHead(s.off); !ok {
 				return nil, corrupt("entry %d: string at %d runs past the end", i+1, s.off)
 			}
 		}
-		p := b.path(i, i%2)
-		if i > 0 && bytes.Compare(p, b.scratch[(i+1)%2]) <= 0 {
+		p, ok := b.strView(path)
+		if !ok {
+			return nil, corrupt("entry %d: string at %d runs past the end", i+1, path)
+		}
+		if i > 0 && bytes.Compare(p, prev) <= 0 {
 			return nil, corrupt("entry %d: path %q out of order", i+1, p)
 		}
-		if r.flags&fDead == 0 {
+		prev = append(prev[:0], p...)
+		if flags&fDead == 0 {
 			b.live++
 		}
-		if r.flags&fChanged != 0 {
+		if flags&fChanged != 0 {
 			b.changed++
 		}
 	}
+	b.scratch[1] = prev
 	if b.err != nil {
 		return nil, b.err
 	}
@@ -508,15 +550,10 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 
 // validFlags reports whether a row's flags are ones encodeEntry writes: a
 // row means one entry only.
-func validFlags(r row, allowed uint16) bool {
-	ids := 0
-	for _, f := range []uint16{fCidSum, fCidGit, fCidStr} {
-		if r.flags&f != 0 {
-			ids++
-		}
-	}
-	sha := r.flags&fSHA != 0
-	return r.flags&^allowed == 0 && ids <= 1 && !(sha && r.flags&fStr != 0) && !(sha && r.mode&fs.ModeSymlink != 0)
+func validFlags(flags uint16, mode fs.FileMode, allowed uint16) bool {
+	sha := flags&fSHA != 0
+	return flags&^allowed == 0 && bits.OnesCount16(flags&(fCidSum|fCidGit|fCidStr)) <= 1 &&
+		!(sha && flags&fStr != 0) && !(sha && mode&fs.ModeSymlink != 0)
 }
 
 func corrupt(format string, args ...any) error {
@@ -541,19 +578,6 @@ func (b *base) sum(off, end int64) uint32 {
 		off += k
 	}
 	return c
-}
-
-// validString reports whether a whole string starts at off in a table of
-// size bytes.
-func (b *base) validString(off uint32, size uint64) bool {
-	if uint64(off) >= size {
-		return false
-	}
-	var head [binary.MaxVarintLen64]byte
-	h := head[:min(uint64(len(head)), size-uint64(off))]
-	b.read(b.strOff+int64(off), h)
-	l, k := binary.Uvarint(h)
-	return k > 0 && l <= size-uint64(off)-uint64(k)
 }
 
 // baseWriter writes a base of a known number of rows: the rows and the
