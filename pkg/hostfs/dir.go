@@ -24,6 +24,7 @@ type Dir struct {
 	fd     int
 	path   string     // in-root path the directory really resolved to
 	listMu sync.Mutex // List reads from the descriptor's own offset
+	listed bool       // the offset moved: a List rewinds it (under listMu)
 }
 
 // Path is the in-root path of the directory, after symlinks.

@@ -9,25 +9,34 @@ import (
 
 // list reads the directory with getdents64 on its own descriptor, from
 // the start (the offset is the descriptor's: Dup opens the directory
-// anew rather than sharing it). A descriptor getdents cannot read (O_PATH)
-// is read through a fresh one.
+// anew rather than sharing it), rewound when an earlier List moved it. A
+// descriptor getdents cannot read (O_PATH) is read through a fresh one.
 func (d *Dir) list(l *listing) error {
 	fd := d.fd
-	if _, err := unix.Seek(fd, 0, 0); err != nil {
-		if fd, err = openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC); err != nil {
-			return err
+	if d.listed {
+		if _, err := unix.Seek(fd, 0, 0); err != nil {
+			fd = -1
 		}
-		defer unix.Close(fd)
 	}
+	d.listed = true
 	for {
+		if fd < 0 {
+			var err error
+			if fd, err = openat(d.fd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC); err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+		}
 		n, err := unix.Getdents(fd, l.buf)
-		if err == unix.EINTR {
+		switch {
+		case err == unix.EINTR:
 			continue
-		}
-		if err != nil {
+		case err == unix.EBADF && fd == d.fd:
+			fd = -1 // not open for reading: nothing was read from it
+			continue
+		case err != nil:
 			return err
-		}
-		if n <= 0 {
+		case n <= 0:
 			return nil
 		}
 		parseDirents(l, l.buf[:n])
