@@ -214,7 +214,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	}
 	if fp := fingerprint(rec); live != nil && fp != nil && o.WrongType == "" {
 		hash := func() (string, error) {
-			sum, err := hashFile(d, base)
+			sum, err := hashFile(d, base, live.Size)
 			if err != nil {
 				return "", err
 			}
@@ -418,7 +418,7 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 	if sum == "" {
 		if o.Ours {
 			sum = c.Record.Live.SHA256
-		} else if sum, err = hashFile(d, base); err != nil {
+		} else if sum, err = hashFile(d, base, -1); err != nil {
 			return nil, err
 		}
 	}

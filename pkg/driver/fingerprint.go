@@ -11,7 +11,9 @@ import (
 )
 
 // hashFile is the SHA-256 of an entry's content, as the fingerprint keeps it.
-func hashFile(d *hostfs.Dir, name string) (string, error) { return d.HashFile(name) }
+func hashFile(d *hostfs.Dir, name string, size int64) (string, error) {
+	return d.HashFile(name, size)
+}
 
 // unchanged reports whether the live file still holds what the fingerprint
 // recorded: the quick stat check first, a hash only when the stat moved, the

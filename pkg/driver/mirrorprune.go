@@ -82,7 +82,7 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 				defer sub.Close()
 				d, name = sub, rel[i+1:]
 			}
-			return hashFile(d, name)
+			return hashFile(d, name, le.Size)
 		})
 		rec, ours, err := claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
 			switch {

@@ -599,7 +599,7 @@ func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	sum, err := hashFile(d, name)
+	sum, err := hashFile(d, name, st.Size)
 	if err != nil {
 		return nil, err
 	}

@@ -14,8 +14,11 @@ import (
 var hashBufs = sync.Pool{New: func() any { b := make([]byte, 64<<10); return &b }}
 
 // HashFile is the SHA-256 (hex) of the regular file name, read through the
-// directory's descriptor without following a symlink.
-func (d *Dir) HashFile(name string) (string, error) {
+// directory's descriptor without following a symlink. size is what an
+// lstat of it just found (-1: not known): a read that comes short with
+// that many bytes read is the end of the file, without the read that
+// would find the end (a file of another size is read to its end).
+func (d *Dir) HashFile(name string, size int64) (string, error) {
 	fd, err := openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 	if err != nil {
 		return "", d.pathErr("open", name, err)
@@ -24,7 +27,7 @@ func (d *Dir) HashFile(name string) (string, error) {
 	bp := hashBufs.Get().(*[]byte)
 	defer hashBufs.Put(bp)
 	h := sha256.New()
-	for {
+	for read := int64(0); ; {
 		n, err := unix.Read(fd, *bp)
 		if err == unix.EINTR {
 			continue
@@ -36,6 +39,9 @@ func (d *Dir) HashFile(name string) (string, error) {
 			break
 		}
 		h.Write((*bp)[:n])
+		if read += int64(n); read == size && n < len(*bp) {
+			break
+		}
 	}
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(h.Sum(sum[:0])), nil

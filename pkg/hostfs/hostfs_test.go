@@ -143,6 +143,33 @@ func TestRemoveAllDoesNotFollowSymlinks(t *testing.T) {
 	}
 }
 
+// HashFile hashes the whole file whatever size it is told: the size an
+// lstat found ends the reading early only when it is the file's, and a
+// stale one (the file grew or shrank since) reads to the end.
+func TestHashFileSize(t *testing.T) {
+	dir := t.TempDir()
+	d := openDir(t, dir)
+	for _, n := range []int{0, 1, 100, 64<<10 - 1, 64 << 10, 64<<10 + 1, 200 << 10} {
+		body := bytes.Repeat([]byte{'x'}, n)
+		if n > 0 {
+			body[n-1] = 'y'
+		}
+		if err := os.WriteFile(filepath.Join(dir, "f"), body, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		want := sha256.Sum256(body)
+		for _, size := range []int64{-1, int64(n), int64(n) - 1, int64(n) + 1, 0, 64 << 10} {
+			got, err := d.HashFile("f", size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != hex.EncodeToString(want[:]) {
+				t.Errorf("%d bytes, told %d: hash %s, want %x", n, size, got, want)
+			}
+		}
+	}
+}
+
 func TestHashFileAndOpenDirRel(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "a", "b"), 0o755); err != nil {
@@ -170,7 +197,7 @@ func TestHashFileAndOpenDirRel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	got, err := sub.HashFile("f")
+	got, err := sub.HashFile("f", -1)
 	if err != nil {
 		t.Fatal(err)
 	}
