@@ -894,7 +894,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 	case prev != nil && le.Stat.Same(prev.Stat):
 		return true, nil
 	default:
-		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name) })
+		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name, le.Size) })
 		_, owned, err := claimant(nil, intents, func(r *state.IndexEntry) (bool, error) {
 			if le.Mode&fs.ModeSymlink != 0 {
 				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
@@ -1039,9 +1039,10 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 // planFile observes one regular file that exists on both sides, judged by
 // its index entry prev or, where writes stopped before their index was
 // saved, by what they intended there. It returns the op to perform, or the
-// index entry that stands when none is needed (racy: it was verified by
-// its hash and is to be recorded anew). The file's directory is opened
-// only when a file must be read, and the file is hashed at most once.
+// index entry that stands when none is needed and prev does not record
+// it as it is (racy: it was verified by its hash and is to be recorded
+// anew). The file's directory is opened only when a file must be read,
+// and the file is hashed at most once.
 func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(hostfs.Stat) bool) (*treeOp, *state.IndexEntry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
@@ -1050,7 +1051,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		if err != nil {
 			return "", err
 		}
-		return hashFile(d, name)
+		return hashFile(d, name, le.Size)
 	})
 	racy := prev != nil && isRacy(prev.Stat)
 	var o diff.Observation
@@ -1100,6 +1101,9 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 		entry.SHA256 = prev.SHA256
 	} else if entry.SHA256, err = hash(); err != nil {
 		return nil, nil, false, err
+	}
+	if !racy && prev != nil && prev == recorded && *prev == *entry {
+		return nil, nil, false, nil // as recorded (what --verify finds of most files)
 	}
 	return nil, entry, racy, nil
 }
