@@ -354,6 +354,9 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 		if !ok {
 			break
 		}
+		// Whether it is dead is read first: a path viewed in the block
+		// cache is good only until the next read.
+		dead := a.dead(c.b)
 		var p []byte
 		if a.bi >= 0 {
 			p = c.b.pathView(a.bi)
@@ -365,7 +368,7 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 		}
 		rest := p[len(prefix):]
 		if j := bytes.IndexByte(rest, '/'); j >= 0 {
-			if a.dead(c.b) {
+			if dead {
 				continue
 			}
 			below = append(below, kids.put(rest[:j]))
@@ -373,7 +376,7 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 			c.seek(unsafe.String(unsafe.SliceData(seek), len(seek)))
 			continue
 		}
-		if a.dead(c.b) {
+		if dead {
 			continue
 		}
 		kids.add(c.b, a, rest)
