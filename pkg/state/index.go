@@ -70,6 +70,11 @@ type IndexEntry struct {
 	SHA256    string // of the content written, hex
 	Target    string // a symlink's target (kept where a file keeps its SHA256)
 	ContentID string // the source's name for the desired content
+	// XXH3 is the XXH3-128 of the content written (zero: not known):
+	// what --verify reads a file by while its stat is the one recorded,
+	// at rsync -c's cost. Not a cryptographic hash: whether what is there
+	// is what cortex-sync wrote (prune, backups) is the SHA-256's to say.
+	XXH3 [16]byte
 }
 
 // NewIndex is an empty index that keeps what is set in memory.
@@ -483,8 +488,9 @@ func (b baseID) header() []byte {
 // encodeFrame is records as a frame of a log (one save's changes, or one
 // batch of intents): a uvarint length, the CRC-32C of the payload, and the
 // payload: the record count, then per record a path, a flag (0: set, 1:
-// deleted) and, when set, the entry as in an index of format 1. It is nil
-// when the frame would exceed limit bytes.
+// deleted, 2: set with an XXH3) and, when set, the entry as in an index
+// of format 1, then with flag 2 the XXH3's 16 bytes. It is nil when the
+// frame would exceed limit bytes.
 func encodeFrame(recs iter.Seq2[string, *IndexEntry], limit int64) []byte {
 	count := 0
 	for range recs {
@@ -498,12 +504,17 @@ func encodeFrame(recs iter.Seq2[string, *IndexEntry], limit int64) []byte {
 			return nil
 		}
 		w.str(p)
-		if e == nil {
+		switch {
+		case e == nil:
 			b.WriteByte(1)
-			continue
+		case e.XXH3 != [16]byte{} && e.Mode&fs.ModeSymlink == 0:
+			b.WriteByte(2)
+			w.entry(e)
+			b.Write(e.XXH3[:])
+		default:
+			b.WriteByte(0)
+			w.entry(e)
 		}
-		b.WriteByte(0)
-		w.entry(e)
 	}
 	payload := b.Bytes()
 	out := binary.AppendUvarint(nil, uint64(len(payload)))
@@ -688,6 +699,12 @@ func decodeFrame(payload []byte) ([]lent, error) {
 		case 0:
 			e = d.indexEntry()
 		case 1:
+		case 2:
+			if e = d.indexEntry(); d.err == nil && e.Mode&fs.ModeSymlink == 0 && len(payload)-d.off >= len(e.XXH3) {
+				d.off += copy(e.XXH3[:], payload[d.off:])
+			} else if d.err == nil {
+				d.fail("bad XXH3")
+			}
 		default:
 			d.fail("bad flag %d", flag)
 		}

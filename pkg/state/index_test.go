@@ -25,7 +25,7 @@ import (
 // negative and large numbers, empty and long strings.
 func sampleIndex() *Index {
 	x := NewIndex()
-	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
+	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc", XXH3: [16]byte{1, 2, 3, 15: 16}})
 	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
 	x.Set("link", &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"})
 	x.Set(strings.Repeat("d/", 200)+"e", &IndexEntry{SHA256: strings.Repeat("ab", 32)})
@@ -101,6 +101,9 @@ func FuzzDecodeIndex(f *testing.F) {
 	f.Add(NewIndex().encode())
 	f.Add(sampleIndex().encode())
 	f.Add(append([]byte("F"), sampleIndex().encode()...))
+	if v2, err := os.ReadFile("testdata/index-v2.idx"); err == nil {
+		f.Add(append([]byte("F"), v2...))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if rest, ok := bytes.CutPrefix(data, []byte("F")); ok {
 			// Inputs after an F get their checksums made right, so that
@@ -126,16 +129,24 @@ func FuzzDecodeIndex(f *testing.F) {
 
 // fixSums recomputes a base's checksums where its header's counts fit.
 func fixSums(data []byte) []byte {
-	if len(data) < headerSize || !bytes.HasPrefix(data, []byte(baseMagic)) {
+	var rl uint64
+	switch {
+	case len(data) < headerSize:
+		return data
+	case bytes.HasPrefix(data, []byte(baseMagic)):
+		rl = rowSize
+	case bytes.HasPrefix(data, []byte(baseMagic2)):
+		rl = rowSize2
+	default:
 		return data
 	}
 	data = bytes.Clone(data)
 	le := binary.LittleEndian
 	n, size := le.Uint64(data[8:]), le.Uint64(data[16:])
 	rest := uint64(len(data) - headerSize)
-	if n <= rest/rowSize && size == rest-n*rowSize {
-		le.PutUint32(data[24:], crc32.Checksum(data[headerSize:headerSize+n*rowSize], crcTable))
-		le.PutUint32(data[28:], crc32.Checksum(data[headerSize+n*rowSize:], crcTable))
+	if n <= rest/rl && size == rest-n*rl {
+		le.PutUint32(data[24:], crc32.Checksum(data[headerSize:headerSize+n*rl], crcTable))
+		le.PutUint32(data[28:], crc32.Checksum(data[headerSize+n*rl:], crcTable))
 	}
 	le.PutUint32(data[32:], crc32.Checksum(data[:32], crcTable))
 	return data
@@ -297,6 +308,9 @@ func TestIndexMatchesMap(t *testing.T) {
 						e.SHA256 = fmt.Sprintf("%064x", rng.Uint64())
 						if rng.IntN(2) == 0 {
 							e.ContentID = "sha256:" + e.SHA256
+						}
+						if rng.IntN(2) == 0 {
+							binary.LittleEndian.PutUint64(e.XXH3[3:], rng.Uint64())
 						}
 					case 1:
 						e.Mode, e.Target = fs.ModeSymlink|0o777, "t"+k
@@ -571,6 +585,64 @@ func TestIndexOfFormat1(t *testing.T) {
 	}
 	if got, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) || got.Dirty() {
 		t.Fatalf("format 2: %v, %+v", err, got)
+	}
+}
+
+// An index of format 2 (written before XXH3 was recorded) is read as it
+// is; what is set after records XXH3 in the log beside it, and the next
+// base written whole is of format 3.
+func TestIndexOfFormat2(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "Directory.kb.idx")
+	old, err := os.ReadFile("testdata/index-v2.idx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]IndexEntry{
+		"a/file.md": {Stat: hostfs.Stat{Ino: 7, Size: 5, Mtime: 1700000000000000000, Ctime: 1700000000000000001, Mode: 0o644, UID: 1000, GID: 1000}, SHA256: strings.Repeat("ab", 32), ContentID: "git:" + strings.Repeat("cd", 20)},
+		"a/link":    {Stat: hostfs.Stat{Ino: 8, Size: 4, Mtime: 1700000000000000000, Ctime: 1700000000000000000, Mode: fs.ModeSymlink | 0o777}, Target: "file.md"},
+		"a":         {Stat: hostfs.Stat{Ino: 9, Mode: fs.ModeDir | 0o755}, ContentID: "names:0123"},
+		"b.txt":     {Stat: hostfs.Stat{Ino: 10, Size: 3, Mode: 0o644}, SHA256: strings.Repeat("ef", 32), ContentID: "sha256:" + strings.Repeat("ef", 32)},
+	}
+	if got := entries(x); !reflect.DeepEqual(got, want) {
+		t.Fatalf("format 2:\n got %+v\nwant %+v", got, want)
+	}
+	e := want["a/file.md"]
+	e.XXH3 = [16]byte{0xfe, 15: 0x01}
+	x.Set("a/file.md", &e)
+	want["a/file.md"] = e
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(p); !bytes.Equal(data, old) {
+		t.Fatal("the base of format 2 was rewritten for one entry: the log should hold it")
+	}
+	y, err := LoadIndex(fileAt(p))
+	if err != nil || !reflect.DeepEqual(entries(y), want) {
+		t.Fatalf("format 2 and its log: %v\n got %+v\nwant %+v", err, entries(y), want)
+	}
+	// Changes too many for the log: the base is written whole.
+	for i := range 2000 {
+		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 1, Mode: 0o644}, SHA256: strings.Repeat("01", 32), XXH3: [16]byte{byte(i), 1}}
+		y.Set(fmt.Sprintf("z/%04d", i), &e)
+		want[fmt.Sprintf("z/%04d", i)] = e
+	}
+	if err := y.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(p); !bytes.HasPrefix(data, []byte("CSIX\x03")) {
+		t.Fatalf("written whole as %q", data[:5])
+	}
+	z, err := LoadIndex(fileAt(p))
+	if err != nil || !reflect.DeepEqual(entries(z), want) {
+		t.Fatalf("format 3: %v\n got %+v\nwant %+v", err, entries(z), want)
 	}
 }
 

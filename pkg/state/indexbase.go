@@ -22,7 +22,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
-// An index's base file, format 2, is read in place rather than decoded:
+// An index's base file, format 3, is read in place rather than decoded:
 // its rows are found by search and read as a walk needs them, through a
 // small cache of the file's blocks, so that a command that checks a tree
 // of 45,000 files keeps none of its entries on the heap, and memory stays
@@ -30,20 +30,24 @@ import (
 // map a large folio of the page cache at each fault, 2 MiB where the file
 // was written in one go, and the index came to be resident whole.)
 //
-//	header   40 bytes: "CSIX\x02" and 3 zero bytes; the row count and the
+//	header   40 bytes: "CSIX\x03" and 3 zero bytes; the row count and the
 //	         string table's size (uint64); the CRC-32C of the rows, of the
 //	         strings and of the header's first 32 bytes (uint32); 4 zero
 //	         bytes.
 //	rows     rowSize bytes each (see putRow), sorted by path, unique.
+//	         A base of format 2 is read as it is: its rows are the first
+//	         rowSize2 bytes of these, and record no XXH3.
 //	strings  each a uvarint length and its bytes.
 //
 // Numbers are little-endian. A row holds its SHA-256 as 32 bytes and names
 // its path, its string (a symlink's target, or a SHA-256 that is not 64
 // hex digits) and its content ID by their offsets in the string table.
 const (
-	baseMagic  = "CSIX\x02\x00\x00\x00"
+	baseMagic  = "CSIX\x03\x00\x00\x00"
+	baseMagic2 = "CSIX\x02\x00\x00\x00"
 	headerSize = 40
-	rowSize    = 92
+	rowSize    = 108
+	rowSize2   = 92
 )
 
 // row is one entry as a base holds it. Its strings are offsets: into the
@@ -55,6 +59,7 @@ type row struct {
 	mode                    fs.FileMode
 	uid, gid                uint32
 	flags                   uint16
+	xxh                     [16]byte // with fXXH
 }
 
 const (
@@ -67,8 +72,9 @@ const (
 	// save is to write, and the entries deleted since the load.
 	fChanged
 	fDead
+	fXXH // xxh is the XXH3-128 of a file's content (format 3)
 
-	fEntry = fSHA | fStr | fCidSum | fCidGit | fCidStr
+	fEntry = fSHA | fStr | fCidSum | fCidGit | fCidStr | fXXH
 	fMarks = fChanged | fDead
 )
 
@@ -87,6 +93,7 @@ func putRow(b []byte, r *row) {
 	le.PutUint32(b[84:], r.gid)
 	le.PutUint16(b[88:], r.flags)
 	le.PutUint16(b[90:], 0)
+	copy(b[92:108], r.xxh[:])
 }
 
 func getRow(b []byte) (r row) {
@@ -98,6 +105,9 @@ func getRow(b []byte) (r row) {
 	r.mode = fs.FileMode(le.Uint32(b[76:]))
 	r.uid, r.gid = le.Uint32(b[80:]), le.Uint32(b[84:])
 	r.flags = le.Uint16(b[88:])
+	if len(b) >= rowSize {
+		copy(r.xxh[:], b[92:108])
+	}
 	return r
 }
 
@@ -111,6 +121,7 @@ type base struct {
 	mem     []byte   // in memory: the whole base
 	size    int64
 	n, live int   // rows, and rows not marked dead
+	rowLen  int64 // rowSize, or rowSize2 in a base of format 2
 	changed int   // rows marked changed
 	marked  bool  // a checkpoint: rows may carry marks
 	strOff  int64 // where the string table starts
@@ -131,7 +142,12 @@ func newBase(f *os.File, mem []byte, size int64, marked bool) (*base, error) {
 	if b.read(0, h[:]); b.err != nil {
 		return nil, b.err
 	}
-	if string(h[:len(baseMagic)]) != baseMagic {
+	switch string(h[:len(baseMagic)]) {
+	case baseMagic:
+		b.rowLen = rowSize
+	case baseMagic2:
+		b.rowLen = rowSize2
+	default:
 		return nil, corrupt("bad header")
 	}
 	le := binary.LittleEndian
@@ -140,10 +156,10 @@ func newBase(f *os.File, mem []byte, size int64, marked bool) (*base, error) {
 	}
 	n, strs := le.Uint64(h[8:]), le.Uint64(h[16:])
 	rest := uint64(size - headerSize)
-	if n > rest/rowSize || strs != rest-n*rowSize || strs > 1<<32 {
+	if rl := uint64(b.rowLen); n > rest/rl || strs != rest-n*rl || strs > 1<<32 {
 		return nil, corrupt("%d rows and %d bytes of strings claimed in %d bytes", n, strs, rest)
 	}
-	b.n, b.strOff = int(n), headerSize+int64(n)*rowSize
+	b.n, b.strOff = int(n), headerSize+int64(n)*b.rowLen
 	return b, nil
 }
 
@@ -224,8 +240,8 @@ func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 
 func (b *base) row(i int) row {
 	var buf [rowSize]byte
-	b.read(headerSize+int64(i)*rowSize, buf[:])
-	return getRow(buf[:])
+	b.read(headerSize+int64(i)*b.rowLen, buf[:b.rowLen])
+	return getRow(buf[:b.rowLen])
 }
 
 // strBytes reads the string at off in the table into dst's memory.
@@ -269,7 +285,7 @@ func (b *base) str(off uint32) string {
 // path reads row i's path into scratch k.
 func (b *base) path(i, k int) []byte {
 	var off [4]byte
-	b.read(headerSize+int64(i)*rowSize+64, off[:])
+	b.read(headerSize+int64(i)*b.rowLen+64, off[:])
 	b.scratch[k] = b.strBytes(binary.LittleEndian.Uint32(off[:]), b.scratch[k])
 	return b.scratch[k]
 }
@@ -299,7 +315,7 @@ func (b *base) view(off int64, n int) []byte {
 // pathView is row i's path: a view into the cache where it lies in one
 // block, else a copy in scratch 0. It is good until the next read.
 func (b *base) pathView(i int) []byte {
-	ob := b.view(headerSize+int64(i)*rowSize+64, 4)
+	ob := b.view(headerSize+int64(i)*b.rowLen+64, 4)
 	if ob == nil {
 		return b.path(i, 0)
 	}
@@ -411,6 +427,9 @@ func (b *base) same(r *row, e *IndexEntry) bool {
 		r.mode != e.Mode || r.uid != e.UID || r.gid != e.GID {
 		return false
 	}
+	if xxh := r.flags&fXXH != 0; xxh && r.xxh != e.XXH3 || !xxh && e.XXH3 != ([16]byte{}) {
+		return false
+	}
 	link := r.mode&fs.ModeSymlink != 0
 	var str []byte // the row's string, read once
 	if r.flags&fStr != 0 {
@@ -496,6 +515,9 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 		return nil, corrupt("checksum mismatch")
 	}
 	allowed := fEntry
+	if b.rowLen == rowSize2 {
+		allowed &^= fXXH
+	}
 	if marked {
 		allowed |= fMarks
 	}
@@ -504,11 +526,11 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 	var raw [rowSize]byte
 	prev := b.scratch[1][:0]
 	for i := range b.n {
-		at := headerSize + int64(i)*rowSize
-		v := b.view(at, rowSize)
+		at := headerSize + int64(i)*b.rowLen
+		v := b.view(at, int(b.rowLen))
 		if v == nil {
-			b.read(at, raw[:])
-			v = raw[:]
+			b.read(at, raw[:b.rowLen])
+			v = raw[:b.rowLen]
 		}
 		flags, mode := le.Uint16(v[88:]), fs.FileMode(le.Uint32(v[76:]))
 		path, str, cid := le.Uint32(v[64:]), le.Uint32(v[68:]), le.Uint32(v[72:])
@@ -551,9 +573,9 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 // validFlags reports whether a row's flags are ones encodeEntry writes: a
 // row means one entry only.
 func validFlags(flags uint16, mode fs.FileMode, allowed uint16) bool {
-	sha := flags&fSHA != 0
+	sha, link := flags&fSHA != 0, mode&fs.ModeSymlink != 0
 	return flags&^allowed == 0 && bits.OnesCount16(flags&(fCidSum|fCidGit|fCidStr)) <= 1 &&
-		!(sha && flags&fStr != 0) && !(sha && mode&fs.ModeSymlink != 0)
+		!(sha && flags&fStr != 0) && !(link && flags&(fSHA|fXXH) != 0)
 }
 
 func corrupt(format string, args ...any) error {

@@ -451,7 +451,7 @@ func (l *childList) add(b *base, a at, name []byte) {
 		return
 	}
 	r := b.row(a.bi)
-	k.e.Stat = r.stat()
+	k.e.Stat, k.e.XXH3 = r.stat(), r.xxh3()
 	var scratch [64]byte
 	switch {
 	case r.flags&fCidSum != 0:
@@ -694,6 +694,9 @@ func encodeRow(e *IndexEntry) (r row, str, cid string, raw [20]byte) {
 	case e.SHA256 != "":
 		str, r.flags = e.SHA256, r.flags|fStr
 	}
+	if e.Mode&fs.ModeSymlink == 0 && e.XXH3 != ([16]byte{}) {
+		r.xxh, r.flags = e.XXH3, r.flags|fXXH
+	}
 	id := e.ContentID
 	switch {
 	case id == "":
@@ -739,7 +742,7 @@ func (it *item) entry() *IndexEntry {
 // entryWith is entry with a Git content ID's bytes given.
 func (it *item) entryWith(raw []byte) *IndexEntry {
 	r := &it.r
-	e := &IndexEntry{Stat: r.stat(), ContentID: r.contentID(raw, it.cid)}
+	e := &IndexEntry{Stat: r.stat(), ContentID: r.contentID(raw, it.cid), XXH3: r.xxh3()}
 	var buf [64]byte
 	switch {
 	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:
@@ -752,6 +755,14 @@ func (it *item) entryWith(raw []byte) *IndexEntry {
 		e.SHA256 = it.str
 	}
 	return e
+}
+
+// xxh3 is the row's XXH3, zero where it records none.
+func (r *row) xxh3() [16]byte {
+	if r.flags&fXXH == 0 {
+		return [16]byte{}
+	}
+	return r.xxh
 }
 
 // stat is the row's stat.
