@@ -220,7 +220,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 			}
 			return env.likeRecord(fp.SHA256, sum)
 		}
-		if o.Ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, hash); err != nil {
+		if o.Ours, err = unchanged(*live, fp, env.Snapshot.Racy(fp.Stat), env.Verify, hash, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -442,7 +442,7 @@ func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a
 		return "", hostfs.Stat{}, err
 	}
 	defer rc.Close()
-	tmp, sum, err := d.WriteTemp(name, rc, a)
+	tmp, sums, err := d.WriteTemp(name, rc, a)
 	if err != nil {
 		return "", hostfs.Stat{}, err
 	}
@@ -457,7 +457,7 @@ func writeFile(d *hostfs.Dir, name string, open func() (io.ReadCloser, error), a
 		d.Remove(tmp)
 		return "", hostfs.Stat{}, err
 	}
-	return sum, wrote, d.Sync()
+	return sums.SHA256, wrote, d.Sync()
 }
 
 // fingerprintAfter is the fingerprint to record for a file just renamed

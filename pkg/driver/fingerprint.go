@@ -12,18 +12,29 @@ import (
 
 // hashFile is the SHA-256 of an entry's content, as the fingerprint keeps it.
 func hashFile(d *hostfs.Dir, name string, size int64) (string, error) {
-	return d.HashFile(name, size)
+	sums, err := d.HashFile(name, size)
+	return sums.SHA256, err
 }
 
 // unchanged reports whether the live file still holds what the fingerprint
 // recorded: the quick stat check first, a hash only when the stat moved, the
-// timestamps are racily close to the record, or verify asks for it.
-func unchanged(live hostfs.Stat, fp *state.IndexEntry, racy, verify bool, hash func() (string, error)) (bool, error) {
+// timestamps are racily close to the record, or verify asks for it. Under
+// verify a file whose stat is the one recorded is read by its XXH3 where
+// the fingerprint has one and fast reads it (as rsync -c reads a file), a
+// changed one by its SHA-256 as ever: nothing is trusted less than without
+// verify, where that file is not read at all.
+func unchanged(live hostfs.Stat, fp *state.IndexEntry, racy, verify bool, hash func() (string, error), fast func() ([16]byte, error)) (bool, error) {
 	if fp == nil || !live.Mode.IsRegular() {
 		return false, nil
 	}
-	if live.Same(fp.Stat) && !racy && !verify {
-		return true, nil
+	if live.Same(fp.Stat) && !racy {
+		switch {
+		case !verify:
+			return true, nil
+		case fast != nil && fp.XXH3 != [16]byte{}:
+			sum, err := fast()
+			return sum == fp.XXH3, err
+		}
 	}
 	if live.Size != fp.Size {
 		return false, nil

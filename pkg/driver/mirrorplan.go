@@ -899,7 +899,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 			if le.Mode&fs.ModeSymlink != 0 {
 				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
 			}
-			return unchanged(le.Stat, r, true, false, hash)
+			return unchanged(le.Stat, r, true, false, hash, nil)
 		})
 		return owned, err
 	}
@@ -1046,20 +1046,33 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(hostfs.Stat) bool) (*treeOp, *state.IndexEntry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
-	hash := sync.OnceValues(func() (string, error) {
+	hashed := false
+	sums := sync.OnceValues(func() (hostfs.Sums, error) {
+		hashed = true
 		d, err := opened()
 		if err != nil {
-			return "", err
+			return hostfs.Sums{}, err
 		}
-		return hashFile(d, name, le.Size)
+		return d.HashFile(name, le.Size)
 	})
+	hash := func() (string, error) {
+		s, err := sums()
+		return s.SHA256, err
+	}
+	fast := func() ([16]byte, error) {
+		d, err := opened()
+		if err != nil {
+			return [16]byte{}, err
+		}
+		return d.XXH3File(name, le.Size)
+	}
 	racy := prev != nil && isRacy(prev.Stat)
 	var o diff.Observation
 	var err error
 	// An intent holds no stat of the file created: it is judged by content.
 	recorded := prev
 	prev, o.Ours, err = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
-		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash)
+		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash, fast)
 	})
 	if err != nil {
 		return nil, nil, false, err
@@ -1098,9 +1111,16 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	}
 	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
 	if o.Ours {
-		entry.SHA256 = prev.SHA256
-	} else if entry.SHA256, err = hash(); err != nil {
-		return nil, nil, false, err
+		entry.SHA256, entry.XXH3 = prev.SHA256, prev.XXH3
+	}
+	if !o.Ours || hashed && entry.XXH3 == [16]byte{} {
+		// Read by its SHA-256 (an index of before XXH3 was recorded):
+		// the XXH3 of the same read is recorded now.
+		s, err := sums()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		entry.SHA256, entry.XXH3 = s.SHA256, s.XXH3
 	}
 	if !racy && prev != nil && prev == recorded && *prev == *entry {
 		return nil, nil, false, nil // as recorded (what --verify finds of most files)

@@ -95,7 +95,7 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 			}
 			// An intent holds no stat of the file created: it is judged by
 			// content.
-			return unchanged(le.Stat, r, r != prev || old.Racy(r.Stat), env.Verify, hash)
+			return unchanged(le.Stat, r, r != prev || old.Racy(r.Stat), env.Verify, hash, nil)
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", rel, err)

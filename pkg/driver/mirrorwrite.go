@@ -145,7 +145,8 @@ func (t *treeWriter) relist() error {
 type staged struct {
 	dir      *hostfs.Dir
 	rel, tmp string
-	sum, id  string
+	sums     hostfs.Sums
+	id       string
 	backup   bool // what the rename replaces is backed up first
 	wrote    hostfs.Stat
 }
@@ -406,7 +407,7 @@ func (t *treeWriter) stage(ctx context.Context, host *hostfs.Dir, files []*treeO
 		defer src.Close()
 		s := &out[i]
 		s.dir, s.rel, s.backup = dir, op.rel, op.backup && !op.replace
-		if s.tmp, s.sum, err = dir.WriteTemp(path.Base(op.rel), src, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
+		if s.tmp, s.sums, err = dir.WriteTemp(path.Base(op.rel), src, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
 			return err
 		}
 		if t.few {
@@ -414,7 +415,7 @@ func (t *treeWriter) stage(ctx context.Context, host *hostfs.Dir, files []*treeO
 				return err
 			}
 		}
-		s.id, err = contentIDOf(op.entry, s.sum)
+		s.id, err = contentIDOf(op.entry, s.sums.SHA256)
 		t.task.Add(1)
 		return err
 	})
@@ -459,7 +460,7 @@ func (t *treeWriter) flush() error {
 		// an intent is matched by content, never by its stat.
 		st := s.wrote
 		st.Ctime = 0
-		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sum, ContentID: s.id}}
+		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sums.SHA256, ContentID: s.id, XXH3: s.sums.XXH3}}
 	}
 	if err := t.ix.intend(intents...); err != nil {
 		t.cleanupLocked()
@@ -502,7 +503,7 @@ func (t *treeWriter) flush() error {
 		if err != nil {
 			return err
 		}
-		t.ix.set(s.rel, &state.IndexEntry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sum, ContentID: s.id}, false)
+		t.ix.set(s.rel, &state.IndexEntry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sums.SHA256, ContentID: s.id, XXH3: s.sums.XXH3}, false)
 		return nil
 	})
 	clear(t.pending)
@@ -599,7 +600,7 @@ func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	sum, err := hashFile(d, name, st.Size)
+	sums, err := d.HashFile(name, st.Size)
 	if err != nil {
 		return nil, err
 	}
@@ -607,7 +608,7 @@ func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	return &state.IndexEntry{Stat: st, SHA256: sum, ContentID: id}, nil
+	return &state.IndexEntry{Stat: st, SHA256: sums.SHA256, ContentID: id, XXH3: sums.XXH3}, nil
 }
 
 // symlinkInPlace makes a symlink (what was in its way gone already, backed

@@ -235,10 +235,10 @@ type Attrs struct {
 }
 
 // WriteTemp writes r into a new temporary file beside name and returns its
-// name and the SHA-256 of what was written. The file has its final mode and
+// name and the Sums of what was written. The file has its final mode and
 // owner but is not synced: the caller batches durability, then calls Rename.
 // On any error the temporary file is gone again.
-func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, error) {
+func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, Sums, error) {
 	tmp := tempName(name)
 	// Created with its final permissions when the umask cannot change them
 	// (the usual 022 with 0644 or 0755), sparing a chmod per file.
@@ -248,7 +248,7 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, erro
 	}
 	fd, err := unix.Openat(d.fd, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, perm)
 	if err != nil {
-		return "", "", d.pathErr("create", tmp, err)
+		return "", Sums{}, d.pathErr("create", tmp, err)
 	}
 	f := os.NewFile(uintptr(fd), path.Join(d.path, tmp))
 	// Cleanup keys on done, not on an error result: every return path (and
@@ -260,24 +260,24 @@ func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, string, erro
 			unix.Unlinkat(d.fd, tmp, 0)
 		}
 	}()
-	h := sha256.New()
+	h := newSummer()
 	bp := hashBufs.Get().(*[]byte)
 	defer hashBufs.Put(bp)
 	// The file as a plain writer: its ReadFrom would allocate a buffer of
 	// its own for every file.
 	if _, err := io.CopyBuffer(struct{ io.Writer }{f}, io.TeeReader(r, h), *bp); err != nil {
-		return "", "", d.pathErr("write", name, err)
+		return "", Sums{}, d.pathErr("write", name, err)
 	}
 	if chmod || a.UID >= 0 || a.GID >= 0 {
 		if err := fchattr(fd, a); err != nil {
-			return "", "", d.pathErr("chmod", name, err)
+			return "", Sums{}, d.pathErr("chmod", name, err)
 		}
 	}
 	if err := f.Close(); err != nil {
-		return "", "", d.pathErr("write", name, err)
+		return "", Sums{}, d.pathErr("write", name, err)
 	}
 	done = true
-	return tmp, hex.EncodeToString(h.Sum(nil)), nil
+	return tmp, h.sums(), nil
 }
 
 func fchattr(fd int, a Attrs) error {

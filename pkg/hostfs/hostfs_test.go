@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 func write(t *testing.T, d *Dir, name, content string) {
@@ -163,8 +165,13 @@ func TestHashFileSize(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != hex.EncodeToString(want[:]) {
-				t.Errorf("%d bytes, told %d: hash %s, want %x", n, size, got, want)
+			fast, err := d.XXH3File("f", size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantXXH := xxh3.Hash128(body).Bytes()
+			if got.SHA256 != hex.EncodeToString(want[:]) || got.XXH3 != wantXXH || fast != wantXXH {
+				t.Errorf("%d bytes, told %d: %s %x and %x, want %x and %x", n, size, got.SHA256, got.XXH3, fast, want, wantXXH)
 			}
 		}
 	}
@@ -202,8 +209,8 @@ func TestHashFileAndOpenDirRel(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sha256.Sum256(body)
-	if got != hex.EncodeToString(want[:]) {
-		t.Errorf("HashFile = %s, want %x", got, want)
+	if got.SHA256 != hex.EncodeToString(want[:]) {
+		t.Errorf("HashFile = %s, want %x", got.SHA256, want)
 	}
 	if _, err := top.OpenDirRel("link/b"); err == nil {
 		t.Error("OpenDirRel followed a symlink")
