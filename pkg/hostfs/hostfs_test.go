@@ -150,7 +150,16 @@ func TestRemoveAllDoesNotFollowSymlinks(t *testing.T) {
 // stale one (the file grew or shrank since) reads to the end.
 func TestHashFileSize(t *testing.T) {
 	dir := t.TempDir()
-	d := openDir(t, dir)
+	r, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d, err := r.OpenDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
 	for _, n := range []int{0, 1, 100, 64<<10 - 1, 64 << 10, 64<<10 + 1, 200 << 10} {
 		body := bytes.Repeat([]byte{'x'}, n)
 		if n > 0 {
