@@ -460,7 +460,7 @@ func (t *treeWriter) flush() error {
 		// an intent is matched by content, never by its stat.
 		st := s.wrote
 		st.Ctime = 0
-		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sums.SHA256, ContentID: s.id, XXH3: s.sums.XXH3}}
+		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sums.SHA256, ContentID: s.id}}
 	}
 	if err := t.ix.intend(intents...); err != nil {
 		t.cleanupLocked()

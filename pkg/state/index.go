@@ -41,6 +41,12 @@ type Index struct {
 	spillFailed   int  // the layers' size when a checkpoint last failed
 	replaying     bool // the log is being replayed: no checkpoint
 	rewrite       bool // the base is of an older format: Save writes a new one
+	// format2 is set when the base on disk is of format 2: the next save
+	// writes it whole, in format 3, rather than log what an older
+	// cortex-sync would read as the torn end of its log (frames that
+	// carry an XXH3) and cut off, forgetting what it wrote. An older one
+	// refuses the new base by name instead.
+	format2 bool
 	// ref is the index files' newest mtime when loaded: entries whose
 	// timestamps are not older are racily clean (git's rule) and must be
 	// hashed.
@@ -147,7 +153,9 @@ func LoadIndex(path File) (*Index, error) {
 			return nil, loadError(path, err)
 		}
 		x.rewrite = true
-	} else if x.base, err = parseBase(f, nil, fi.Size(), false); err != nil {
+	} else if x.base, err = parseBase(f, nil, fi.Size(), false); err == nil {
+		x.format2 = x.base.rowLen == rowSize2
+	} else {
 		f.Close()
 		return nil, loadError(path, err)
 	}
@@ -398,7 +406,7 @@ func (x *Index) save(path File) error {
 		return nil // as loaded
 	}
 	logPath := path.with(logSuffix)
-	if x.disk != (baseID{}) && !x.rewrite {
+	if x.disk != (baseID{}) && !x.rewrite && !x.format2 {
 		fi, err := path.stat()
 		if err == nil && baseOf(fi) == x.disk {
 			limit := max(minLogCap, x.disk.size/4)

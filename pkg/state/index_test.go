@@ -589,8 +589,10 @@ func TestIndexOfFormat1(t *testing.T) {
 }
 
 // An index of format 2 (written before XXH3 was recorded) is read as it
-// is; what is set after records XXH3 in the log beside it, and the next
-// base written whole is of format 3.
+// is, and so is a log an older cortex-sync appended to it. The first
+// save writes the base whole, in format 3, rather than log an XXH3 over
+// it: an older cortex-sync would take that frame for a torn end, cut the
+// log there and forget what it wrote; it refuses the new base by name.
 func TestIndexOfFormat2(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "Directory.kb.idx")
@@ -614,35 +616,68 @@ func TestIndexOfFormat2(t *testing.T) {
 	if got := entries(x); !reflect.DeepEqual(got, want) {
 		t.Fatalf("format 2:\n got %+v\nwant %+v", got, want)
 	}
-	e := want["a/file.md"]
-	e.XXH3 = [16]byte{0xfe, 15: 0x01}
-	x.Set("a/file.md", &e)
-	want["a/file.md"] = e
-	if err := x.Save(fileAt(p)); err != nil {
+	// A log as an older cortex-sync appends it (no XXH3: flag 0).
+	logged := IndexEntry{Stat: hostfs.Stat{Ino: 11, Size: 2, Mode: 0o644}, SHA256: strings.Repeat("12", 32)}
+	if err := x.appendLog(fileAt(p).with(logSuffix), encodeFrame(maps.All(map[string]*IndexEntry{"c.md": &logged}), 1<<20)); err != nil {
 		t.Fatal(err)
 	}
-	if data, _ := os.ReadFile(p); !bytes.Equal(data, old) {
-		t.Fatal("the base of format 2 was rewritten for one entry: the log should hold it")
-	}
+	want["c.md"] = logged
 	y, err := LoadIndex(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(y), want) {
-		t.Fatalf("format 2 and its log: %v\n got %+v\nwant %+v", err, entries(y), want)
+		t.Fatalf("format 2 and an older log: %v\n got %+v\nwant %+v", err, entries(y), want)
 	}
-	// Changes too many for the log: the base is written whole.
-	for i := range 2000 {
-		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 1, Mode: 0o644}, SHA256: strings.Repeat("01", 32), XXH3: [16]byte{byte(i), 1}}
-		y.Set(fmt.Sprintf("z/%04d", i), &e)
-		want[fmt.Sprintf("z/%04d", i)] = e
-	}
+	e := want["a/file.md"]
+	e.XXH3 = [16]byte{0xfe, 15: 0x01}
+	y.Set("a/file.md", &e)
+	want["a/file.md"] = e
 	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if data, _ := os.ReadFile(p); !bytes.HasPrefix(data, []byte("CSIX\x03")) {
-		t.Fatalf("written whole as %q", data[:5])
+		t.Fatalf("saved as %q: a base of format 2 is written whole at its first save", data[:5])
+	}
+	if _, err := os.Stat(p + logSuffix); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the log outlived the rewrite: %v", err)
 	}
 	z, err := LoadIndex(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("format 3: %v\n got %+v\nwant %+v", err, entries(z), want)
+	}
+	// From here on, small changes go to the log again.
+	e.Size = 6
+	z.Set("a/file.md", &e)
+	want["a/file.md"] = e
+	before, _ := os.ReadFile(p)
+	if err := z.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.ReadFile(p); !bytes.Equal(before, after) {
+		t.Error("a base of format 3 was rewritten for one entry: the log should hold it")
+	}
+	if got, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) {
+		t.Fatalf("format 3 and its log: %v\n got %+v\nwant %+v", err, entries(got), want)
+	}
+}
+
+// A symlink's content is its target: an XXH3 set on one is not kept, so
+// that it reads the same before a save and after.
+func TestIndexSymlinkKeepsNoXXH3(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.idx")
+	x := NewIndexAt(fileAt(p))
+	x.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
+	if e := x.Get("l"); e.XXH3 != [16]byte{} {
+		t.Fatalf("set: %+v", e)
+	}
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	y, err := LoadIndex(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	y.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
+	if y.Dirty() {
+		t.Error("setting a symlink as it is recorded, but for an XXH3, changed the index")
 	}
 }
 

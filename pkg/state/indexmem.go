@@ -148,6 +148,11 @@ func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 
 // Set records p's entry; Save writes it unless it equals the one there.
 func (x *Index) Set(p string, e *IndexEntry) {
+	if e.Mode&fs.ModeSymlink != 0 && e.XXH3 != [16]byte{} {
+		c := *e
+		c.XXH3 = [16]byte{} // a symlink's content is its target: no row keeps one
+		e = &c
+	}
 	exists, same := x.holds(p, e)
 	if same {
 		return
