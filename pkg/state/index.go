@@ -78,8 +78,9 @@ type IndexEntry struct {
 	ContentID string // the source's name for the desired content
 	// XXH3 is the XXH3-128 of the content written (zero: not known):
 	// what --verify reads a file by while its stat is the one recorded,
-	// at rsync -c's cost. Not a cryptographic hash: whether what is there
-	// is what cortex-sync wrote (prune, backups) is the SHA-256's to say.
+	// at rsync -c's cost (without --verify that file is not read at all).
+	// Not a cryptographic hash: a file whose stat moved, and whether what
+	// a prune would delete is cortex-sync's, are the SHA-256's to judge.
 	XXH3 [16]byte
 }
 

@@ -427,7 +427,7 @@ func (b *base) same(r *row, e *IndexEntry) bool {
 		r.mode != e.Mode || r.uid != e.UID || r.gid != e.GID {
 		return false
 	}
-	if xxh := r.flags&fXXH != 0; xxh && r.xxh != e.XXH3 || !xxh && e.XXH3 != ([16]byte{}) {
+	if r.xxh3() != e.XXH3 {
 		return false
 	}
 	link := r.mode&fs.ModeSymlink != 0
