@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cortex-sync/cortex-sync/internal/slicepool"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -164,10 +165,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			de.recorded = p.scan.Find(e.Path, &de.rec)
 			ix.mu.Unlock()
 		}
-		if f.entries == nil {
-			f.entries = getEntries()
-		}
-		f.entries = append(f.entries, de)
+		f.entries = append(entrySlices.Grow(f.entries), de)
 		seq++
 		if e.Mode.IsDir() {
 			host, seen, err := p.dirEntry(f.host, de)
@@ -404,7 +402,7 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 	for i := range f.entries {
 		f.entries[i].Release()
 	}
-	putEntries(f.entries)
+	entrySlices.Put(f.entries)
 	f.entries = nil
 }
 
@@ -413,24 +411,16 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 // few, where each directory's own cost the collector as much as the rest
 // of the plan.
 var (
-	kidsPool    = sync.Pool{New: func() any { return new(state.Kids) }}
-	entrySlices = sync.Pool{New: func() any { return new([]desiredEntry) }}
-	liveMaps    = sync.Pool{New: func() any { return map[string]liveEntry{} }}
-	wantMaps    = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
+	kidsPool = sync.Pool{New: func() any { return new(state.Kids) }}
+	liveMaps = sync.Pool{New: func() any { return map[string]liveEntry{} }}
+	wantMaps = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
 )
 
-func getEntries() []desiredEntry { return (*entrySlices.Get().(*[]desiredEntry))[:0] }
-
-// putEntries gives a frame's entries back once compared, cleared of what
-// they point to.
-func putEntries(s []desiredEntry) {
-	if cap(s) == 0 || cap(s) > 1<<16 {
-		return
-	}
-	clear(s) // what lies past it was cleared when last given back
-	s = s[:0]
-	entrySlices.Put(&s)
-}
+// entrySlices are the frames' entries, by size: one pool of any size
+// handed each directory whatever the last gave back, and one too small
+// grew again, doubling, for a quarter of the directories of a tree (316
+// of 1,324 at 11,478 files, 3 MB copied).
+var entrySlices = slicepool.Pool[desiredEntry]{Smallest: 8}
 
 // pooledMap is the most entries a map given back to its pool held: a
 // map is cleared at the cost of the most it ever held, and a large
@@ -851,6 +841,9 @@ func (p *treePlanner) keep(ops, gone []treeOp) {
 		p.overflow, p.ops, p.gone = true, nil, nil
 	}
 	if !p.overflow {
+		for i := range ops {
+			ops[i].entry.Keep() // used past its directory's close
+		}
 		p.ops = append(p.ops, ops...)
 		p.gone = append(p.gone, gone...)
 		return

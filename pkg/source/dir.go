@@ -18,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/cortex-sync/cortex-sync/internal/slicepool"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -259,7 +260,15 @@ func (wk *walker) walk(d *hostfs.Dir, rel string, depth int) error {
 		paths.WriteString(w.name)
 	}
 	all := paths.String()
-	files := make([]dirFile, nfiles)
+	var files []dirFile
+	if nfiles > 0 {
+		blk := &fileBlock{files: fileSlices.Get(nfiles)[:nfiles]}
+		blk.refs.Store(int32(nfiles))
+		files = blk.files
+		for i := range files {
+			files[i].blk = blk
+		}
+	}
 	for _, w := range entries {
 		full := all[:len(prefix)+len(w.name)]
 		all = all[len(full):]
@@ -310,11 +319,13 @@ type walked struct {
 }
 
 // dirFile is a walked file, its entry's File: the files of a directory
-// are one allocation, a tree of many files being mostly these.
+// are one slice (a fileBlock), a tree of many files being mostly these.
 type dirFile struct {
-	t    *dirTree
-	full string // its path in the repository
-	st   hostfs.Stat
+	t        *dirTree
+	blk      *fileBlock
+	released bool
+	full     string // its path in the repository
+	st       hostfs.Stat
 	// held, until settle, is the directory of a file walked before its
 	// stat (named name there).
 	held *heldDir
@@ -363,6 +374,40 @@ func (f *dirFile) release() {
 	if f.held != nil {
 		f.held.release()
 		f.held = nil
+	}
+}
+
+// done is Entry.Release: the caller is through with the file; the last
+// of its directory's files to go gives their slice back.
+func (f *dirFile) done() {
+	if f.released {
+		return
+	}
+	f.released = true
+	f.release()
+	f.blk.drop()
+}
+
+// keep is Entry.Keep: the file's directory's slice is never reused.
+func (f *dirFile) keep() { f.blk.refs.Add(1) }
+
+// fileSlices are the directories' files: a walk of many directories
+// reuses the slices of those its caller is through with (Entry.Release)
+// rather than allocating the tree's files over again (3 MB of 10 at
+// 11,478 files).
+var fileSlices = slicepool.Pool[dirFile]{Smallest: 8}
+
+// fileBlock is a directory's files, given back to fileSlices once each
+// was released and none kept.
+type fileBlock struct {
+	files []dirFile
+	refs  atomic.Int32 // the files not released, and one for each kept
+}
+
+func (b *fileBlock) drop() {
+	if b.refs.Add(-1) == 0 {
+		fileSlices.Put(b.files)
+		b.files = nil
 	}
 }
 

@@ -234,3 +234,105 @@ func TestDirWalkStatLater(t *testing.T) {
 		t.Errorf("a file settled after the tree closed: %v, %v", later[j].Mode, err)
 	}
 }
+
+// A walk reuses the files of a directory whose entries were all released
+// for the next directory it lists, but never those of an entry kept, nor
+// of one released twice while another is still in use: what a kept (or
+// unreleased) entry reads stays its own file's.
+func TestDirWalkReleaseKeep(t *testing.T) {
+	repo := t.TempDir()
+	for i := range 12 {
+		writeFile(t, filepath.Join(repo, "one", fmt.Sprintf("f%02d", i)), fmt.Sprintf("one %d", i))
+		writeFile(t, filepath.Join(repo, "two", fmt.Sprintf("g%02d", i)), fmt.Sprintf("two %d, longer", i))
+	}
+	co, err := (&Dir{Dir: repo, Cache: state.At(t.TempDir())}).Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	tree := co.Tree.(*dirTree)
+	walk := func(dir string) ([]Entry, []string) {
+		var es []Entry
+		if err := tree.WalkStatLater(dir, func(e Entry) error {
+			es = append(es, e)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, len(es))
+		for i := range es {
+			if err := es[i].Settle(); err != nil {
+				t.Fatal(err)
+			}
+			if ids[i], err = es[i].ID(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return es, ids
+	}
+	idsOf := func(es []Entry) []string {
+		ids := make([]string, len(es))
+		for i := range es {
+			var err error
+			if ids[i], err = es[i].ID(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ids
+	}
+	for _, tc := range []struct {
+		name    string
+		release func(es []Entry) []Entry // returns the entries still to be good
+	}{
+		{"kept", func(es []Entry) []Entry {
+			es[3].Keep()
+			for i := range es {
+				es[i].Release()
+			}
+			return es[3:4]
+		}},
+		{"released twice", func(es []Entry) []Entry {
+			for i := range es[1:] {
+				es[1+i].Release()
+				es[1+i].Release()
+			}
+			return es[:1]
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es, ids := walk("one")
+			good := tc.release(es)
+			want := idsOf(good)
+			// Walks of another directory of as many files take what
+			// was given back.
+			for range 4 {
+				others, _ := walk("two")
+				for i := range others {
+					others[i].Release()
+				}
+			}
+			if got := idsOf(good); !slices.Equal(got, want) || !slices.Contains(ids, got[0]) {
+				t.Errorf("entries in use read %q, want %q", got, want)
+			}
+		})
+	}
+	// The contract the reuse keeps: an entry all released goes back, and
+	// is the next walk's. (Were it not reused at all, the cases above
+	// would prove nothing.)
+	es, _ := walk("one")
+	first := es[0].File.(*dirFile)
+	for i := range es {
+		es[i].Release()
+	}
+	reused := false
+	for range 4 {
+		others, _ := walk("two")
+		for i := range others {
+			reused = reused || others[i].File.(*dirFile) == first
+			others[i].Release()
+		}
+	}
+	if !reused {
+		t.Error("the files of a directory released whole were not reused")
+	}
+}

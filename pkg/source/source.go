@@ -103,6 +103,13 @@ type settler interface {
 	release()
 }
 
+// reused is a File whose memory is reused once its caller is through
+// with it (Release), unless kept (Keep).
+type reused interface {
+	done()
+	keep()
+}
+
 // Settle completes an entry a StatLaterWalker's walk gave before its stat:
 // its Mode and Size, then. It must come before anything else asks the
 // entry or its File of its content, and before the entry is copied on;
@@ -120,12 +127,24 @@ func (e *Entry) Settle() error {
 	return nil
 }
 
-// Release lets go of what an entry walked before its stat holds open
-// until it settles, when it is not to be settled after all. It does
-// nothing to an entry that settled or had its stat.
+// Release says the caller is through with an entry of a walk: what it
+// holds open until it settles goes, and its File's memory is the walk's
+// to reuse. Neither the entry nor any copy of it may be used after,
+// unless Keep came first. Releasing an entry again does nothing.
 func (e *Entry) Release() {
-	if s, ok := e.File.(settler); ok {
-		s.release()
+	switch f := e.File.(type) {
+	case reused:
+		f.done()
+	case settler:
+		f.release()
+	}
+}
+
+// Keep keeps an entry good past its Release, for a caller that holds on
+// to it (or a copy) beyond: a change to carry out later.
+func (e *Entry) Keep() {
+	if f, ok := e.File.(reused); ok {
+		f.keep()
 	}
 }
 
