@@ -68,7 +68,7 @@ func (d Dir) Check() []Finding {
 			}
 			rel := path.Join(sub, e.Name())
 			p := d.File(rel)
-			x, err := LoadIndex(p)
+			x, err := loadIndex(p, trust{whole: true}) // whatever a note or an earlier load says
 			switch {
 			case err != nil && !errors.Is(err, ErrCorruptIndex):
 				out = append(out, Finding{File: rel, What: err.Error(), Fix: "repair cannot fix this: see the message"})
@@ -132,11 +132,13 @@ func orNone(s string) string {
 	return s
 }
 
-// removeIndex deletes an index and its log.
+// removeIndex deletes an index, its log and the note of its check.
 func removeIndex(p File) error {
 	err := p.dir.Remove(p.name)
-	if err := p.dir.Remove(p.name + logSuffix); err != nil {
-		return err
+	for _, suffix := range []string{logSuffix, checkedSuffix} {
+		if err := p.dir.Remove(p.name + suffix); err != nil {
+			return err
+		}
 	}
 	return err
 }

@@ -122,8 +122,14 @@ var ErrCorruptIndex = errors.New("index is corrupt")
 // ErrCorruptIndex and naming the file; a damaged log ends where the
 // damage starts (it only ever loses the last writes, as a torn append
 // would), and so does the intent log. The base stays open, read as it is
-// used.
+// used. A base checked whole before, and not written since, is trusted
+// by the note of that check beside it (indexnote.go).
 func LoadIndex(path File) (*Index, error) {
+	return loadIndex(path, trust{note: path.with(checkedSuffix)})
+}
+
+// loadIndex is LoadIndex, taking the base to be checked by what by says.
+func loadIndex(path File, by trust) (*Index, error) {
 	x := NewIndexAt(path)
 	if err := x.loadIntents(path); err != nil {
 		return nil, err
@@ -154,7 +160,7 @@ func LoadIndex(path File) (*Index, error) {
 			return nil, loadError(path, err)
 		}
 		x.rewrite = true
-	} else if x.base, err = parseBase(f, nil, fi.Size(), false); err == nil {
+	} else if x.base, err = parseBase(f, nil, fi.Size(), false, by); err == nil {
 		x.format2 = x.base.rowLen == rowSize2
 	} else {
 		f.Close()
@@ -186,7 +192,7 @@ func decodeIndex(data []byte) (*Index, error) {
 		x.base, err = convertIndex(data, Dir{})
 		x.rewrite = true
 	} else {
-		x.base, err = parseBase(nil, data, int64(len(data)), false)
+		x.base, err = parseBase(nil, data, int64(len(data)), false, trust{})
 	}
 	if err != nil {
 		return nil, err
@@ -231,7 +237,7 @@ func convertIndex(data []byte, dir Dir) (*base, error) {
 				return nil, err
 			}
 			if err == nil {
-				b, err := parseBase(f, nil, size, false)
+				b, err := parseBase(f, nil, size, false, trust{})
 				if err != nil {
 					f.Close()
 				}
@@ -244,7 +250,7 @@ func convertIndex(data []byte, dir Dir) (*base, error) {
 	if _, err := convertTo(m, data); err != nil {
 		return nil, err
 	}
-	return parseBase(nil, m.b, int64(len(m.b)), false)
+	return parseBase(nil, m.b, int64(len(m.b)), false, trust{})
 }
 
 // convertTo writes an index of format 1 to out as a base of format 2, and

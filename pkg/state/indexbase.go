@@ -484,17 +484,22 @@ func hexIs(s, prefix string, raw []byte) bool {
 // parseBase checks a base whole (checksums, every offset a row names, the
 // order of the paths) so that reading it later cannot fail; any fault is
 // an error wrapping ErrCorruptIndex. Only a checkpoint may carry marks.
-func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err error) {
+func parseBase(f *os.File, mem []byte, size int64, marked bool, by trust) (_ *base, err error) {
 	b, err := newBase(f, mem, size, marked)
 	if err != nil {
 		return nil, err
 	}
 	id, known := checkedID(f, marked, time.Now())
-	if known {
-		if c, ok := checked.get(id); ok {
+	if known && !by.whole {
+		c, ok := checked.get(id)
+		if !ok {
+			c, ok = readCheckNote(by.note, id)
+		}
+		if ok && c.live <= b.n && c.changed <= b.n {
 			// This very file was checked whole before: a base is written
 			// once and renamed into place, so one that changed since has
 			// another identity.
+			checked.put(id, c)
 			b.live, b.changed = c.live, c.changed
 			return b, nil
 		}
@@ -502,6 +507,7 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool) (_ *base, err er
 	defer func() {
 		if known && err == nil {
 			checked.put(id, checkedBase{b.live, b.changed})
+			writeCheckNote(by.note, id, checkedBase{b.live, b.changed})
 		}
 	}()
 	var h [headerSize]byte
@@ -714,6 +720,12 @@ func namedThenRemoved(dir *hostfs.Dir) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// trust is what a load may take a base to be checked by already.
+type trust struct {
+	note  File // a note beside the base (indexnote.go); none when zero
+	whole bool // nothing: the base is checked whole (state check)
 }
 
 // A base checked whole is remembered by its file's identity, so loading

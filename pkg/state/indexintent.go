@@ -284,10 +284,11 @@ func (x *Index) ClearIntents(recorded bool) error {
 	return nil
 }
 
-// Remove deletes the index, its log and its intent log: its tree is gone.
+// Remove deletes the index, its log, its intent log and the note of its
+// check: its tree is gone.
 func (x *Index) Remove() error {
 	x.closeIntents()
-	for _, p := range []File{x.file, x.file.with(logSuffix), x.file.with(intentSuffix)} {
+	for _, p := range []File{x.file, x.file.with(logSuffix), x.file.with(intentSuffix), x.file.with(checkedSuffix)} {
 		if err := p.dir.Remove(p.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove index: %w", err)
 		}

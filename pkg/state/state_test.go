@@ -281,15 +281,30 @@ func BenchmarkLoadIndex(b *testing.B) {
 	}
 }
 
-// BenchmarkLoadIndexCold loads it as each one-shot command does, the
-// base checked whole (checksums, rows, strings, order).
+// BenchmarkLoadIndexCold loads it as a one-shot command did before a
+// check was noted (and as the first after a save does), the base checked
+// whole (checksums, rows, strings, order).
 func BenchmarkLoadIndexCold(b *testing.B) {
 	p := benchIndex(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		checked.mu.Lock()
-		clear(checked.m)
-		checked.mu.Unlock()
+		if _, err := loadIndex(fileAt(p), trust{whole: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLoadIndexNoted loads it as each one-shot command does: in a
+// fresh process, trusting the note of the last check.
+func BenchmarkLoadIndexNoted(b *testing.B) {
+	p := benchIndex(b)
+	time.Sleep(2 * racyMargin)
+	if _, err := LoadIndex(fileAt(p)); err != nil { // checks and notes
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		forgetChecks()
 		if _, err := LoadIndex(fileAt(p)); err != nil {
 			b.Fatal(err)
 		}
