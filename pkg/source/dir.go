@@ -378,7 +378,9 @@ func (f *dirFile) release() {
 }
 
 // done is Entry.Release: the caller is through with the file; the last
-// of its directory's files to go gives their slice back.
+// of its directory's files to go gives their slice back. A second
+// release before then counts once (after, the slot may hold another
+// walk's file: Release is once only).
 func (f *dirFile) done() {
 	if f.released {
 		return

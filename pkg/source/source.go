@@ -129,8 +129,9 @@ func (e *Entry) Settle() error {
 
 // Release says the caller is through with an entry of a walk: what it
 // holds open until it settles goes, and its File's memory is the walk's
-// to reuse. Neither the entry nor any copy of it may be used after,
-// unless Keep came first. Releasing an entry again does nothing.
+// to reuse. An entry is released once: neither it nor any copy of it may
+// be used after, Release included (its File may be another walk's file
+// by then), unless Keep came first.
 func (e *Entry) Release() {
 	switch f := e.File.(type) {
 	case reused:

@@ -291,7 +291,7 @@ func TestIndexOnFullDisk(t *testing.T) {
 	if z, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("saved once there was room: %v", err)
 	}
-	if left, _ := os.ReadDir(dir); len(left) != 1 {
+	if left := beside(dir); len(left) != 1 {
 		t.Errorf("files beside the index: %v", left)
 	}
 }

@@ -492,10 +492,10 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool, by trust) (_ *ba
 	id, known := checkedID(f, marked, time.Now())
 	if known && !by.whole {
 		c, ok := checked.get(id)
-		if !ok {
-			c, ok = readCheckNote(by.note, id)
+		if !ok && noted(by.note, id) {
+			c, ok = checkedBase{live: b.n}, true // no row marked (indexnote.go)
 		}
-		if ok && c.live <= b.n && c.changed <= b.n {
+		if ok {
 			// This very file was checked whole before: a base is written
 			// once and renamed into place, so one that changed since has
 			// another identity.
@@ -507,7 +507,7 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool, by trust) (_ *ba
 	defer func() {
 		if known && err == nil {
 			checked.put(id, checkedBase{b.live, b.changed})
-			writeCheckNote(by.note, id, checkedBase{b.live, b.changed})
+			writeCheckNote(by.note, id)
 		}
 	}()
 	var h [headerSize]byte
