@@ -321,11 +321,10 @@ type walked struct {
 // dirFile is a walked file, its entry's File: the files of a directory
 // are one slice (a fileBlock), a tree of many files being mostly these.
 type dirFile struct {
-	t        *dirTree
-	blk      *fileBlock
-	released bool
-	full     string // its path in the repository
-	st       hostfs.Stat
+	t    *dirTree
+	blk  *fileBlock // nil once released
+	full string     // its path in the repository
+	st   hostfs.Stat
 	// held, until settle, is the directory of a file walked before its
 	// stat (named name there).
 	held *heldDir
@@ -382,12 +381,11 @@ func (f *dirFile) release() {
 // release before then counts once (after, the slot may hold another
 // walk's file: Release is once only).
 func (f *dirFile) done() {
-	if f.released {
-		return
+	if b := f.blk; b != nil {
+		f.blk = nil
+		f.release()
+		b.drop()
 	}
-	f.released = true
-	f.release()
-	f.blk.drop()
 }
 
 // keep is Entry.Keep: the file's directory's slice is never reused.
