@@ -78,6 +78,9 @@ type globals struct {
 	// capture, when set, receives the run command's options instead of
 	// running it: a SIGHUP reload reads the command line again this way.
 	capture func(*runOptions)
+	// own are the files the command's flags name that cortex-sync reads its
+	// settings and trust from (ownFileFlags): reserved under the root.
+	own []reconcile.Own
 	// exists is, for a sandbox standing for a host (diff --against), what
 	// that host's export says exists of the paths its resources watch.
 	exists map[string]bool
@@ -195,6 +198,7 @@ applied, and takes the smallest action that closes the gap.`,
 			if err := g.setup(io); err != nil {
 				return err
 			}
+			g.own = ownFiles(cmd)
 			// Bars for long operations (a first fetch, a large tree), only
 			// for a person at a terminal: never in a pipe, a log file or
 			// the agent's journal.
@@ -308,7 +312,29 @@ func (g *globals) setup(io streams) error {
 
 // config is the engine's configuration from the global flags.
 func (g *globals) engine() reconcile.Config {
-	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value}
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value, Own: g.own}
+}
+
+// ownFileFlags name the files cortex-sync takes its own settings, secrets
+// and trust from: a manifest that could rewrite one could steer the agent
+// (swap its keyring, its known hosts, its token), so each given is
+// reserved like the state dir.
+var ownFileFlags = []string{
+	"config", "token-file", "webhook-secret-file",
+	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring",
+	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
+}
+
+// ownFiles are the files cmd's flags (or the config file behind them) name
+// among ownFileFlags.
+func ownFiles(cmd *cobra.Command) []reconcile.Own {
+	var own []reconcile.Own
+	for _, name := range ownFileFlags {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
+			own = append(own, reconcile.Own{Path: f.Value.String(), What: "the file of --" + name})
+		}
+	}
+	return own
 }
 
 // load fetches and validates the source's current revision.

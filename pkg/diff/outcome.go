@@ -49,6 +49,9 @@ var (
 	ErrEmptyPrune = errors.New("refusing to prune: the desired set is empty")
 	// ErrSourceChange: a prune would delete what another source declared.
 	ErrSourceChange = errors.New("refusing to prune: the source differs from the one the snapshot records")
+	// ErrReservedPrune: a prune would reach a path cortex-sync owns (an
+	// inventory recorded before such paths were refused).
+	ErrReservedPrune = errors.New("refusing to prune: the path holds cortex-sync's own state")
 	// ErrDependencyFailed: a dependency's last apply failed, or it was
 	// blocked itself.
 	ErrDependencyFailed = errors.New("a dependency did not apply")

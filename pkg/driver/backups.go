@@ -38,6 +38,9 @@ const maxRuns = 4
 // returns where the copy went. Directories are copied whole.
 func (b *Backups) Save(d *hostfs.Dir, name string) (string, error) {
 	rel := path.Join(d.Path(), name)
+	if err := d.Reserved(name); err != nil {
+		return "", fmt.Errorf("back up %s: %w", rel, err) // never a copy of the backups into themselves
+	}
 	run := ""
 	for range maxRuns {
 		var err error

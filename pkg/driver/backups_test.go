@@ -225,3 +225,36 @@ func openFDs(t *testing.T) int {
 	}
 	return len(fds)
 }
+
+// TestBackupNeverCopiesTheStateDir: a state dir inside the root (the
+// default layout, /var/lib/cortex-sync under /) is never backed up, nor a
+// directory that holds it: a copy of the backups into themselves grew
+// level inside level until the descriptors ran out.
+func TestBackupNeverCopiesTheStateDir(t *testing.T) {
+	root := t.TempDir()
+	stdir := filepath.Join(root, "var", "lib", "cs")
+	if err := os.MkdirAll(filepath.Join(stdir, "backups"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r, err := hostfs.Open(root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.Reserve("/var/lib/cs")
+	b := &driver.Backups{State: state.At(stdir)}
+	for _, p := range []string{"/var/lib", "/var/lib/cs", "/var"} {
+		d, base, err := r.Parent(p, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Save(d, base); !errors.Is(err, hostfs.ErrReserved) {
+			t.Errorf("back up %s: got %v, want ErrReserved", p, err)
+		}
+		d.Close()
+	}
+	runs, _ := os.ReadDir(filepath.Join(stdir, "backups"))
+	if len(runs) != 0 {
+		t.Errorf("backups made of the state dir: %v", runs)
+	}
+}

@@ -43,9 +43,10 @@ func (s *DirectorySpec) Validate(v *resource.Validation) {
 	}
 }
 
-// Claims is the directory, and everything below it when mirrored.
+// Claims is the directory, and everything below it when mirrored. One that
+// neither mirrors, purges nor deletes keeps what lies below it.
 func (s *DirectorySpec) Claims() []resource.Claim {
-	return []resource.Claim{{Field: "spec.path", Path: s.Path, Tree: s.Source != ""}}
+	return []resource.Claim{{Field: "spec.path", Path: s.Path, Tree: s.Source != "", Keeps: !s.tracksContent() && !s.Ensure.Absent()}}
 }
 
 func (s *DirectorySpec) tracksContent() bool { return s.Source != "" || s.Purge }

@@ -25,7 +25,29 @@ type Dir struct {
 	path   string     // in-root path the directory really resolved to
 	listMu sync.Mutex // List reads from the descriptor's own offset
 	listed bool       // the offset moved: a List rewinds it (under listMu)
+	// near: the directory is, lies in or above a reserved path of its
+	// root, so writes of its entries are checked against them.
+	near bool
 }
+
+// refuse is the error of op on the entry name when that reaches a path
+// the root reserves: name is or lies in one, or, with above, holds one.
+// It costs nothing in a directory far from every reserved path.
+func (d *Dir) refuse(op, name string, above bool) error {
+	if !d.near || d.root == nil {
+		return nil
+	}
+	p := path.Join(d.path, name)
+	if q, ok := d.root.reaches(p, above); ok {
+		return &fs.PathError{Op: op, Path: p, Err: fmt.Errorf("%w (%s)", ErrReserved, q)}
+	}
+	return nil
+}
+
+// Reserved is the error of replacing or removing the entry name whole
+// when that would reach a path the root reserves (a backup of it would
+// copy cortex-sync's own state).
+func (d *Dir) Reserved(name string) error { return d.refuse("replace", name, true) }
 
 // Path is the in-root path of the directory, after symlinks.
 func (d *Dir) Path() string { return d.path }
@@ -106,7 +128,15 @@ func (d *Dir) OpenDir(name string) (*Dir, error) {
 	if err != nil {
 		return nil, d.pathErr("open", name, err)
 	}
-	return &Dir{root: d.root, fd: fd, path: path.Join(d.path, name)}, nil
+	return d.sub(fd, path.Join(d.path, name)), nil
+}
+
+// sub is the Dir of descriptor fd at the in-root path p, of d's root.
+func (d *Dir) sub(fd int, p string) *Dir {
+	if d.root == nil {
+		return &Dir{fd: fd, path: p}
+	}
+	return d.root.newDir(fd, p)
 }
 
 // Open opens the regular file name for reading, refusing a symlink.
@@ -144,6 +174,9 @@ func (d *Dir) Readlink(name string) (string, error) {
 
 // Mkdir creates the directory name.
 func (d *Dir) Mkdir(name string, perm fs.FileMode) error {
+	if err := d.refuse("mkdir", name, false); err != nil {
+		return err
+	}
 	if err := unix.Mkdirat(d.fd, name, uint32(perm.Perm())); err != nil {
 		return d.pathErr("mkdir", name, err)
 	}
@@ -239,6 +272,9 @@ type Attrs struct {
 // owner but is not synced: the caller batches durability, then calls Rename.
 // On any error the temporary file is gone again.
 func (d *Dir) WriteTemp(name string, r io.Reader, a Attrs) (string, Sums, error) {
+	if err := d.refuse("write", name, false); err != nil {
+		return "", Sums{}, err
+	}
 	tmp := tempName(name)
 	// Created with its final permissions when the umask cannot change them
 	// (the usual 022 with 0644 or 0755), sparing a chmod per file.
@@ -316,6 +352,9 @@ func (d *Dir) SyncFile(name string) error {
 
 // Rename moves old over new within the directory, atomically.
 func (d *Dir) Rename(old, new string) error {
+	if err := errors.Join(d.refuse("rename", old, true), d.refuse("rename", new, true)); err != nil {
+		return err
+	}
 	if err := unix.Renameat(d.fd, old, d.fd, new); err != nil {
 		return d.pathErr("rename", new, err)
 	}
@@ -324,6 +363,9 @@ func (d *Dir) Rename(old, new string) error {
 
 // Symlink atomically makes name a symlink to target.
 func (d *Dir) Symlink(target, name string) error {
+	if err := d.refuse("symlink", name, true); err != nil {
+		return err
+	}
 	tmp := tempName(name)
 	if err := unix.Symlinkat(target, d.fd, tmp); err != nil {
 		return d.pathErr("symlink", name, err)
@@ -338,6 +380,9 @@ func (d *Dir) Symlink(target, name string) error {
 // SetAttrs sets mode and owner of name on its open descriptor, never through
 // a symlink.
 func (d *Dir) SetAttrs(name string, a Attrs) error {
+	if err := d.refuse("chmod", name, false); err != nil {
+		return err
+	}
 	fd, err := unix.Openat(d.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return d.pathErr("chmod", name, err)
@@ -352,6 +397,9 @@ func (d *Dir) SetAttrs(name string, a Attrs) error {
 // Remove deletes the file, symlink or empty directory name. A missing name is
 // not an error.
 func (d *Dir) Remove(name string) error {
+	if err := d.refuse("remove", name, true); err != nil {
+		return err
+	}
 	err := unix.Unlinkat(d.fd, name, 0)
 	if err == unix.EISDIR || err == unix.EPERM {
 		err = unix.Unlinkat(d.fd, name, unix.AT_REMOVEDIR)
@@ -365,6 +413,9 @@ func (d *Dir) Remove(name string) error {
 // RemoveAll deletes name and, when it is a directory, everything below it,
 // without following symlinks.
 func (d *Dir) RemoveAll(name string) error {
+	if err := d.refuse("remove", name, true); err != nil {
+		return err // before anything below it goes
+	}
 	st, err := d.Lstat(name)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -403,6 +454,9 @@ func (d *Dir) Sync() error {
 
 // Chown sets the owner of name without following it.
 func (d *Dir) Chown(name string, uid, gid int) error {
+	if err := d.refuse("chown", name, false); err != nil {
+		return err
+	}
 	if err := unix.Fchownat(d.fd, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return d.pathErr("chown", name, err)
 	}
@@ -416,5 +470,5 @@ func (d *Dir) Dup() (*Dir, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dup %s: %w", d.path, err)
 	}
-	return &Dir{root: d.root, fd: fd, path: d.path}, nil
+	return d.sub(fd, d.path), nil
 }

@@ -113,7 +113,7 @@ func (d *Dir) OpenDirRel(rel string) (*Dir, error) {
 	if err != nil {
 		return nil, d.pathErr("open", rel, err)
 	}
-	return &Dir{root: d.root, fd: fd, path: path.Join(d.path, rel)}, nil
+	return d.sub(fd, path.Join(d.path, rel)), nil
 }
 
 func openat(dirfd int, name string, flags int) (int, error) {

@@ -21,11 +21,50 @@ import (
 // ErrNotAllowed reports a path that resolves outside the allowed paths.
 var ErrNotAllowed = errors.New("outside the allowed paths")
 
+// ErrReserved reports a write on, into or over a path cortex-sync owns
+// (its state dir, its config and key files).
+var ErrReserved = errors.New("reserved: cortex-sync keeps its own state there")
+
 // Root is a host directory that confines every operation below it.
 type Root struct {
 	dir     string   // absolute, symlink-free host path of the root
 	fd      int      // O_PATH descriptor of dir
 	allowed []string // clean absolute in-root prefixes; empty allows all
+	// reserved are in-root paths cortex-sync owns: nothing is written at
+	// or below one, and nothing above one is removed or replaced whole.
+	reserved []string
+}
+
+// Reserve adds in-root paths that no write through the root may reach:
+// nothing is created, changed or removed at or below them, and no entry
+// above one is removed, replaced or renamed whole. Reads are not limited.
+// Call it before the root is used.
+func (r *Root) Reserve(paths ...string) {
+	for _, p := range paths {
+		r.reserved = append(r.reserved, path.Clean("/"+p))
+	}
+}
+
+// near reports whether the in-root directory p is, lies below or above a
+// reserved path: only the entries of such a directory are checked.
+func (r *Root) near(p string) bool {
+	for _, q := range r.reserved {
+		if within(p, q) || within(q, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// reaches finds the reserved path that p is or lies below, or with above,
+// also one that lies below p.
+func (r *Root) reaches(p string, above bool) (string, bool) {
+	for _, q := range r.reserved {
+		if within(p, q) || above && within(q, p) {
+			return q, true
+		}
+	}
+	return "", false
 }
 
 // Open opens dir as the root. allowed lists in-root path prefixes that may be
@@ -146,7 +185,12 @@ func (r *Root) OpenDir(p string) (*Dir, error) {
 		unix.Close(fd)
 		return nil, &fs.PathError{Op: "open", Path: p, Err: err}
 	}
-	return &Dir{root: r, fd: fd, path: real}, nil
+	return r.newDir(fd, real), nil
+}
+
+// newDir is the Dir of descriptor fd at the in-root path p.
+func (r *Root) newDir(fd int, p string) *Dir {
+	return &Dir{root: r, fd: fd, path: p, near: r.near(p)}
 }
 
 // Parent opens the directory that holds p and returns it with p's last

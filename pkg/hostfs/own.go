@@ -63,6 +63,11 @@ func (d *Dir) MkdirAllRel(rel string, perm fs.FileMode) (*Dir, error) {
 // OpenFile opens the file name with flag (os.O_* or unix.O_*) and, when it
 // creates it, perm; a symlink is never followed.
 func (d *Dir) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error) {
+	if flag&(unix.O_WRONLY|unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC) != 0 {
+		if err := d.refuse("open", name, false); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		fd, err := unix.Openat(d.fd, name, flag|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(perm.Perm()))
 		if err == unix.EINTR {
@@ -90,6 +95,9 @@ func (d *Dir) CreateTemp(name string) (*os.File, string, error) {
 // Link makes new a hard link to old, never replacing new: a racing
 // creator's file stays, and the error wraps fs.ErrExist.
 func (d *Dir) Link(old, new string) error {
+	if err := d.refuse("link", new, false); err != nil {
+		return err
+	}
 	if err := unix.Linkat(d.fd, old, d.fd, new, 0); err != nil {
 		return d.pathErr("link", new, err)
 	}
@@ -99,6 +107,9 @@ func (d *Dir) Link(old, new string) error {
 // RenameTo moves old, in d, to new, in to, atomically: both on one
 // filesystem.
 func (d *Dir) RenameTo(old string, to *Dir, new string) error {
+	if err := errors.Join(d.refuse("rename", old, true), to.refuse("rename", new, true)); err != nil {
+		return err
+	}
 	if err := unix.Renameat(d.fd, old, to.fd, new); err != nil {
 		return to.pathErr("rename", new, err)
 	}
@@ -108,6 +119,9 @@ func (d *Dir) RenameTo(old string, to *Dir, new string) error {
 // NewSymlink makes name a symlink to target; an existing name is an error
 // wrapping fs.ErrExist, never replaced.
 func (d *Dir) NewSymlink(target, name string) error {
+	if err := d.refuse("symlink", name, false); err != nil {
+		return err
+	}
 	if err := unix.Symlinkat(target, d.fd, name); err != nil {
 		return d.pathErr("symlink", name, err)
 	}

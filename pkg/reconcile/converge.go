@@ -125,7 +125,7 @@ func (s *Session) note(d *Desired, o diff.Outcome) diff.Outcome {
 		f = &state.Failure{ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: string(c.Action), Error: o.Err.Error(), BlockedBy: string(o.BlockedBy)}
 	case diff.Applied, diff.InSync:
 	case diff.Refused:
-		if !errors.Is(o.Err, ErrPruneOff) || s.w.Attempt().Keeps(d.Revision(), string(c.ID)) {
+		if !errors.Is(o.Err, ErrPruneOff) && !errors.Is(o.Err, ErrReservedPrune) || s.w.Attempt().Keeps(d.Revision(), string(c.ID)) {
 			return o
 		}
 		kept = true // status says the host does not match Git

@@ -41,6 +41,7 @@ var (
 	ErrPruneOff           = diff.ErrPruneOff
 	ErrEmptyPrune         = diff.ErrEmptyPrune
 	ErrSourceChange       = diff.ErrSourceChange
+	ErrReservedPrune      = diff.ErrReservedPrune
 	ErrDependencyFailed   = diff.ErrDependencyFailed
 	ErrDependencyPending  = diff.ErrDependencyPending
 	ErrDependencyNotReady = diff.ErrDependencyNotReady
@@ -67,6 +68,9 @@ func (s *Session) gate(ctx context.Context, d *Desired, c *diff.Change, snap *st
 	case c.Prune && !s.Policy.Prune:
 		return hold(diff.Refused, ErrPruneOff)
 	case c.Prune:
+		if r, ok := resource.Reaches(s.reserved, c.Path); ok {
+			return hold(diff.Refused, diff.Gated(ErrReservedPrune, "refusing to prune %s: it reaches %s, %s, which cortex-sync never deletes; it is kept", c.Path, r.Path, r.What))
+		}
 		if err := s.Policy.pruneHold(d.Set, snap, d.Ref); err != nil {
 			return hold(diff.Refused, err)
 		}

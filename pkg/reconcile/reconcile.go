@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +34,67 @@ type Config struct {
 	LockTimeout time.Duration
 	Log         *slog.Logger
 	Host        resource.Host // picks this host's paths from a Fleet manifest
+	// Own are host files cortex-sync reads its own settings and trust from
+	// (its config, token, keys): reserved under the root like the state
+	// dir, so that no manifest can rewrite them.
+	Own []Own
+}
+
+// Own is a host path cortex-sync owns, and what it is for errors.
+type Own struct {
+	Path string // a host path, as given (not under the root)
+	What string // "the agent's token file (--token-file)"
+}
+
+// Reserved is what cortex-sync owns under the root, as in-root paths: the
+// state dir and every Own that lies under the root. A path given through a
+// symlink is reserved both as given and as it resolves, so that a
+// manifest is refused by either name.
+func (c Config) Reserved() []resource.Reserved {
+	root, err := filepath.Abs(c.Root)
+	if err != nil {
+		return nil
+	}
+	realRoot := resolved(root)
+	var out []resource.Reserved
+	add := func(p, what string) {
+		abs, err := filepath.Abs(p)
+		if p == "" || err != nil {
+			return
+		}
+		for _, base := range []string{root, realRoot} {
+			for _, hp := range []string{abs, resolved(abs)} {
+				rel, err := filepath.Rel(base, hp)
+				if err != nil || rel == ".." || strings.HasPrefix(rel, "../") {
+					continue
+				}
+				in := path.Clean("/" + filepath.ToSlash(rel))
+				if !slices.ContainsFunc(out, func(r resource.Reserved) bool { return r.Path == in }) {
+					out = append(out, resource.Reserved{Path: in, What: what})
+				}
+			}
+		}
+	}
+	add(c.StateDir, "the state dir (--state-dir)")
+	for _, o := range c.Own {
+		add(o.Path, o.What)
+	}
+	return out
+}
+
+// resolved is p with the symlinks of its longest existing ancestor
+// resolved: a state dir not yet made is reserved where it will be.
+func resolved(p string) string {
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		if d == filepath.Dir(d) {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
 
 // Desired is a fetched, validated desired state: one revision of a source.
@@ -79,7 +142,7 @@ func (m *ManifestError) Unwrap() error { return m.Err }
 
 // Manifests are the load options of c: its allowed paths, limits and host.
 func (c Config) Manifests() resource.Options {
-	return resource.Options{AllowedPaths: c.Allowed, Limits: c.Limits, Host: c.Host}
+	return resource.Options{AllowedPaths: c.Allowed, Reserved: c.Reserved(), Limits: c.Limits, Host: c.Host}
 }
 
 // Load fetches the source's current revision and validates it. An invalid
@@ -122,6 +185,7 @@ type Session struct {
 	suspended atomic.Bool
 	holds     []Hold
 	gates     []RevisionGate
+	reserved  []resource.Reserved // what the engine owns under the root
 
 	mu      sync.Mutex // guards desired and converged
 	desired *Desired
@@ -154,6 +218,10 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	}
 	if s.Root, err = hostfs.Open(cfg.Root, cfg.Allowed); err != nil {
 		return nil, err
+	}
+	s.reserved = cfg.Reserved()
+	for _, r := range s.reserved {
+		s.Root.Reserve(r.Path)
 	}
 	snap := s.w.Snapshot()
 	absRoot, _ := filepath.Abs(cfg.Root)

@@ -106,6 +106,10 @@ type Options struct {
 	// AllowedPaths confines every path a resource claims to lie at or below
 	// one of these absolute in-root paths (--allowed-path); empty allows all.
 	AllowedPaths []string
+	// Reserved are the paths cortex-sync itself owns under the root: a
+	// resource that would write there is refused, like one outside the
+	// allowed paths.
+	Reserved []Reserved
 	// Limits bound what loading reads and allocates; zero fields take
 	// DefaultLimits.
 	Limits Limits
@@ -347,7 +351,7 @@ func (o Options) LoadPaths(tree fs.FS, dirs []string, kinds Kinds) (*Set, error)
 		}
 	}
 	// Cross-document checks run on what decoded, so every problem shows at once.
-	set, err := newSet(list, allowed)
+	set, err := newSet(list, allowed, o.Reserved)
 	errs = appendProblems(errs, err)
 	if errs.ErrorOrNil() != nil {
 		return nil, Problems(errs.Errors)

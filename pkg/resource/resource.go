@@ -118,6 +118,20 @@ type Claim struct {
 	Field string // spec field that names it, for errors
 	Path  string
 	Tree  bool
+	// Keeps: the resource is a directory that leaves what lies below it
+	// alone (no mirror, no purge, never replaced by another type), so it
+	// may hold a path cortex-sync reserves for itself. Any other claim
+	// above a reserved path is refused.
+	Keeps bool
+}
+
+// Reserved is a path cortex-sync owns on the host it manages: its state dir
+// (snapshot, caches, backups, fences), its config, token and key files. No
+// resource may claim it or a path below it, and no claim above it may
+// replace or purge what it holds.
+type Reserved struct {
+	Path string // in-root, clean and absolute
+	What string // what it is, for errors: "the state dir (--state-dir)"
 }
 
 // Kinds maps a kind name to a constructor of its empty Spec.

@@ -66,7 +66,7 @@ func (s *Set) ManagesWithin(p string, except ID) bool {
 }
 
 func within(p, base string) bool {
-	return p == base || strings.HasPrefix(p, base+"/")
+	return p == base || base == "/" || strings.HasPrefix(p, base+"/")
 }
 
 func fieldErr(r *Resource, field, format string, args ...any) *FieldError {
@@ -75,7 +75,7 @@ func fieldErr(r *Resource, field, format string, args ...any) *FieldError {
 
 // newSet checks what no single document can: unique IDs and paths inside
 // the allowed ones (when any), dependencies that exist and form no cycle.
-func newSet(list []*Resource, allowed []string) (*Set, error) {
+func newSet(list []*Resource, allowed []string, reserved []Reserved) (*Set, error) {
 	s := &Set{byID: map[ID]*Resource{}, deps: map[ID][]ID{}}
 	var errs Problems
 	var kept []*Resource
@@ -94,6 +94,7 @@ func newSet(list []*Resource, allowed []string) (*Set, error) {
 	sort.SliceStable(s.claims, func(i, j int) bool { return s.claims[i].Path < s.claims[j].Path })
 	errs = append(errs, s.checkClaims()...)
 	errs = append(errs, s.checkAllowed(allowed)...)
+	errs = append(errs, s.checkReserved(reserved)...)
 
 	for _, r := range kept {
 		id := r.ID()
@@ -174,6 +175,59 @@ func (s *Set) checkAllowed(allowed []string) Problems {
 		}
 	}
 	return errs
+}
+
+// checkReserved finds claims on what cortex-sync owns: a path at or below
+// a reserved one, or above one when the claim could replace or purge what
+// lies below it. Like checkAllowed it names the resource before anything
+// is applied; hostfs refuses the same writes again on the paths they
+// resolve to.
+func (s *Set) checkReserved(reserved []Reserved) Problems {
+	var errs Problems
+	for _, c := range s.claims {
+		if r, ok := ReservedBy(reserved, c.Path); ok {
+			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state there and no manifest may write it: move the resource, or give cortex-sync another --state-dir", c.Path, r.Path, r.What))
+			continue
+		}
+		if c.Keeps {
+			continue
+		}
+		for _, r := range reserved {
+			if within(r.Path, c.Path) {
+				errs = append(errs, fieldErr(c.res, c.Field, "%s holds %s, %s, which this %s would %s; manage the paths inside it instead, or give cortex-sync another --state-dir", c.Path, r.Path, r.What, c.res.Kind, replaceOrPurge(c.Claim)))
+				break
+			}
+		}
+	}
+	return errs
+}
+
+// ReservedBy finds the reserved path that p is, or lies below.
+func ReservedBy(reserved []Reserved, p string) (Reserved, bool) {
+	for _, r := range reserved {
+		if within(p, r.Path) {
+			return r, true
+		}
+	}
+	return Reserved{}, false
+}
+
+// Reaches finds the reserved path that p is, lies below, or lies above:
+// what removing p whole would touch.
+func Reaches(reserved []Reserved, p string) (Reserved, bool) {
+	for _, r := range reserved {
+		if within(p, r.Path) || within(r.Path, p) {
+			return r, true
+		}
+	}
+	return Reserved{}, false
+}
+
+func replaceOrPurge(c Claim) string {
+	if c.Tree {
+		return "mirror over (deleting what its source lacks)"
+	}
+	return "purge or replace"
 }
 
 // nearestAncestor is the resource claiming the closest directory above p.
