@@ -22,7 +22,8 @@ func newStateCheckCmd(g *globals, io streams) *cobra.Command {
 		Long: `check reads everything cortex-sync keeps in the state dir and changes
 nothing: state.json (whole, checksummed, not older than the last snapshot
 written here), the tree indexes (trees/*.idx), the source stat caches
-(cache/*.idx) and temp files a killed write left. Each problem says what
+(cache/*.idx) and temp files a killed write left (one whose writer still
+runs, an agent's writing now, is none). Each problem says what
 'cortex-sync state repair' would do about it, or what you must do.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -19,8 +19,9 @@ func newStateRepairCmd(g *globals, io streams) *cobra.Command {
 		Short:   "Rebuild what can be rebuilt in the state dir, and say what cannot",
 		Long: `repair takes the state lock, deletes a damaged tree index (the next sync
 re-hashes the tree and adopts what matches Git), a damaged source stat
-cache and leftover temp files. It never resets a damaged or rolled-back
-snapshot: it says what to do instead. Exit 1 when something is left.`,
+cache and the temp files killed writes left (never one whose writer still
+runs). It never resets a damaged or rolled-back snapshot: it says what to
+do instead. Exit 1 when something is left.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return stateRepairRun(cmd, g, o, io)

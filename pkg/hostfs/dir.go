@@ -194,15 +194,22 @@ var umask = sync.OnceValue(func() uint32 {
 
 const tempPrefix = ".cortex-sync-"
 
-// IsTemp reports whether name is a temporary file of cortex-sync's, left
-// behind when a write was interrupted.
+// IsTemp reports whether name is a temporary file of cortex-sync's: in
+// use by its writer, or left behind when a write was interrupted
+// (Abandoned tells which).
 func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
 
-// tempName is a name in the directory that no one else will pick:
-// tempPrefix, pid, "-", a sequence number in base 36, "-", tempBase(name).
+// tempName is a name in the directory that no one else will pick, and
+// that says who writes it (temp.go): tempPrefix, pid, "-", the process's
+// token and ".", a sequence number in base 36, "-", tempBase(name).
 func tempName(name string) string {
 	n := tmpSeq.Add(1)
-	return tempPrefix + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatUint(n, 36) + "-" + tempBase(name)
+	w := self()
+	id := strconv.Itoa(w.pid) + "-"
+	if w.token != "" {
+		id += w.token + "."
+	}
+	return tempPrefix + id + strconv.FormatUint(n, 36) + "-" + tempBase(name)
 }
 
 // tempBase is name, or for a name too long to fit beside the prefix, its
@@ -217,26 +224,16 @@ func tempBase(name string) string {
 
 // isTempOf reports whether entry is a name tempName made for name.
 func isTempOf(entry, name string) bool {
-	rest, ok := strings.CutPrefix(entry, tempPrefix)
-	if !ok {
-		return false
-	}
-	pid, rest, ok := strings.Cut(rest, "-")
-	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
-		return false
-	}
-	seq, rest, ok := strings.Cut(rest, "-")
-	if !ok || seq == "" || strings.Trim(seq, "0123456789abcdefghijklmnopqrstuvwxyz") != "" {
-		return false
-	}
-	return rest == tempBase(name)
+	_, base, ok := parseTemp(entry)
+	return ok && base == tempBase(name)
 }
 
 // RemoveTemps removes the temporary files that writes of name left in the
 // directory (a process killed between WriteTemp and Rename leaves one) and
 // reports how many it removed. Only names tempName makes for exactly this
-// name are touched. Call it when no write of name is under way: it cannot
-// tell a temp file in use from an abandoned one.
+// name are touched, and of those only this process's and those of writers
+// that are gone (Abandoned): another live process's write stays. Call it
+// when this process writes no temp file of name.
 func (d *Dir) RemoveTemps(name string) (int, error) {
 	entries, err := d.ReadDir()
 	if err != nil {
@@ -246,6 +243,9 @@ func (d *Dir) RemoveTemps(name string) (int, error) {
 	var errs []error
 	for _, e := range entries {
 		if t := e.Type(); !isTempOf(e.Name(), name) || (!t.IsRegular() && t&fs.ModeSymlink == 0) {
+			continue
+		}
+		if w, _, _ := parseTemp(e.Name()); !w.mine() && !w.gone() {
 			continue
 		}
 		switch err := unix.Unlinkat(d.fd, e.Name(), 0); err {

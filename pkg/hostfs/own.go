@@ -82,7 +82,8 @@ func (d *Dir) OpenFile(name string, flag int, perm fs.FileMode) (*os.File, error
 
 // CreateTemp creates a new temporary file beside name, 0600, for reading
 // and writing, and returns it with its name: the caller renames it into
-// place, or removes it (RemoveTemps finds it after a kill).
+// place, or removes it (after a kill, RemoveTemps or RemoveAbandoned finds
+// it by the pid in its name).
 func (d *Dir) CreateTemp(name string) (*os.File, string, error) {
 	tmp := tempName(name)
 	f, err := d.OpenFile(tmp, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL, 0o600)

@@ -6,11 +6,14 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -119,7 +122,8 @@ func TestRemoveTemps(t *testing.T) {
 		return tmp
 	}
 	// Left by this process and by a killed one, and a symlink's temp.
-	ours := []string{made("app.conf"), made("app.conf"), tempPrefix + "4242-zz-app.conf"}
+	dead := strconv.Itoa(deadPID(t))
+	ours := []string{made("app.conf"), made("app.conf"), tempPrefix + dead + "-zz-app.conf"}
 	os.WriteFile(filepath.Join(dir, ours[2]), nil, 0o600)
 	link := tempName("app.conf")
 	os.Symlink("target", filepath.Join(dir, link))
@@ -170,5 +174,131 @@ func TestRemoveTemps(t *testing.T) {
 	}
 	if n, err := d.RemoveTemps("app.conf"); n != 0 || err != nil {
 		t.Fatalf("second sweep = %d, %v", n, err)
+	}
+}
+
+// deadPID is the pid of a process that has ended and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// liveChild starts a process that outlives the test, and ends it after.
+func liveChild(t *testing.T) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// TestAbandoned: a temp file is its writer's while that very process
+// lives, whatever its age; gone once it ends (a zombie included) or once
+// its pid is another process's.
+func TestAbandoned(t *testing.T) {
+	live := liveChild(t)
+	pid := strconv.Itoa(live.Process.Pid)
+	p, ok := readProc(live.Process.Pid)
+	if !ok || p.token == "" {
+		t.Fatalf("/proc/%s/stat: %+v, %v", pid, p, ok)
+	}
+	zombie := exec.Command("sleep", "600")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	zombie.Process.Signal(syscall.SIGKILL)
+	t.Cleanup(func() { zombie.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if z, ok := readProc(zombie.Process.Pid); ok && z.dead || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	self := self()
+	other := "zzzzzzzz" // no process's token
+	dead := strconv.Itoa(deadPID(t))
+	for _, c := range []struct {
+		name      string
+		abandoned bool
+	}{
+		{tempName("pack"), false}, // this process's
+		{tempPrefix + pid + "-" + p.token + ".1-pack", false},
+		{tempPrefix + pid + "-1-pack", false},                                 // no token: the pid is alive
+		{tempPrefix + pid + "-" + other + ".1-pack", true},                    // the pid is another process's now
+		{tempPrefix + strconv.Itoa(self.pid) + "-" + other + ".1-pack", true}, // this pid, an earlier process's
+		{tempPrefix + dead + "-" + p.token + ".1-pack", true},
+		{tempPrefix + dead + "-1-pack", true},
+		{tempPrefix + strconv.Itoa(zombie.Process.Pid) + "-1-pack", true},
+		{tempPrefix + "state.json.1", true}, // an older version's: no pid
+		{"pack", false},
+		{"pack" + tempPrefix + dead + "-1-pack", false},
+	} {
+		if got := Abandoned(c.name); got != c.abandoned {
+			t.Errorf("Abandoned(%s) = %v, want %v", c.name, got, c.abandoned)
+		}
+	}
+}
+
+// TestRemoveAbandoned: opening a directory sweeps what killed writers
+// left and keeps what live ones, this process among them, are writing.
+func TestRemoveAbandoned(t *testing.T) {
+	dir := t.TempDir()
+	d := openDir(t, dir)
+	live := liveChild(t)
+	p, _ := readProc(live.Process.Pid)
+	dead := strconv.Itoa(deadPID(t))
+	mine, _, err := d.CreateTemp("pack")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine.Close()
+	old := time.Now().Add(-30 * 24 * time.Hour)
+	keep := []string{
+		"pack-1.pack",
+		filepath.Base(mine.Name()),
+		tempPrefix + strconv.Itoa(live.Process.Pid) + "-" + p.token + ".7-pack",
+		tempPrefix + strconv.Itoa(live.Process.Pid) + "-7-pack",
+	}
+	gone := []string{
+		tempPrefix + dead + "-" + p.token + ".7-pack",
+		tempPrefix + dead + "-7-pack.idx",
+		tempPrefix + "spill",
+	}
+	for _, n := range append(keep[2:], gone...) {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("half a pack"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(filepath.Join(dir, n), old, old) // age is no reason
+	}
+	os.WriteFile(filepath.Join(dir, keep[0]), nil, 0o600)
+	n, err := d.RemoveAbandoned()
+	if err != nil || n != len(gone) {
+		t.Fatalf("RemoveAbandoned = %d, %v; want %d", n, err, len(gone))
+	}
+	for _, k := range keep {
+		if _, err := os.Lstat(filepath.Join(dir, k)); err != nil {
+			t.Errorf("%s was removed", k)
+		}
+	}
+	for _, g := range gone {
+		if _, err := os.Lstat(filepath.Join(dir, g)); err == nil {
+			t.Errorf("%s survived", g)
+		}
+	}
+	// RemoveTemps, by the one writer of a name in this process, takes this
+	// process's own too, and still not a live one's.
+	if n, err := d.RemoveTemps("pack"); err != nil || n != 1 {
+		t.Fatalf("RemoveTemps = %d, %v; want this process's 1", n, err)
+	}
+	for _, k := range keep[2:] {
+		if _, err := os.Lstat(filepath.Join(dir, k)); err != nil {
+			t.Errorf("%s was removed by RemoveTemps", k)
+		}
 	}
 }

@@ -192,6 +192,22 @@ func openCache(dir state.Dir) (*gitCache, bool, error) {
 	return &gitCache{dir: dir, storage: st}, fresh, nil
 }
 
+// sweepCache removes the temp files that fetches killed mid-write left in
+// the cache: a pack and its index in objects/pack (as large as the pack
+// was when the kill came), go-git's packed-refs and loose objects, a
+// spilled delta base. The cache is shared by every cortex-sync on the
+// state dir (an agent and a sync beside it) and fetched into without the
+// state lock, so a temp file whose writer still runs is kept
+// (hostfs.Abandoned).
+func sweepCache(dir state.Dir) error {
+	for _, d := range []state.Dir{dir, dir.Sub(packDir)} {
+		if _, err := d.RemoveAbandoned(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Fetch resolves the ref with one listing of the remote's refs and fetches
 // only when the cache lacks that revision.
 func (g *Git) Fetch(ctx context.Context) (*Checkout, error) {
@@ -247,6 +263,9 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		var err error
 		if c, fresh, err = openCache(dir); err != nil {
 			return nil, &corruptCacheError{err}
+		}
+		if err := sweepCache(dir); err != nil {
+			g.Log.Warn("could not remove the temp files killed fetches left in the git cache", "url", g.URL, "error", err)
 		}
 		packs, err := openPacks(dir)
 		if err != nil {

@@ -22,7 +22,8 @@ type Finding struct {
 }
 
 // Check verifies the state dir: the snapshot, its rollback mark, the tree
-// indexes and source stat caches, and temp files left by a killed write.
+// indexes and source stat caches, and temp files left by a killed write
+// (never one whose writer still runs: hostfs.Abandoned).
 func (d Dir) Check() []Finding {
 	var out []Finding
 	snap, err := d.Load()
@@ -89,7 +90,8 @@ func (d Dir) Check() []Finding {
 	}
 	for _, sub := range []string{"", "trees", "cache"} {
 		dir := d.Sub(sub)
-		for _, name := range dir.temps() {
+		// A live writer's temp file (the agent's, writing now) is no finding.
+		for _, name := range dir.abandoned() {
 			out = append(out, Finding{File: path.Join(sub, name), What: "a temp file left by an interrupted write", Repairable: true,
 				Fix: "delete it", repair: func() error { return dir.Remove(name) }})
 		}

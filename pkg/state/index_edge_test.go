@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -502,7 +503,7 @@ func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 // tree's ownership (the crash suite's kill found it so).
 func TestCheckCallsAnIndexTempFileATempFile(t *testing.T) {
 	d, _ := saved(t, 1)
-	name := tempPrefix + "2169-rv-Directory.kb.idx"
+	name := tempPrefix + strconv.Itoa(deadPID(t)) + "-rv-Directory.kb.idx"
 	if err := os.MkdirAll(d.Sub("trees").Path(), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -441,31 +441,45 @@ func syncClose(f *os.File) error {
 // hostfs's, so one rule (hostfs.IsTemp) finds every temp file of ours.
 const tempPrefix = ".cortex-sync-"
 
-// RemoveTemps deletes the temporary files a killed write left in the state
-// dir (state.json's, the tree indexes', the source stat cache's) and
-// reports how many. Call it holding the lock: it cannot tell a temp file in
-// use from an abandoned one.
+// RemoveTemps deletes the temporary files killed writes left in the state
+// dir (state.json's, the tree indexes', the source stat cache's, the host
+// key's) and reports how many. A temp file whose writer still runs stays
+// (hostfs.Abandoned): not every write into the state dir holds the state
+// lock, and a state check beside a writer takes none.
 func (d Dir) RemoveTemps() (int, error) {
 	n := 0
 	var errs []error
 	for _, dir := range []Dir{d, d.Sub("trees"), d.Sub("cache")} {
-		for _, name := range dir.temps() {
-			if err := dir.Remove(name); err == nil {
-				n++
-			} else {
-				errs = append(errs, err)
-			}
+		removed, err := dir.RemoveAbandoned()
+		n += removed
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return n, errors.Join(errs...)
 }
 
-// temps lists the temp files of ours in the directory.
-func (d Dir) temps() []string {
+// RemoveAbandoned deletes the temp files in d, not below it, whose writer
+// is gone (hostfs.Abandoned), and reports how many: what a directory's
+// owner does when it opens it. A missing d has none.
+func (d Dir) RemoveAbandoned() (int, error) {
+	h, err := d.Open(false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer h.Close()
+	return h.RemoveAbandoned()
+}
+
+// abandoned lists the temp files in d whose writer is gone.
+func (d Dir) abandoned() []string {
 	entries, _ := d.ReadDir()
 	var names []string
 	for _, e := range entries {
-		if e.Type().IsRegular() && hostfs.IsTemp(e.Name()) {
+		if e.Type().IsRegular() && hostfs.Abandoned(e.Name()) {
 			names = append(names, e.Name())
 		}
 	}
