@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -77,6 +78,8 @@ func (o *controlOptions) post(verb string, query url.Values) (addr string, body 
 	if err != nil {
 		return addr, nil, err
 	}
+	// The agent refuses a control request a web page could send.
+	req.Header.Set(agent.ControlHeader, "1")
 	if o.tokenFile != "" {
 		tok, err := os.ReadFile(o.tokenFile)
 		if err != nil {
