@@ -58,7 +58,7 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if why := crossSite(r); why != "" {
 		g.s.log.Warn("control request refused", "reason", "cross-site", "path", r.URL.Path, "origin", r.Header.Get("Origin"), "remote", r.RemoteAddr)
-		writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: " + why + ": a web page may not drive the agent; use the cortex-sync CLI, or a client that is not a browser"})
+		writeJSON(w, http.StatusForbidden, map[string]string{"error": "refused: this request comes from a web page of another site (" + why + "), and a page may not drive the agent; use the cortex-sync CLI, or a client that is not a browser"})
 		return
 	}
 	if !preflighted(r) {
@@ -80,7 +80,7 @@ func crossSite(r *http.Request) string {
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "", "same-origin", "none":
 	default:
-		return "Sec-Fetch-Site: " + site
+		return "Sec-Fetch-Site is " + site
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {
