@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -60,13 +61,18 @@ var errNoAgent = errors.New("no agent answers")
 // post asks the agent to do verb (POST /api/v1/VERB?query) and returns
 // where it asked and the agent's answer: the agent --address names, else
 // the one running on the state dir where its report says it listens, else
-// the config's listen address. Nothing answering is errNoAgent.
+// the config's listen address. The token is --token-file's, else that of
+// the agent on the state dir, from the file its report names. Nothing
+// answering is errNoAgent.
 func (o *controlOptions) post(verb string, query url.Values) (addr string, body []byte, err error) {
-	addr = o.address
+	addr, tokenFile := o.address, o.tokenFile
 	if addr == "" {
 		addr = o.listen
 		if r := reconcile.ReadAgentReport(o.state); r != nil && r.Address != "" {
 			addr = r.Address
+			if tokenFile == "" {
+				tokenFile = r.TokenFile
+			}
 		}
 	}
 	u := "http://" + addr + "/api/v1/" + verb
@@ -77,10 +83,15 @@ func (o *controlOptions) post(verb string, query url.Values) (addr string, body 
 	if err != nil {
 		return addr, nil, err
 	}
-	if o.tokenFile != "" {
-		tok, err := os.ReadFile(o.tokenFile)
-		if err != nil {
+	// The agent refuses a control request a web page could send.
+	req.Header.Set(agent.ControlHeader, "1")
+	if tokenFile != "" {
+		tok, err := os.ReadFile(tokenFile)
+		switch {
+		case err != nil && o.tokenFile != "":
 			return addr, nil, fmt.Errorf("--token-file: %w", err)
+		case err != nil:
+			return addr, nil, fmt.Errorf("the agent at %s needs the bearer token in %s: %w (run as a user who can read it, or pass --token-file)", addr, tokenFile, err)
 		}
 		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	}
@@ -95,6 +106,9 @@ func (o *controlOptions) post(verb string, query url.Values) (addr string, body 
 		var e struct{ Error string }
 		if json.Unmarshal(body, &e) == nil && e.Error != "" && resp.StatusCode == http.StatusConflict {
 			return addr, body, fmt.Errorf("the agent at %s: %s", addr, e.Error)
+		}
+		if resp.StatusCode == http.StatusUnauthorized {
+			return addr, body, fmt.Errorf("the agent at %s refused %s: it needs its bearer token: pass --token-file (the file its tokenFile names)", addr, verb)
 		}
 		return addr, body, fmt.Errorf("the agent at %s refused %s: %s %s", addr, verb, resp.Status, bytes.TrimSpace(body))
 	}

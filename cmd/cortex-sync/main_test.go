@@ -117,6 +117,7 @@ func httpMain() {
 		os.Exit(2)
 	}
 	req.Header = headers
+	req.Host = headers.Get("Host") // as a rebound name sends it; "" keeps the URL's
 	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

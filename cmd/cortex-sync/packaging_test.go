@@ -84,3 +84,63 @@ func TestPackagedConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestPackagedToken: the package turns the control API's token on. The
+// packaged config names /etc/cortex-sync/token, and postinstall makes it
+// once (0600, 32 random bytes in hex), keeps it on upgrade, and a purge
+// removes it. Run under $DPKG_ROOT, as dpkg does for a root not its own.
+func TestPackagedToken(t *testing.T) {
+	data, err := os.ReadFile(repoRoot + "/packaging/agent.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := yamlDocs(data)
+	if err != nil || len(docs) != 1 {
+		t.Fatalf("packaging/agent.yaml: %d documents, %v", len(docs), err)
+	}
+	spec, _ := docs[0].(map[string]any)["spec"].(map[string]any)
+	if spec["tokenFile"] != "/etc/cortex-sync/token" {
+		t.Errorf("packaging/agent.yaml: tokenFile %v, want /etc/cortex-sync/token", spec["tokenFile"])
+	}
+
+	root := t.TempDir()
+	script := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command("sh", append([]string{repoRoot + "/packaging/scripts/" + name}, args...)...)
+		cmd.Env = append(os.Environ(), "DPKG_ROOT="+root)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	token := filepath.Join(root, "etc/cortex-sync/token")
+	script("postinstall.sh", "configure", "")
+	fi, err := os.Stat(token)
+	if err != nil {
+		t.Fatalf("no token after install: %v", err)
+	}
+	first, _ := os.ReadFile(token)
+	if fi.Mode().Perm() != 0o600 || !regexp.MustCompile(`^[0-9a-f]{64}\n$`).Match(first) {
+		t.Errorf("token: mode %v, %d bytes %q; want 0600, 64 hex digits and a newline", fi.Mode().Perm(), len(first), first)
+	}
+	if fi, err := os.Stat(filepath.Join(root, "var/lib/cortex-sync")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("state dir after install: %v %v", fi, err)
+	}
+	script("postinstall.sh", "configure", "1.4.0") // an upgrade
+	if again, _ := os.ReadFile(token); string(again) != string(first) {
+		t.Error("an upgrade replaced the token")
+	}
+	other := t.TempDir()
+	root = other
+	script("postinstall.sh", "configure", "")
+	if second, _ := os.ReadFile(filepath.Join(other, "etc/cortex-sync/token")); string(second) == string(first) || len(second) != 65 {
+		t.Errorf("a second install's token %q", second)
+	}
+	script("postremove.sh", "remove")
+	if _, err := os.Stat(filepath.Join(other, "etc/cortex-sync/token")); err != nil {
+		t.Errorf("remove (not purge) took the token: %v", err)
+	}
+	script("postremove.sh", "purge")
+	if _, err := os.Stat(filepath.Join(other, "etc/cortex-sync/token")); !os.IsNotExist(err) {
+		t.Errorf("purge left the token: %v", err)
+	}
+}

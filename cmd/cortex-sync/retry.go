@@ -106,5 +106,5 @@ func addControlFlags(cmd *cobra.Command, o *controlOptions) {
 	f.StringVar(&o.address, "address", "", "HOST:PORT of the running agent (default: where the agent running on --state-dir listens, else the config's listen, else "+agent.DefaultAddr+")")
 	f.StringVar(&o.listen, "listen", agent.DefaultAddr, "the agent's listen address (from --config)")
 	f.MarkHidden("listen")
-	f.StringVar(&o.tokenFile, "token-file", "", "file holding the agent's bearer token")
+	f.StringVar(&o.tokenFile, "token-file", "", "file holding the agent's bearer token (default: the one the agent running on --state-dir uses, without --address)")
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -294,7 +295,14 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	if err != nil {
 		return err
 	}
-	a.Listening(srv.Addr().String())
+	// The report names the token file for commands run elsewhere: whole.
+	tokenFile := o.tokenFile
+	if tokenFile != "" {
+		if abs, err := filepath.Abs(tokenFile); err == nil {
+			tokenFile = abs
+		}
+	}
+	a.Listening(srv.Addr().String(), tokenFile)
 	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
 	// Either ending ends the other: an agent that cannot run must not
 	// leave its server answering.

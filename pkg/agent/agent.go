@@ -137,7 +137,7 @@ type Agent struct {
 	// the source is fetched again (reloads counts those saves).
 	foreign atomic.Bool
 	reloads atomic.Int64
-	address atomic.Pointer[string] // where the API listens, for the report
+	address atomic.Pointer[listening] // where the API listens, for the report
 	fight   *FightDetector
 	ready   chan struct{} // closed once the session is open
 
@@ -346,11 +346,15 @@ func (a *Agent) Reconcile(t Trigger) {
 	}
 }
 
-// Listening tells the agent where its API listens: the report names it,
-// so that a command run on the state dir reaches this agent, not the
-// default address.
-func (a *Agent) Listening(addr string) {
-	a.address.Store(&addr)
+// listening is where the API listens, for the report.
+type listening struct{ addr, tokenFile string }
+
+// Listening tells the agent where its API listens and which file holds
+// the token its control requests need ("" for none): the report names
+// both (the file, never the token), so that a command run on the state
+// dir reaches this agent, not the default address, with its token.
+func (a *Agent) Listening(addr, tokenFile string) {
+	a.address.Store(&listening{addr: addr, tokenFile: tokenFile})
 	if a.session() != nil {
 		a.publishNow()
 	}

@@ -262,8 +262,8 @@ func (a *Agent) Status(ctx context.Context) *Status {
 func (a *Agent) report() *reconcile.AgentReport {
 	s := a.session()
 	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
-	if addr := a.address.Load(); addr != nil {
-		r.Address = *addr
+	if l := a.address.Load(); l != nil {
+		r.Address, r.TokenFile = l.addr, l.tokenFile
 	}
 	if s == nil {
 		return r

@@ -53,9 +53,9 @@ type ServerOptions struct {
 	// (POST /api/v1/retry). Each answers with the revision.
 	Rollback func(ctx context.Context, to string) (string, error)
 	Retry    func(ctx context.Context) (string, error)
-	// TokenFile holds the bearer token the control endpoints (reconcile,
-	// suspend, resume) require; read again whenever it changes. Required
-	// to listen beyond loopback.
+	// TokenFile holds the bearer token every control request (any method
+	// but GET and HEAD, the webhook aside) requires; read again whenever
+	// it changes. Required to listen beyond loopback.
 	TokenFile string
 	// Webhook serves POST /hooks/git; nil serves no hook.
 	Webhook *Webhook
@@ -99,7 +99,6 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		}
 	}
 	s.srv = &http.Server{
-		Handler:           s.routes(),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -111,6 +110,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	if s.ln, err = net.Listen("tcp", opts.Addr); err != nil {
 		return nil, fmt.Errorf("listen (--listen): %w", err)
 	}
+	s.srv.Handler = s.routes()
 	return s, nil
 }
 
@@ -191,8 +191,16 @@ func (s *Server) Serve(ctx context.Context) error {
 	return nil
 }
 
+// webhookPath is where the push webhook is served.
+const webhookPath = "/hooks/git"
+
+// routes is every endpoint, behind the guard: the one place that decides
+// which requests reach a handler at all.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	// The webhook's path is signed whether or not a hook is served: a push
+	// to an agent without one is answered 404, not refused as a control.
+	g := &guard{next: mux, hosts: newHostSet(s.opts.Addr, s.ln.Addr()), s: s, signed: map[string]bool{webhookPath: true}}
 	if s.opts.Registry != nil {
 		metrics := promhttp.HandlerFor(s.opts.Registry, promhttp.HandlerOpts{
 			ErrorLog:      slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
@@ -225,9 +233,9 @@ func (s *Server) routes() http.Handler {
 	}
 	mux.Handle("POST /api/v1/retry", s.control("retry", moves(retry), http.StatusOK, http.StatusConflict))
 	if s.opts.Webhook != nil {
-		mux.Handle("/hooks/git", s.opts.Webhook) // answers 405 itself
+		mux.Handle(webhookPath, s.opts.Webhook) // answers 405 itself
 	}
-	return mux
+	return g
 }
 
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
@@ -265,13 +273,11 @@ func (s *Server) document(w http.ResponseWriter, r *http.Request, fn func(contex
 	w.Write(buf.Bytes())
 }
 
-// control is a POST endpoint behind the bearer token: fn does the work
-// and says what to answer, with code; its error is answered failCode.
+// control is a POST endpoint (the guard has checked who asks): fn does
+// the work and says what to answer, with code; its error is answered
+// failCode.
 func (s *Server) control(name string, fn func(*http.Request) (map[string]any, error), code, failCode int) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(w, r) {
-			return
-		}
 		if fn == nil {
 			writeJSON(w, http.StatusNotImplemented, map[string]string{"error": name + " is not available here"})
 			return
@@ -308,7 +314,8 @@ func moves(fn func(context.Context, string) (string, error)) func(*http.Request)
 }
 
 // authorized checks the bearer token when a TokenFile is set, answering
-// the request itself when it fails.
+// the request itself when it fails. The guard calls it for every control
+// request.
 func (s *Server) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if s.token == nil {
 		return true

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,22 +43,42 @@ func startServer(t *testing.T, o ServerOptions) (*Server, string) {
 	return s, "http://" + s.Addr().String()
 }
 
+// do sends a request as the CLI does: a POST carries ControlHeader, and
+// the bearer token when there is one.
 func do(t *testing.T, method, url, token string) (int, string, http.Header) {
 	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
+	h := http.Header{}
+	if method == http.MethodPost {
+		h.Set(ControlHeader, "1")
+	}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+	return doWith(t, method, url, "", h)
+}
+
+// doWith sends a request with exactly the headers h (and Host, when set).
+func doWith(t *testing.T, method, url, host string, h http.Header) (int, string, http.Header) {
+	t.Helper()
+	var body io.Reader
+	if h.Get("Content-Type") != "" {
+		body = strings.NewReader("x")
+	}
+	req, err := http.NewRequest(method, url, body)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
+	req.Header = h
+	if host != "" {
+		req.Host = host
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), resp.Header
+	answer, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(answer), resp.Header
 }
 
 func TestServerEndpoints(t *testing.T) {
@@ -267,8 +288,23 @@ func TestServerWebhook(t *testing.T) {
 	if code, _, _ := do(t, "GET", base+"/hooks/git", ""); code != 405 {
 		t.Errorf("GET /hooks/git: %d", code)
 	}
-	if n := len(got.get()); n != 1 {
-		t.Errorf("%d triggers, want 1", n)
+	// The HMAC is the hook's authentication: a proxy's public Host and a
+	// form body (GitHub's other content type) are no reason to refuse it.
+	h := headers("X-Hub-Signature-256", sign(testSecret, body), "X-GitHub-Event", "push", "Content-Type", "application/x-www-form-urlencoded")
+	req, _ := http.NewRequest("POST", base+"/hooks/git", strings.NewReader("payload="+url.QueryEscape(string(body))))
+	req.Header, req.Host = h, "hooks.example.com"
+	req.Header.Set("X-Hub-Signature-256", sign(testSecret, []byte("payload="+url.QueryEscape(string(body)))))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 202 || !strings.Contains(string(answer), `"status"`) { // accepted, or coalesced with the first
+		t.Errorf("signed push through a proxy: %d %q", resp.StatusCode, answer)
+	}
+	if n := len(got.get()); n < 1 {
+		t.Errorf("%d triggers, want at least 1 (a burst is one)", n)
 	}
 }
 
@@ -382,4 +418,202 @@ func (r *testReadiness) Check(context.Context) error {
 		return errors.New("first reconcile not done")
 	}
 	return nil
+}
+
+// controlServer runs a server whose control verbs count what they are
+// asked, and returns its base URL and the count of each verb.
+func controlServer(t *testing.T, tokenFile string) (string, map[string]*atomic.Int32) {
+	t.Helper()
+	calls := map[string]*atomic.Int32{}
+	for _, v := range controlVerbs {
+		calls[v] = &atomic.Int32{}
+	}
+	count := func(v string) func(context.Context) error {
+		return func(context.Context) error { calls[v].Add(1); return nil }
+	}
+	_, base := startServer(t, ServerOptions{
+		TokenFile: tokenFile,
+		Registry:  prometheus.NewRegistry(),
+		Status:    func(context.Context) (any, error) { return map[string]string{"stateDir": "/var/lib/cortex-sync"}, nil },
+		Fleet:     func(context.Context) (any, error) { return map[string]string{"hosts": "web1"}, nil },
+		Reconcile: count("reconcile"),
+		Suspend:   count("suspend"),
+		Resume:    count("resume"),
+		Rollback: func(context.Context, string) (string, error) {
+			calls["rollback"].Add(1)
+			return "main@sha1:abc", nil
+		},
+		Retry: func(context.Context) (string, error) { calls["retry"].Add(1); return "main@sha1:abc", nil },
+	})
+	return base, calls
+}
+
+var controlVerbs = []string{"reconcile", "suspend", "resume", "rollback", "retry"}
+
+func controlPath(verb string) string {
+	if verb == "rollback" {
+		return "/api/v1/rollback?to=abc"
+	}
+	return "/api/v1/" + verb
+}
+
+func headers(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Set(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// TestServerRefusesWebPages: with no token on loopback, a page open in a
+// browser on the host sent "simple" cross-site POSTs to every control verb
+// and was obeyed (the host rolled back, the agent suspended). Each is
+// refused now, and nothing is called.
+func TestServerRefusesWebPages(t *testing.T) {
+	base, calls := controlServer(t, "")
+	port := strings.TrimPrefix(base, "http://127.0.0.1")
+	attacks := []struct {
+		name string
+		h    http.Header
+	}{
+		{"cross-site simple POST", headers("Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site", "Content-Type", "text/plain")},
+		{"form POST from another site", headers("Origin", "http://evil.example", "Content-Type", "application/x-www-form-urlencoded")},
+		{"same-site page", headers("Sec-Fetch-Site", "same-site", ControlHeader, "1")},
+		{"another origin with the header", headers("Origin", "http://evil.example", ControlHeader, "1")},
+		{"another port of loopback", headers("Origin", "http://127.0.0.1:8080", ControlHeader, "1")},
+		{"a sandboxed page", headers("Origin", "null", "Content-Type", "application/json")},
+		{"older browser, no Origin, simple", headers("Content-Type", "text/plain")},
+		{"no header at all", headers()},
+		{"multipart form", headers("Content-Type", "multipart/form-data; boundary=x")},
+		{"cross-site JSON (after a refused preflight)", headers("Sec-Fetch-Site", "cross-site", "Content-Type", "application/json")},
+	}
+	for _, verb := range controlVerbs {
+		for _, a := range attacks {
+			code, body, _ := doWith(t, "POST", base+controlPath(verb), "", a.h)
+			if code != http.StatusForbidden || !strings.Contains(body, "refused") {
+				t.Errorf("%s to %s: %d %q, want 403 refused", a.name, verb, code, body)
+			}
+		}
+		if n := calls[verb].Load(); n != 0 {
+			t.Errorf("%s called %d times by web pages", verb, n)
+		}
+	}
+	// A preflight is no way in either: it is no read, and grants nothing.
+	code, _, hdr := doWith(t, "OPTIONS", base+"/api/v1/suspend", "", headers("Origin", "http://evil.example", "Access-Control-Request-Method", "POST", "Access-Control-Request-Headers", ControlHeader))
+	if code/100 == 2 || hdr.Get("Access-Control-Allow-Origin") != "" {
+		t.Errorf("preflight from another site: %d, Access-Control-Allow-Origin %q", code, hdr.Get("Access-Control-Allow-Origin"))
+	}
+
+	// What the CLI sends, a JSON body, or the agent's own origin pass.
+	allowed := []struct {
+		name string
+		h    http.Header
+	}{
+		{"the CLI's header", headers(ControlHeader, "1")},
+		{"a JSON body", headers("Content-Type", "application/json; charset=utf-8")},
+		{"the agent's own origin", headers("Origin", "http://127.0.0.1"+port, "Sec-Fetch-Site", "same-origin", ControlHeader, "1")},
+		{"typed in the address bar", headers("Sec-Fetch-Site", "none", ControlHeader, "1")},
+	}
+	for _, verb := range controlVerbs {
+		for _, a := range allowed {
+			if code, body, _ := doWith(t, "POST", base+controlPath(verb), "", a.h); code/100 != 2 {
+				t.Errorf("%s to %s: %d %q, want it served", a.name, verb, code, body)
+			}
+		}
+		if n := calls[verb].Load(); n != int32(len(allowed)) {
+			t.Errorf("%s called %d times, want %d", verb, n, len(allowed))
+		}
+	}
+}
+
+// TestServerRefusesRebinding: a page that rebinds its own name to
+// 127.0.0.1 reads what it asks for as same-origin; it was served the
+// whole status document. Every endpoint now refuses a Host that does not
+// name this agent.
+func TestServerRefusesRebinding(t *testing.T) {
+	base, calls := controlServer(t, "")
+	port := strings.TrimPrefix(base, "http://127.0.0.1")
+	paths := []string{"/api/v1/status", "/api/v1/fleet", "/metrics", "/healthz", "/readyz", "/nothing"}
+	for _, host := range []string{"evil.example", "evil.example" + port, "127.0.0.1.evil.example" + port, "localhost.evil.example", "EVIL.example.", "[::2]" + port, "10.0.0.1" + port} {
+		for _, path := range paths {
+			code, body, _ := doWith(t, "GET", base+path, host, http.Header{})
+			if code != http.StatusMisdirectedRequest || strings.Contains(body, "/var/lib/cortex-sync") || !strings.Contains(body, "is not this agent's address") {
+				t.Errorf("GET %s with Host %q: %d %q, want 421 naming the Host", path, host, code, body)
+			}
+		}
+		for _, verb := range controlVerbs {
+			if code, _, _ := doWith(t, "POST", base+controlPath(verb), host, headers(ControlHeader, "1", "Content-Type", "application/json")); code != http.StatusMisdirectedRequest {
+				t.Errorf("POST %s with Host %q: %d, want 421", verb, host, code)
+			}
+		}
+	}
+	for verb, n := range calls {
+		if n.Load() != 0 {
+			t.Errorf("%s called %d times with a foreign Host", verb, n.Load())
+		}
+	}
+	// Loopback by any name and port (a tunnel changes the port) is this agent.
+	for _, host := range []string{"127.0.0.1" + port, "127.0.0.1", "localhost" + port, "LOCALHOST", "localhost.", "127.0.0.2:1", "[::1]" + port, "[::1]"} {
+		if code, body, _ := doWith(t, "GET", base+"/api/v1/status", host, http.Header{}); code != 200 {
+			t.Errorf("GET status with Host %q: %d %q", host, code, body)
+		}
+	}
+}
+
+func TestHostSet(t *testing.T) {
+	name, _ := os.Hostname()
+	tests := []struct {
+		listen, bound string
+		allowed       []string
+		refused       []string
+	}{
+		{"127.0.0.1:9797", "127.0.0.1:9797", []string{"127.0.0.1:9797", "localhost", "127.1.2.3", "[::1]:80", "[0:0:0:0:0:0:0:1]"}, []string{"", "evil.example", name, "10.0.0.1", "[::2]:9797"}},
+		{"localhost:9797", "127.0.0.1:9797", []string{"localhost:9797", "127.0.0.1"}, []string{"evil.example:9797", "localhost.evil.example"}},
+		{"10.1.2.3:9797", "10.1.2.3:9797", []string{"10.1.2.3:9797", "10.1.2.3", "localhost", strings.ToUpper(name) + ":9797"}, []string{"evil.example", "10.1.2.4:9797"}},
+		{"[fd00::1]:9797", "[fd00::1]:9797", []string{"[fd00::1]:9797", "[FD00:0::1]"}, []string{"[fd00::2]", "evil.example"}},
+		{"web1.example.com:9797", "10.1.2.3:9797", []string{"web1.example.com:9797", "WEB1.example.com.", "10.1.2.3"}, []string{"web2.example.com", "evil.example"}},
+		{"0.0.0.0:9797", "0.0.0.0:9797", []string{"evil.example", "10.0.0.1", "localhost"}, nil},
+		{":9797", "[::]:9797", []string{"evil.example"}, nil},
+		{"[::]:9797", "[::]:9797", []string{"web1.example.com"}, nil},
+	}
+	for _, tt := range tests {
+		bound, err := net.ResolveTCPAddr("tcp", tt.bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := newHostSet(tt.listen, bound)
+		for _, h := range tt.allowed {
+			if !hs.allows(h) {
+				t.Errorf("listening on %s: Host %q refused", tt.listen, h)
+			}
+		}
+		for _, h := range tt.refused {
+			if hs.allows(h) {
+				t.Errorf("listening on %s: Host %q allowed", tt.listen, h)
+			}
+		}
+	}
+}
+
+// TestServerTokenAndBrowsers: with a token, a client that sends it (curl,
+// a script) needs no other header; a browser's cross-site request is
+// refused even with it.
+func TestServerTokenAndBrowsers(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(tokenFile, []byte("tok-1\n"), 0o600)
+	base, calls := controlServer(t, tokenFile)
+	for _, verb := range controlVerbs {
+		if code, body, _ := doWith(t, "POST", base+controlPath(verb), "", headers("Authorization", "Bearer tok-1")); code/100 != 2 {
+			t.Errorf("POST %s with the token alone: %d %q", verb, code, body)
+		}
+		if code, _, _ := doWith(t, "POST", base+controlPath(verb), "", headers(ControlHeader, "1")); code != http.StatusUnauthorized {
+			t.Errorf("POST %s with the header and no token: %d, want 401", verb, code)
+		}
+		if code, _, _ := doWith(t, "POST", base+controlPath(verb), "", headers("Authorization", "Bearer tok-1", "Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site")); code != http.StatusForbidden {
+			t.Errorf("POST %s cross-site with the token: %d, want 403", verb, code)
+		}
+		if n := calls[verb].Load(); n != 1 {
+			t.Errorf("%s called %d times, want 1", verb, n)
+		}
+	}
 }

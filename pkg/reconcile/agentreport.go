@@ -23,6 +23,10 @@ type AgentReport struct {
 	// Address is where the agent's API listens (host:port): where
 	// commands run on this state dir reach it.
 	Address string `json:"address,omitempty"`
+	// TokenFile is the file holding the bearer token the agent's control
+	// requests need (its path, never the token): where commands run on
+	// this state dir find it.
+	TokenFile string `json:"tokenFile,omitempty"`
 	// Revision is the revision the agent converges to.
 	Revision  string `json:"revision,omitempty"`
 	Suspended bool   `json:"suspended,omitempty"`
