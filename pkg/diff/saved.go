@@ -653,7 +653,7 @@ func firstLineDiffers(a, b string) (int, string, string) {
 
 // describe is an action and its reason, in words.
 func describe(a Action, r Reason) string {
-	if a == NoOp {
+	if a == NoOp || a == "" {
 		return "no change"
 	}
 	return string(a) + " (" + r.Phrase() + ")"
