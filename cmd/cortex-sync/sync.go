@@ -76,7 +76,7 @@ file gone from a mirrored directory) always apply.`,
 	f.BoolVar(&o.wait, "wait", false, "after applying, wait until what the sync changed is healthy (and the health checks pass); exit 1 naming what is not")
 	f.BoolVar(&o.rollbackOnFailure, "rollback-on-failure", false, "with --wait's health gate: a bad revision is rolled back to the last good one at once, and refused until a newer commit")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
-	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it relied on moved")
+	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it shows or relied on moved, or the file was edited")
 	f.Int64Var(&o.planLimit, "limit-plan-bytes", diff.DefaultLimit, "refuse a saved plan (--plan) of more bytes than this, before reading it")
 	o.state.add(cmd)
 	o.gate.add(cmd, false)
