@@ -444,7 +444,7 @@ func (s *Saved) Differs(fresh *Plan) []string {
 	j := jsonOf(fresh)
 	now := roundTrip(savedHead{HasChanges: j.HasChanges, Summary: j.Summary, Warnings: j.Warnings})
 	if now.HasChanges != s.head.HasChanges || now.Summary != s.head.Summary {
-		out = append(out, fmt.Sprintf("summary: the plan shows %q; this sync would do %q", s.head.Summary.Phrase(), now.Summary.Phrase()))
+		out = append(out, fmt.Sprintf("summary: the plan shows %s; this sync has %s", summaryText(s.head), summaryText(now)))
 	}
 	if !slices.Equal(now.Warnings, s.head.Warnings) {
 		out = append(out, fmt.Sprintf("warnings: the plan shows %q; this sync has %q", s.head.Warnings, now.Warnings))
@@ -491,6 +491,15 @@ func (s *Saved) Differs(fresh *Plan) []string {
 	slices.Sort(changes)
 	out = append(out, compact(policy)...)
 	return append(out, changes...)
+}
+
+// summaryText is a plan's hasChanges and summary as its JSON shows them.
+func summaryText(h savedHead) string {
+	b, _ := json.Marshal(struct {
+		HasChanges bool    `json:"hasChanges"`
+		Summary    Summary `json:"summary"`
+	}{h.HasChanges, h.Summary})
+	return string(b)
 }
 
 // plannedWith finds the policy, other than the file's, under which c
