@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ type diffOptions struct {
 	verify   bool
 	against  string
 	out      string // a saved plan, for sync --plan
+	limit    int64  // the largest saved plan --out writes
 	// prune and allow mirror sync's flags (given here, or under sync
 	// --dry-run): the warning names only a refusal that sync would meet,
 	// and a saved plan records them.
@@ -72,6 +74,7 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
 	cmd.Flags().StringVar(&o.against, "against", "", "plan against the revision a snapshot (state export) records, read from Git, instead of the live host")
 	cmd.Flags().StringVar(&o.out, "out", "", "also save the plan to this file, for sync --plan to apply exactly it")
+	cmd.Flags().Int64Var(&o.limit, "limit-plan-bytes", diff.DefaultLimit, "refuse to save (--out) a plan of more bytes than this; sync --plan reads no larger one")
 	cmd.Flags().BoolVar(&o.prune, "prune", false, "plan for sync --prune: what left Git is deleted (recorded in --out)")
 	cmd.Flags().BoolVar(&o.allowEmpty, "allow-empty", false, "plan for sync --allow-empty (recorded in --out)")
 	cmd.Flags().BoolVar(&o.allowSourceChange, "allow-source-change", false, "plan for sync --allow-source-change (recorded in --out)")
@@ -105,16 +108,12 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		s.Snapshot().Source = s.Desired().Ref
 	}
 	plan := s.Plan(ctx)
-	// Warn of the refusal sync --prune would meet, before anyone runs it.
-	s.Policy = reconcile.Policy{Prune: true, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback}
-	if err := s.Check(plan); err != nil {
-		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
-	}
+	s.Warn(plan, reconcile.Policy{AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback})
 	if o.out != "" {
 		if o.against != "" {
 			return errors.New("--out saves a plan of this host; --against plans against another's snapshot")
 		}
-		if err := writeSaved(o.out, plan, s.MadeFor(), diff.SavedPolicy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}); err != nil {
+		if err := writeSaved(o.out, o.limit, plan, s.MadeFor(), diff.SavedPolicy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}); err != nil {
 			return err
 		}
 	}
@@ -208,15 +207,35 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 	return &sg, nil
 }
 
-// writeSaved writes a saved plan (0600: it may name what the host holds).
-func writeSaved(name string, plan *diff.Plan, made diff.MadeFor, policy diff.SavedPolicy) error {
+// writeSaved writes a saved plan (0600: it may name what the host holds);
+// one larger than limit, which sync --plan would refuse, is not kept.
+func writeSaved(name string, limit int64, plan *diff.Plan, made diff.MadeFor, policy diff.SavedPolicy) error {
 	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
-	if err := diff.WriteSaved(f, plan, made, policy); err != nil {
+	w := &countingWriter{w: f}
+	if err := diff.WriteSaved(w, plan, made, policy); err != nil {
 		f.Close()
 		return fmt.Errorf("--out %s: %w", name, err)
 	}
-	return f.Close()
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--out %s: %w", name, err)
+	}
+	if err := diff.CheckSize(w.n, limit); err != nil {
+		os.Remove(name)
+		return fmt.Errorf("--out %s: the plan is %w; plan a part of the tree at a time (--path), or raise --limit-plan-bytes for diff and sync alike", name, err)
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

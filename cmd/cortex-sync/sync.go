@@ -27,6 +27,7 @@ type syncOptions struct {
 	wait              bool
 	waitTimeout       time.Duration
 	plan              string
+	planLimit         int64
 	state             stateSyncFlags
 	gate              gateFlags
 	rollbackOnFailure bool
@@ -75,7 +76,8 @@ file gone from a mirrored directory) always apply.`,
 	f.BoolVar(&o.wait, "wait", false, "after applying, wait until what the sync changed is healthy (and the health checks pass); exit 1 naming what is not")
 	f.BoolVar(&o.rollbackOnFailure, "rollback-on-failure", false, "with --wait's health gate: a bad revision is rolled back to the last good one at once, and refused until a newer commit")
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
-	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it relied on moved")
+	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it shows or relied on moved, or the file was edited")
+	f.Int64Var(&o.planLimit, "limit-plan-bytes", diff.DefaultLimit, "refuse a saved plan (--plan) of more bytes than this, before reading it")
 	o.state.add(cmd)
 	o.gate.add(cmd, false)
 	return cmd
@@ -211,17 +213,31 @@ func orDirectory(rev string) string {
 // readSaved reads the plan sync --plan applies, and pins a branch source to
 // the commit it was made at: the plan applies to that revision or to none.
 // The policy is the plan's: a flag (or config field) that says otherwise is
-// refused.
+// refused. What the file says is a claim: SyncSaved checks every word of
+// it against the plan made again. A file larger than --limit-plan-bytes
+// is refused before it is read.
 func readSaved(cmd *cobra.Command, o *syncOptions) (*diff.Saved, error) {
 	if o.dryRun {
 		return nil, errors.New("--plan applies a plan; to see one, run diff")
+	}
+	if o.state.acceptRollback {
+		return nil, errors.New("--plan applies what the plan was made for, and a plan is made without --accept-state-rollback; run cortex-sync state accept-rollback, then make the plan again with diff --out")
 	}
 	f, err := os.Open(o.plan)
 	if err != nil {
 		return nil, fmt.Errorf("--plan: %w", err)
 	}
 	defer f.Close()
-	saved, err := diff.ReadSaved(f)
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("--plan: %w", err)
+	}
+	if st.Mode().IsRegular() {
+		if err := diff.CheckSize(st.Size(), o.planLimit); err != nil {
+			return nil, fmt.Errorf("--plan %s is %w: not read; a plan that large is made with diff --limit-plan-bytes, and read with the same --limit-plan-bytes here", o.plan, err)
+		}
+	}
+	saved, err := diff.ReadSaved(f, o.planLimit)
 	if err != nil {
 		return nil, fmt.Errorf("--plan %s: %w", o.plan, err)
 	}

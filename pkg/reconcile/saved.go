@@ -29,11 +29,24 @@ func (s *Session) MadeFor() diff.MadeFor {
 		Time: time.Now().UTC().Truncate(time.Second)}
 }
 
+// Warn adds to plan the refusal a sync --prune under p would meet, before
+// anyone runs it: what diff shows, and what a saved plan binds.
+func (s *Session) Warn(plan *diff.Plan, p Policy) {
+	p.Prune = true
+	d := s.current()
+	if err := p.Check(plan, d.Set, s.w.Snapshot(), d.Ref); err != nil {
+		plan.Warnings = append(plan.Warnings, "sync --prune would stop: "+err.Error())
+	}
+}
+
 // SyncSaved applies a saved plan exactly as it was reviewed: it makes the
 // plan again, under the lock, and applies it only when the host, the state
-// dir, the snapshot, the source revision and every change's facts are what
-// they were; else it refuses, naming what moved, and changes nothing. The
-// policy is the plan's. The session must have been opened to write.
+// dir, the snapshot and the source revision are what they were, and the
+// fresh plan is what the file shows and decides (diff.Saved.Differs: every
+// change as shown, its facts under the file's policy, the file's digest);
+// else it refuses, naming what moved, and changes nothing. The file's
+// policy applies once its changes proved it is the one they were planned
+// with. The session must have been opened to write.
 func (s *Session) SyncSaved(ctx context.Context, saved *diff.Saved, retention state.Retention) (*apply.Report, error) {
 	here, was := s.MadeFor(), saved.MadeFor
 	switch {
@@ -52,12 +65,14 @@ func (s *Session) SyncSaved(ctx context.Context, saved *diff.Saved, retention st
 	if d.Ref != saved.Source || d.Revision() != saved.Revision {
 		moved = append(moved, fmt.Sprintf("the source: %s at %q when planned, %s at %q now", saved.Source.URL, saved.Revision, d.Ref.URL, d.Revision()))
 	}
+	p := saved.Policy
 	fresh := s.Plan(ctx)
-	moved = append(moved, saved.Moved(fresh)...)
+	s.Warn(fresh, Policy{AllowEmpty: p.AllowEmpty, AllowSourceChange: p.AllowSourceChange})
+	moved = append(moved, saved.Differs(fresh)...)
 	if len(moved) > 0 {
 		return nil, fmt.Errorf("%w; nothing was changed. What moved since it was made:\n  %s\nmake the plan again with diff --out, and review it", ErrPlanMoved, strings.Join(moved, "\n  "))
 	}
-	p := saved.Policy
 	s.Policy.Prune, s.Policy.AllowEmpty, s.Policy.AllowSourceChange = p.Prune, p.AllowEmpty, p.AllowSourceChange
+	s.Policy.AcceptRollback = false // the plan's warnings said what a rolled-back snapshot stops
 	return s.Sync(ctx, fresh, retention)
 }
