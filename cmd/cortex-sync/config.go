@@ -40,8 +40,16 @@ func flagName(field string) string {
 }
 
 // applyConfig sets every flag the user did not give from the Agent file.
-// Flags win; an unknown field is an error naming file and line.
-func applyConfig(cmd *cobra.Command, file string) error {
+// Flags win; an unknown field is an error naming file and line. It
+// returns the scalar fields meant for other commands, by flag name (the
+// agent's token file, read by a sync that has no such flag).
+func applyConfig(cmd *cobra.Command, file string) (map[string]string, error) {
+	others := map[string]string{}
+	err := applyConfigTo(cmd, file, others)
+	return others, err
+}
+
+func applyConfigTo(cmd *cobra.Command, file string, others map[string]string) error {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return fmt.Errorf("--config: %w", err)
@@ -91,6 +99,9 @@ func applyConfig(cmd *cobra.Command, file string) error {
 		f := cmd.Flag(name)
 		switch {
 		case f == nil && known[name]:
+			if v.Kind == yaml.ScalarNode {
+				others[name] = v.Value
+			}
 			continue // meant for another command
 		case f == nil || name == "config":
 			return where(k, field, "unknown field%s", resource.DidYouMean(k.Value, configFields(known)))

@@ -190,15 +190,17 @@ applied, and takes the smallest action that closes the gap.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			var others map[string]string
 			if g.config != "" {
-				if err := applyConfig(cmd, g.config); err != nil {
+				var err error
+				if others, err = applyConfig(cmd, g.config); err != nil {
 					return err
 				}
 			}
 			if err := g.setup(io); err != nil {
 				return err
 			}
-			g.own = ownFiles(cmd)
+			g.own = ownFiles(cmd, others)
 			// Bars for long operations (a first fetch, a large tree), only
 			// for a person at a terminal: never in a pipe, a log file or
 			// the agent's journal.
@@ -325,13 +327,19 @@ var ownFileFlags = []string{
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 
-// ownFiles are the files cmd's flags (or the config file behind them) name
-// among ownFileFlags.
-func ownFiles(cmd *cobra.Command) []reconcile.Own {
+// ownFiles are the files among ownFileFlags that cmd's flags name, or the
+// config file does for another command (the agent's token file, to a
+// sync). The files of an agent running on the state dir are added by the
+// engine, from its report.
+func ownFiles(cmd *cobra.Command, others map[string]string) []reconcile.Own {
 	var own []reconcile.Own
 	for _, name := range ownFileFlags {
-		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
-			own = append(own, reconcile.Own{Path: f.Value.String(), What: "the file of --" + name})
+		v := others[name]
+		if f := cmd.Flags().Lookup(name); f != nil {
+			v = f.Value.String()
+		}
+		if v != "" {
+			own = append(own, reconcile.Own{Path: v, What: "the file of --" + name})
 		}
 	}
 	return own

@@ -95,6 +95,7 @@ func newSet(list []*Resource, allowed []string, reserved []Reserved) (*Set, erro
 	errs = append(errs, s.checkClaims()...)
 	errs = append(errs, s.checkAllowed(allowed)...)
 	errs = append(errs, s.checkReserved(reserved)...)
+	errs = append(errs, checkWatched(kept, reserved)...)
 
 	for _, r := range kept {
 		id := r.ID()
@@ -196,6 +197,25 @@ func (s *Set) checkReserved(reserved []Reserved) Problems {
 			if within(r.Path, c.Path) {
 				errs = append(errs, fieldErr(c.res, c.Field, "%s holds %s, %s, which this %s would %s; manage the paths inside it instead, or give cortex-sync another --state-dir", c.Path, r.Path, r.What, c.res.Kind, replaceOrPurge(c.Claim)))
 				break
+			}
+		}
+	}
+	return errs
+}
+
+// checkWatched finds paths a resource watches (a Command's creates) in a
+// reserved path: cortex-sync writes there itself, so each of its saves
+// would set the resource off again.
+func checkWatched(list []*Resource, reserved []Reserved) Problems {
+	var errs Problems
+	for _, r := range list {
+		w, ok := r.Spec.(Watched)
+		if !ok {
+			continue
+		}
+		for _, p := range w.Watched() {
+			if res, ok := ReservedBy(reserved, p); ok {
+				errs = append(errs, fieldErr(r, "spec", "watches %s, which lies in %s, %s: cortex-sync writes there itself, so every save of its own would set this resource off; watch another path", p, res.Path, res.What))
 			}
 		}
 	}
