@@ -47,9 +47,14 @@ func newControlCmd(g *globals, ios streams, verb, short string) *cobra.Command {
 }
 
 func controlRun(o *controlOptions, ios streams, verb string) error {
-	addr, _, err := o.post(verb, nil)
+	addr, body, err := o.post(verb, nil)
 	if err != nil {
 		return err
+	}
+	var answer struct{ Message string }
+	if json.Unmarshal(body, &answer) == nil && answer.Message != "" {
+		fmt.Fprintf(ios.Out, "%s: %s (the agent at %s)\n", verb, answer.Message, addr)
+		return nil
 	}
 	fmt.Fprintf(ios.Out, "%s: asked the agent at %s\n", verb, addr)
 	return nil

@@ -16,6 +16,7 @@ type gateFlags struct {
 	minReady         time.Duration
 	progressDeadline time.Duration
 	onFailure        string
+	failureLimit     int
 	checks           hostChecks
 }
 
@@ -31,20 +32,21 @@ func (f *gateFlags) add(cmd *cobra.Command, agent bool) {
 	} else {
 		fs.DurationVar(&f.minReady, "min-ready", 0, "with --wait: how long what the sync changed must stay healthy (and the health checks pass)")
 	}
+	fs.IntVar(&f.failureLimit, "failure-limit", 0, "quick failures in a row of a process a new revision changed that make the revision bad; 0: when the process reaches its own startLimit (it is Failed)")
 	fs.Var(&f.checks, "health-check", `a check that must pass for a revision to be good, as YAML: '{name: ssh, tcp: {address: "127.0.0.1:22"}}' (or http: {url: URL}, exec: {command: [ARGV]}); repeatable`)
 }
 
 // policy is the revision policy the flags say.
 func (f *gateFlags) policy() (reconcile.RevisionPolicy, error) {
-	p := reconcile.RevisionPolicy{MinReady: f.minReady, ProgressDeadline: f.progressDeadline, Checks: f.checks}
+	p := reconcile.RevisionPolicy{MinReady: f.minReady, ProgressDeadline: f.progressDeadline, FailureLimit: f.failureLimit, Checks: f.checks}
 	switch reconcile.OnFailure(f.onFailure) {
 	case "", reconcile.OnFailureRollback, reconcile.OnFailureHalt:
 		p.OnFailure = reconcile.OnFailure(f.onFailure)
 	default:
 		return p, fmt.Errorf("--on-failure %q: use rollback or halt", f.onFailure)
 	}
-	if f.minReady < 0 || f.progressDeadline < 0 {
-		return p, fmt.Errorf("--min-ready and --progress-deadline must not be negative")
+	if f.minReady < 0 || f.progressDeadline < 0 || f.failureLimit < 0 {
+		return p, fmt.Errorf("--min-ready, --progress-deadline and --failure-limit must not be negative")
 	}
 	return p, nil
 }

@@ -41,35 +41,29 @@ func retryRun(ctx context.Context, g *globals, o *controlOptions, io streams) er
 		_, err := fmt.Fprintf(io.Out, "retry: the agent at %s applies %s again\n", addr, rev)
 		return err
 	}
-	rev, _, err = release(ctx, g, true)
+	s, l, err := life(ctx, g)
 	if err != nil {
 		return err
 	}
-	if rev == "" {
-		return errors.New("nothing to retry: no revision is refused, and no rollback holds the host")
+	defer s.Close()
+	if rev, err = l.Retry(ctx); err != nil {
+		return err
 	}
 	_, err = fmt.Fprintf(io.Out, "retry: %s is no longer refused; the next sync applies it\n", rev)
 	return err
 }
 
-// release ends the rollback that holds the host, without an agent: a
-// manual one (resume), or any, with the refusal of its revision (retry,
-// all). It returns the revision held back, "" when nothing was, and
-// whether it stays refused (judged bad before: only retry lets it in).
-func release(ctx context.Context, g *globals, all bool) (rev string, refused bool, err error) {
+// life opens the host's revisions without an agent, to end a hold: the
+// session is the caller's to close.
+func life(ctx context.Context, g *globals) (*reconcile.Session, *reconcile.Life, error) {
 	if err := checkRoot(g.root); err != nil {
-		return "", false, err
+		return nil, nil, err
 	}
 	s, err := reconcile.Open(ctx, g.engine(), nil, true)
 	if err != nil {
-		return "", false, err
+		return nil, nil, err
 	}
-	defer s.Close()
-	rev, err = s.Release(ctx, all)
-	if a := s.View().Latest(rev); a != nil && rev != "" {
-		refused = a.Refused
-	}
-	return rev, refused, err
+	return s, s.Life(nil, g.engine().Manifests()), nil
 }
 
 // withLocalResume lets resume end a rollback by hand where no agent runs.
@@ -78,19 +72,25 @@ func withLocalResume(cmd *cobra.Command, g *globals, io streams) *cobra.Command 
 	cmd.Long = `resume asks the running agent to apply again after suspend, and ends a
 rollback by hand (cortex-sync rollback): the source's newest revision is
 applied again. Where no agent runs, it ends the rollback in the state dir,
-and the next sync applies the newest revision.`
+and the next sync applies the newest revision. An automatic rollback (of a
+revision judged bad) is not ended by resume: it says so, and exits 1;
+cortex-sync retry applies that revision anyway, and a newer commit ends it.
+With nothing to end, resume says so and exits 1.`
 	cmd.RunE = func(c *cobra.Command, args []string) error {
 		err := asked(c, args)
 		if !errors.Is(err, errNoAgent) || c.Flags().Changed("address") || reconcile.ReadAgentReport(stateDirOf(g)) != nil {
 			return err
 		}
-		rev, refused, rerr := release(c.Context(), g, false)
-		switch {
-		case rerr != nil:
-			return rerr
-		case rev == "":
-			return fmt.Errorf("%w, and no rollback by hand holds the host here: nothing to resume", err)
-		case refused:
+		s, l, lerr := life(c.Context(), g)
+		if lerr != nil {
+			return lerr
+		}
+		defer s.Close()
+		rev, rerr := l.Resume(c.Context())
+		if rerr != nil {
+			return fmt.Errorf("%w (no agent runs here)", rerr)
+		}
+		if a := s.View().Latest(rev); a != nil && a.Refused {
 			_, werr := fmt.Fprintf(io.Out, "resume: the rollback by hand ends; %s was judged bad and stays refused: the next sync applies a newer commit (cortex-sync retry applies it anyway)\n", rev)
 			return werr
 		}

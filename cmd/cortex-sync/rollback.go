@@ -99,8 +99,14 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 	if err != nil {
 		return err
 	}
-	r := reconcile.Rollback{To: rev, From: snap.Revision, Manual: true}
-	rep, err := rollbackNow(ctx, g, s, src, r, state.Retention{})
+	out, err := s.Life(src, g.engine().Manifests()).Rollback(ctx, rev, "", time.Now())
+	if err != nil {
+		return err
+	}
+	if out.Desired != nil {
+		defer out.Desired.Close()
+	}
+	rep, err := s.Sync(ctx, s.Plan(ctx), state.Retention{})
 	printReport(io, o.output, rep)
 	if err != nil {
 		return err
@@ -178,18 +184,3 @@ func printReport(io streams, output string, rep *apply.Report) {
 	}
 }
 
-// rollbackNow records the rollback r in the session's snapshot (before
-// anything changes), then applies r.To, fetched from src, in full. The
-// session must be open to write.
-func rollbackNow(ctx context.Context, g *globals, s *reconcile.Session, src source.Source, r reconcile.Rollback, retention state.Retention) (*apply.Report, error) {
-	d, err := reconcile.LoadAt(ctx, src, r.To, g.engine().Manifests(), g.log)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", r.To, err)
-	}
-	defer d.Close()
-	if err := s.RecordRollback(ctx, r, time.Now()); err != nil {
-		return nil, err
-	}
-	s.SetDesired(d)
-	return s.Sync(ctx, s.Plan(ctx), retention)
-}

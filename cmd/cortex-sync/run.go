@@ -276,7 +276,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		Observe:   func(ctx context.Context) { a.Status(ctx) },
 		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },
 		Suspend:   func(context.Context) error { a.Suspend(); return nil },
-		Resume:    func(context.Context) error { a.Resume(); return nil },
+		Resume:    a.Resume,
 		Rollback:  a.Rollback,
 		Retry:     a.Retry,
 	}

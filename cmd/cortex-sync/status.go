@@ -227,11 +227,11 @@ func revisionText(b *strings.Builder, doc *reconcile.Status) {
 	if v := doc.Verdict; v != nil {
 		switch v.Verdict {
 		case state.Good:
-			fmt.Fprintf(b, "Verdict:    good, %s after its apply\n", v.ToGood().Round(100*time.Millisecond))
+			fmt.Fprintf(b, "Verdict:    good, %s after its apply (%s)\n", v.ToGood().Round(100*time.Millisecond), shortRevision(v.Revision))
 		case state.Bad:
-			fmt.Fprintf(b, "Verdict:    bad: %s\n", oneLine(v.Reason))
+			fmt.Fprintf(b, "Verdict:    bad: %s (%s)\n", oneLine(v.Reason), shortRevision(v.Revision))
 		default:
-			fmt.Fprintf(b, "Verdict:    %s (on trial since %s)\n", v.Verdict, v.AppliedAt.Format(time.RFC3339))
+			fmt.Fprintf(b, "Verdict:    %s: %s on trial since %s\n", v.Verdict, shortRevision(v.Revision), v.AppliedAt.Format(time.RFC3339))
 		}
 	}
 	if g := doc.LastGood; g != nil {

@@ -13,6 +13,8 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -111,30 +113,30 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 	revisions.ProgressDeadline = o.waitTimeout
 	s.Policy = reconcile.Policy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, WaitTimeout: o.waitTimeout,
 		AcceptRollback: o.state.acceptRollback, Revisions: revisions}
-	head := s.Desired()
-	adm := s.Admit(ctx, head.Revision())
-	if adm.Stay == nil {
-		s.Unpin(head.Revision()) // a newer commit than the one a rollback held the host from
-	} else {
-		if adm.Pin == "" || s.Snapshot().Revision == adm.Pin {
-			return fmt.Errorf("revision %s is not applied: %w", head.Revision(), adm.Stay)
+	if !o.rollbackOnFailure {
+		s.Policy.Revisions.OnFailure = reconcile.OnFailureHalt // a bad revision is said, and stays
+	}
+	var src source.Source // where earlier revisions come from: Git only
+	if o.src.repo != "" {
+		if src, err = o.src.source(state.At(g.stateDir).Sub("cache"), g.log); err != nil {
+			return err
+		}
+	}
+	l := s.Life(src, g.engine().Manifests())
+	head, start := s.Desired(), time.Now()
+	out := l.Offer(ctx, head, nil, o.wait || o.rollbackOnFailure, start)
+	if out.Desired != nil && out.Desired != head {
+		defer out.Desired.Close()
+	}
+	if out.Phase == reconcile.PhaseHeld {
+		if out.Desired == nil || s.Snapshot().Revision == out.To {
+			return fmt.Errorf("revision %s is not applied: %w", head.Revision(), out.Why)
 		}
 		// A rollback recorded and not finished (its run was killed):
 		// this sync finishes it.
-		fmt.Fprintf(io.Err, "finishing the rollback to %s: %v\n", adm.Pin, adm.Stay)
-		src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
-		if err != nil {
-			return err
-		}
-		pinned, err := reconcile.LoadAt(ctx, src, adm.Pin, g.engine().Manifests(), g.log)
-		if err != nil {
-			return fmt.Errorf("load %s, the revision a rollback holds the host on: %w", adm.Pin, err)
-		}
-		defer pinned.Close()
-		s.SetDesired(pinned)
+		fmt.Fprintf(io.Err, "finishing the rollback to %s: %v\n", out.To, out.Why)
 		saved, o.wait, o.rollbackOnFailure = nil, false, false
 	}
-	start, wasOn := time.Now(), s.Snapshot().Revision == head.Revision()
 	var rep *apply.Report
 	if saved != nil {
 		rep, err = s.SyncSaved(ctx, saved, o.state.retention)
@@ -150,56 +152,47 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		if rep.Failed() {
 			return &exitError{code: exitFailure, err: errors.New("some resources did not apply (see above)")}
 		}
-		if adm.Stay == nil {
-			s.Note(s.Desired(), start) // applied, not judged
+		if out.Phase != reconcile.PhaseHeld {
+			l.Applied(s.Desired(), start) // applied, not judged
 		}
 		return nil
 	}
-	return judgeSync(ctx, g, o, io, s, rep, wasOn, start)
+	return judgeSync(ctx, o, io, s, l, out.Trial, start)
 }
 
-// judgeSync puts the revision a sync applied through the health gate:
-// every process it changed healthy (and every health check passing) for
-// --min-ready, within --wait-timeout; a bad one exits 1 naming what failed,
-// and with --rollback-on-failure goes back to the last good revision first.
-func judgeSync(ctx context.Context, g *globals, o *syncOptions, io streams, s *reconcile.Session, rep *apply.Report, wasOn bool, start time.Time) error {
+// judgeSync puts the revision a sync applied through the health gate (its
+// trial, or, for a revision judged before that the host is on, a look at
+// what this sync applied): every process it changed healthy (and every
+// health check passing) for --min-ready, within --wait-timeout; a bad one
+// exits 1 naming what failed, and with --rollback-on-failure goes back to
+// the last good revision first. Its life decides; this maps and applies.
+func judgeSync(ctx context.Context, o *syncOptions, io streams, s *reconcile.Session, l *reconcile.Life, t *reconcile.Trial, start time.Time) error {
 	d := s.Desired()
-	t := s.Begin(d, rep.Tried(), wasOn, start)
 	if t == nil {
-		t = &reconcile.Trial{Revision: d.Revision(), Start: start, Keys: rep.Tried()} // judged before, and on it: judged again
+		t = &reconcile.Trial{Revision: d.Revision(), Start: start, Keys: []resource.ID{}} // judged before, and on it: judged again
 	}
-	prev := s.Snapshot().LastGood
-	j := s.Await(ctx, t, nil)
-	s.Judge(t, j, j.At)
-	if err := s.Save(); err != nil {
-		return err
-	}
-	if j.Verdict == state.Good {
+	out := l.Verdict(ctx, t, s.Await(ctx, t, nil))
+	rev := orDirectory(t.Revision)
+	switch {
+	case out.Phase == reconcile.PhaseGood:
 		return nil
+	case out.Phase == reconcile.PhaseOnTrial:
+		return &exitError{code: exitFailure, err: fmt.Errorf("revision %s was not judged: %s", rev, out.Judgement.Why())}
+	case out.Phase == reconcile.PhaseHalted && !o.rollbackOnFailure:
+		return &exitError{code: exitFailure, err: fmt.Errorf("revision %s is bad: %s", rev, out.Judgement.Why())}
+	case out.Phase == reconcile.PhaseHalted:
+		return &exitError{code: exitFailure, err: fmt.Errorf("revision %s is bad: %w", rev, out.Why)}
 	}
-	bad := fmt.Errorf("revision %s is bad: %s", orDirectory(d.Revision()), j.Why())
-	if j.Verdict == state.Pending {
-		bad = fmt.Errorf("revision %s was not judged: %s", orDirectory(d.Revision()), j.Why())
-	}
-	if !o.rollbackOnFailure || j.Verdict != state.Bad {
-		return &exitError{code: exitFailure, err: bad}
-	}
-	if prev == nil || prev.Revision == d.Revision() {
-		return &exitError{code: exitFailure, err: fmt.Errorf("%w; no last good revision to roll back to, so the host stays on it", bad)}
-	}
-	src, err := o.src.source(state.At(g.stateDir).Sub("cache"), g.log)
-	if err != nil {
-		return err
-	}
-	r := reconcile.Rollback{To: prev.Revision, From: d.Revision(), Head: d.Revision(), Reason: j.Why()}
-	g.log.Error("revision bad; rolling back to the last good revision", "revision", r.From, "to", r.To, "failing", j.Failing, "reason", j.Reason)
-	fmt.Fprintf(io.Out, "\nRevision %s is bad; rolling back to %s:\n", shortRevision(r.From), shortRevision(r.To))
-	back, err := rollbackNow(ctx, g, s, src, r, o.state.retention)
+	defer out.Desired.Close()
+	bad := fmt.Errorf("revision %s is bad: %s", rev, out.Judgement.Why())
+	s.Config.Log.Error("revision bad; rolling back to the last good revision", "revision", t.Revision, "to", out.To, "failing", out.Judgement.Failing, "reason", out.Judgement.Reason)
+	fmt.Fprintf(io.Out, "\nRevision %s is bad; rolling back to %s:\n", shortRevision(t.Revision), shortRevision(out.To))
+	back, err := s.Sync(ctx, s.Plan(ctx), o.state.retention)
 	printReport(io, o.output, back)
 	if err != nil {
-		return fmt.Errorf("%w; and the rollback to %s failed: %w", bad, r.To, err)
+		return fmt.Errorf("%w; and the rollback to %s failed: %w", bad, out.To, err)
 	}
-	return &exitError{code: exitFailure, err: fmt.Errorf("%w; rolled back to %s, and refused until a newer commit (cortex-sync retry applies it anyway)", bad, r.To)}
+	return &exitError{code: exitFailure, err: fmt.Errorf("%w; rolled back to %s, and refused until a newer commit (cortex-sync retry applies it anyway)", bad, out.To)}
 }
 
 // orDirectory names a revision, or a directory source's, which has none.

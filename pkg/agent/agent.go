@@ -142,6 +142,7 @@ type Agent struct {
 	ready   chan struct{} // closed once the session is open
 
 	sess *reconcile.Session // set before ready is closed, then never again
+	life *reconcile.Life    // the revisions of sess
 
 	mu       sync.Mutex           // guards what follows
 	retired  []*reconcile.Desired // closed when no key is in flight
@@ -249,6 +250,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	w.Lost = func() { a.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
+	a.life = sess.Life(a.opts.Source, a.opts.Engine.Manifests())
 	a.since = time.Now().UTC().Truncate(time.Second)
 	a.gaugeRolledBack()
 	close(a.ready)
@@ -363,13 +365,6 @@ func (a *Agent) Listening(addr, tokenFile string) {
 // Suspend stops applying (observing and reporting go on); Resume undoes it.
 func (a *Agent) Suspend() { a.setSuspended(true) }
 
-// Resume applies again, and re-plans everything; it ends a rollback made
-// by hand (cortex-sync rollback).
-func (a *Agent) Resume() {
-	a.setSuspended(false)
-	go a.exec(context.Background(), a.resume)
-}
-
 func (a *Agent) setSuspended(v bool) {
 	a.opts.Suspend = v
 	if s := a.session(); s != nil {
@@ -480,12 +475,33 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	a.mu.Lock()
 	a.head = d.Revision()
 	a.mu.Unlock()
-	if adm := a.sess.Admit(ctx, d.Revision()); adm.Stay != nil {
-		if !a.holdWaiting(d, adm) {
+	trigger := t
+	if old != nil && t == TriggerInterval {
+		trigger = TriggerRevision
+	}
+	if a.offer(ctx, d, trigger, start, w, pre) && t == TriggerManual && old != nil {
+		a.scan(ctx, t)
+	}
+	a.settle()
+}
+
+// offer hands d, the source's newest revision, to its life (reconcile.Life)
+// and maps what was decided: held (kept to ask again when the fleet moves,
+// the host staying on, or going to, the revision the hold names), or
+// adopted, and on trial when it is new. It reports whether d was adopted.
+func (a *Agent) offer(ctx context.Context, d *reconcile.Desired, trigger Trigger, start time.Time, w *watcher, pre *changes) bool {
+	old := a.sess.Desired()
+	if pre == nil {
+		pre = &changes{}
+		pre.keys, pre.scopes = a.sess.Changed(old, d)
+	}
+	out := a.life.Offer(ctx, d, pre.keys, true, start)
+	if out.Phase == reconcile.PhaseHeld {
+		if !a.holdWaiting(d, reconcile.Admission{Stay: out.Why, Pin: out.To}) {
 			d.Close()
 		}
-		a.stay(ctx, t, d.Revision(), adm, w)
-		return
+		a.stay(ctx, trigger, out, old, w)
+		return false
 	}
 	a.mu.Lock()
 	held := a.heldBack != nil
@@ -494,22 +510,14 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if held {
 		a.publishNow()
 	}
-	trigger := t
-	if old != nil && t == TriggerInterval {
-		trigger = TriggerRevision
-	}
-	a.adopt(ctx, d, trigger, start, w, true, pre)
-	if t == TriggerManual && old != nil {
-		a.scan(ctx, t)
-	}
-	a.settle()
+	a.adopt(ctx, old, d, out.Trial, trigger, start, w, pre)
+	return true
 }
 
-// adopt makes d the revision the host converges to and queues what it
-// changes (pre, when it was worked out already); a new revision of the
-// source (try) goes on trial.
-func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger, start time.Time, w *watcher, try bool, pre *changes) {
-	old := a.sess.Desired()
+// adopt queues what d, now the revision the host converges to in place of
+// old, changes (pre, when it was worked out already), and looks at its
+// trial, when it is on one.
+func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *reconcile.Trial, trigger Trigger, start time.Time, w *watcher, pre *changes) {
 	if pre == nil {
 		pre = &changes{}
 		pre.keys, pre.scopes = a.sess.Changed(old, d)
@@ -518,7 +526,6 @@ func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger
 	if a.opts.Fleet != nil {
 		a.opts.Fleet.Singletons(singletons(d))
 	}
-	a.sess.SetDesired(d)
 	a.mu.Lock()
 	if old != nil {
 		a.retired = append(a.retired, old)
@@ -535,8 +542,9 @@ func (a *Agent) adopt(ctx context.Context, d *reconcile.Desired, trigger Trigger
 	}
 	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
 	a.stopTrial()
-	if try {
-		a.try(ctx, d, keys)
+	a.gaugeRolledBack()
+	if trial != nil {
+		a.try(ctx, trial)
 	}
 	a.begin(trigger, d.Revision(), start)
 	for _, id := range keys {

@@ -259,18 +259,7 @@ func (a *Agent) readmit(ctx context.Context) {
 		d.Close()
 		return
 	}
-	if adm := a.sess.Admit(ctx, d.Revision()); adm.Stay != nil {
-		if !a.holdWaiting(d, adm) {
-			d.Close()
-		}
-		a.stay(ctx, TriggerRevision, d.Revision(), adm, a.watcher())
-		return
-	}
-	a.mu.Lock()
-	a.heldBack = nil
-	a.mu.Unlock()
-	a.publishNow()
-	a.adopt(ctx, d, TriggerRevision, time.Now(), a.watcher(), true, nil)
+	a.offer(ctx, d, TriggerRevision, time.Now(), a.watcher(), nil)
 	a.settle()
 }
 

@@ -84,6 +84,7 @@ type Metrics struct {
 	rollbacks         *prometheus.CounterVec
 	goodSeconds       prometheus.Histogram
 	rolledBack        prometheus.Gauge
+	verdict           *prometheus.GaugeVec
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -188,13 +189,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_rolled_back",
 			Help: "1 while a rollback holds the host on an earlier revision than its source's head (its last good one, or one named by hand), else 0.",
 		}),
+		verdict: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cortexsync_revision_verdict",
+			Help: "1 for the verdict of the revision the host converges to: pending (on trial), good, bad, or none (not judged); 0 for the others.",
+		}, []string{"verdict"}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack)
+		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict)
+	m.SetVerdict("")
 	// Known label values start at zero so rate() and absent() work from
 	// the first scrape.
 	for _, t := range triggers {

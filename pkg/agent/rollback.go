@@ -1,13 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -18,9 +18,6 @@ import (
 
 // errStopped: the agent stopped before it could do what was asked.
 var errStopped = errors.New("the agent is stopping")
-
-// errNothingToRetry: retry found no refused revision and no rollback.
-var errNothingToRetry = errors.New("nothing to retry: no revision is refused, and no rollback holds the host")
 
 // rollbackReasons are the values of cortexsync_rollbacks_total's label.
 var rollbackReasons = []string{string(reconcile.CauseApply), string(reconcile.CauseUnhealthy), string(reconcile.CauseCheck), string(reconcile.CauseManual)}
@@ -76,15 +73,9 @@ func (a *Agent) ask(ctx context.Context, f func(context.Context) (string, error)
 	}
 }
 
-// try puts the newly adopted revision d on trial, keys being what it
-// changes: its look runs beside the queue's work, and its verdict comes
-// back to the poll loop.
-func (a *Agent) try(ctx context.Context, d *reconcile.Desired, keys []resource.ID) {
-	t := a.sess.Begin(d, keys, a.sess.View().Revision == d.Revision(), time.Now())
-	a.gaugeRolledBack()
-	if t == nil {
-		return
-	}
+// try looks at the revision on trial t (reconcile.Life put it there)
+// beside the queue's work; its verdict comes back to the poll loop.
+func (a *Agent) try(ctx context.Context, t *reconcile.Trial) {
 	a.trialPolicy(t)
 	tctx, stop := context.WithCancel(ctx)
 	a.mu.Lock()
@@ -92,6 +83,7 @@ func (a *Agent) try(ctx context.Context, d *reconcile.Desired, keys []resource.I
 	a.mu.Unlock()
 	p := t.Policy(a.opts.Revisions)
 	a.log.Info("revision on trial", "revision", t.Revision, "min_ready", p.MinReady, "progress_deadline", p.ProgressDeadline, "checks", len(p.Checks))
+	a.publishNow()
 	a.bg.Go(func() {
 		j := a.sess.Await(tctx, t, a.poke)
 		if tctx.Err() == nil {
@@ -119,9 +111,9 @@ func (a *Agent) lookNow() {
 	}
 }
 
-// verdict records how the trial of t ended: a good revision is the last
-// known good; a bad one is rolled back, or kept (onFailure: halt, or no
-// last good revision to go back to). One log line says each decision.
+// verdict hands how the trial of t ended to its life, and maps what was
+// decided: good, halted on it, or rolled back (the revision rolled back to
+// is adopted). One log line says each decision.
 func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Judgement) {
 	a.mu.Lock()
 	current := a.trial == t
@@ -130,109 +122,77 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 		return // another revision was adopted meanwhile
 	}
 	a.stopTrial()
-	prev := ""
-	if g := a.sess.View().LastGood; g != nil {
-		prev = g.Revision
-	}
-	a.sess.Judge(t, j, j.At)
+	old := a.sess.Desired()
+	out := a.life.Verdict(ctx, t, j)
 	log := a.log.With("revision", t.Revision)
-	switch j.Verdict {
-	case state.Good:
+	switch out.Phase {
+	case reconcile.PhaseGood:
 		took := j.At.Sub(t.Start)
 		a.opts.Metrics.ObserveGood(took)
-		log.Info("revision good: it is the last known good revision now", "previous_good", prev, "took", took.Round(time.Millisecond))
-	case state.Bad:
-		switch {
-		case a.opts.Revisions.OnFailure == reconcile.OnFailureHalt:
-			log.Error("revision bad; halted on it (onFailure: halt)", "last_good", prev, "failing", j.Failing, "reason", j.Reason)
-		case prev == "" || prev == t.Revision:
-			log.Error("revision bad; no last good revision to roll back to, so the host stays on it", "failing", j.Failing, "reason", j.Reason)
-		case !reconcile.CanRollBack(a.opts.Source):
-			log.Error("revision bad; the source keeps no history to roll back to, so the host stays on it", "last_good", prev, "failing", j.Failing, "reason", j.Reason)
-		default:
-			log.Error("revision bad; rolling back to the last good revision", "to", prev, "failing", j.Failing, "reason", j.Reason)
-			a.rollBack(ctx, reconcile.Rollback{To: prev, From: t.Revision, Head: a.headRevision(), Reason: j.Why()}, j.Cause)
-		}
+		log.Info("revision good: it is the last known good revision now", "took", took.Round(time.Millisecond))
+	case reconcile.PhaseHalted:
+		log.Error("revision bad; the host stays on it", "failing", j.Failing, "why", out.Why)
+	case reconcile.PhaseRolledBack:
+		log.Error("revision bad; rolling back to the last good revision", "to", out.To, "failing", j.Failing, "reason", j.Reason)
+		a.opts.Metrics.RolledBack(j.Cause)
+		a.retire(old)
+		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
+		a.settle()
 	}
-	if err := a.sess.Writer().Flush(ctx); err != nil {
-		a.log.Error("save snapshot", "error", err)
-	}
+	a.gaugeRolledBack()
 	a.publishNow()
 }
 
-// rollBack records the rollback r (before anything changes: an agent
-// killed halfway finishes it when it starts again), then applies r.To.
-func (a *Agent) rollBack(ctx context.Context, r reconcile.Rollback, cause reconcile.Cause) {
-	if err := a.sess.RecordRollback(ctx, r, time.Now()); err != nil {
-		a.log.Error("cannot record the rollback; the host stays on the bad revision", "revision", r.From, "to", r.To, "error", err)
-		return
+// stay keeps the host off the source's newest revision, as its life said
+// (out): it goes on healing the revision it is on, or goes to the one a
+// rollback holds it on (a rollback a killed agent began is finished so).
+// A revision to go to that cannot be loaded is tried again soon.
+func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old *reconcile.Desired, w *watcher) {
+	a.mu.Lock()
+	same := a.heldBack != nil && a.heldBack.Revision == out.Revision && a.heldBack.Error == out.Why.Error()
+	if !same {
+		a.heldBack = &reconcile.Refusal{Revision: out.Revision, Error: out.Why.Error(), Since: time.Now().UTC().Truncate(time.Second)}
 	}
-	a.opts.Metrics.RolledBack(cause)
-	a.gaugeRolledBack()
-	a.follow(ctx, r.To, TriggerRollback, a.watcher())
-}
-
-// follow adopts rev, a revision the host applied before, as the revision
-// it converges to (no trial: it is the last good one, or the one the host
-// is held on). A failure to load it is tried again at the next fetch.
-func (a *Agent) follow(ctx context.Context, rev string, t Trigger, w *watcher) {
-	d, err := reconcile.LoadAt(ctx, a.opts.Source, rev, a.opts.Engine.Manifests(), a.log)
-	if err != nil {
-		a.mu.Lock()
-		a.fetchErr = fmt.Errorf("load %s, the revision the host is held on: %w", rev, err)
-		a.mu.Unlock()
-		a.log.Error("cannot load the revision the host is held on; trying again soon", "revision", rev, "error", err)
+	a.mu.Unlock()
+	if !same {
+		a.log.Warn("revision not applied; the host stays on the revision it is on", "revision", out.Revision, "why", out.Why)
 		a.publishNow()
+	}
+	switch {
+	case out.Desired != nil:
+		a.mu.Lock()
+		a.followFails = 0
+		a.mu.Unlock()
+		a.retire(old)
+		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), w, nil)
+	case errors.Is(out.Why, reconcile.ErrUnloadable):
 		// Tried again soon, then less and less often, up to the poll
 		// interval: a rollback must not wait an hour for a hiccup.
 		a.mu.Lock()
+		a.fetchErr = out.Why
 		delay := min(followRetry<<min(a.followFails, 10), a.opts.Interval)
 		a.followFails++
 		a.mu.Unlock()
+		a.publishNow()
 		time.AfterFunc(delay, func() { a.Reconcile(TriggerRollback) })
-		return
+	case t == TriggerManual:
+		a.scan(ctx, t)
 	}
-	a.mu.Lock()
-	a.followFails = 0
-	a.mu.Unlock()
-	a.adopt(ctx, d, t, time.Now(), w, false, nil)
-	a.settle()
 }
 
 // followRetry is the first wait before a revision the host is held on is
 // loaded again, after a failure.
 const followRetry = time.Second
 
-// stay keeps the host off the source's newest revision head, as the gate
-// said: it goes on healing the revision it is on, or goes to the one a
-// rollback holds it on (a rollback a killed agent began is finished so).
-func (a *Agent) stay(ctx context.Context, t Trigger, head string, adm reconcile.Admission, w *watcher) {
-	cur := a.sess.Desired()
-	target, trigger := adm.Pin, TriggerRollback
-	if target == "" && cur == nil {
-		target, trigger = a.sess.View().Revision, TriggerRevision // heal what the host is on
-	}
-	a.mu.Lock()
-	same := a.heldBack != nil && a.heldBack.Revision == head && a.heldBack.Error == adm.Stay.Error()
-	if !same {
-		a.heldBack = &reconcile.Refusal{Revision: head, Error: adm.Stay.Error(), Since: time.Now().UTC().Truncate(time.Second)}
-	}
-	a.mu.Unlock()
-	if !same {
-		on := target
-		if cur != nil {
-			on = cur.Revision()
-		}
-		a.log.Warn("revision not applied; the host stays on the revision it is on", "revision", head, "on", on, "why", adm.Stay)
-		a.publishNow()
-	}
-	if target != "" && (cur == nil || cur.Revision() != target) {
-		a.follow(ctx, target, trigger, w)
+// retire keeps d, a revision the host converged to, until no key is in
+// flight: then it is closed.
+func (a *Agent) retire(d *reconcile.Desired) {
+	if d == nil {
 		return
 	}
-	if t == TriggerManual {
-		a.scan(ctx, t)
-	}
+	a.mu.Lock()
+	a.retired = append(a.retired, d)
+	a.mu.Unlock()
 }
 
 // unpin ends a rollback's hold once the source's head is the revision the
@@ -257,56 +217,33 @@ func (a *Agent) unpin(head string) {
 // there until a newer commit or Resume: cortex-sync rollback. It returns
 // the revision once its apply is under way.
 func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
-	return a.ask(ctx, func(ctx context.Context) (string, error) { return a.rollbackByHand(ctx, to) })
-}
-
-func (a *Agent) rollbackByHand(ctx context.Context, to string) (string, error) {
-	rev, err := reconcile.ResolveApplied(a.sess.View(), to)
-	if err != nil {
-		return "", err
-	}
-	if !reconcile.CanRollBack(a.opts.Source) {
-		return "", reconcile.ErrNoHistory
-	}
-	// Loaded first: a revision that cannot be fetched, or no longer
-	// validates, is refused before anything is recorded.
-	d, err := reconcile.LoadAt(ctx, a.opts.Source, rev, a.opts.Engine.Manifests(), a.log)
-	if err != nil {
-		return "", fmt.Errorf("load %s: %w", rev, err)
-	}
-	cur := a.sess.Desired()
-	from := ""
-	if cur != nil {
-		from = cur.Revision()
-	}
-	a.stopTrial()
-	if err := a.sess.RecordRollback(ctx, reconcile.Rollback{To: rev, From: from, Head: a.headRevision(), Manual: true}, time.Now()); err != nil {
-		d.Close()
-		return "", err
-	}
-	a.opts.Metrics.RolledBack(reconcile.CauseManual)
-	a.gaugeRolledBack()
-	a.log.Warn("rolling back by hand; held there until a newer commit or cortex-sync resume", "revision", from, "to", rev)
-	if cur != nil && cur.Revision() == rev {
-		d.Close()
-	} else {
-		a.adopt(ctx, d, TriggerRollback, time.Now(), a.watcher(), false, nil)
-		a.settle()
-	}
-	a.publishNow()
-	return rev, nil
+	return a.ask(ctx, func(ctx context.Context) (string, error) {
+		a.stopTrial()
+		old := a.sess.Desired()
+		out, err := a.life.Rollback(ctx, to, a.headRevision(), time.Now())
+		if err != nil {
+			return "", err
+		}
+		a.opts.Metrics.RolledBack(reconcile.CauseManual)
+		a.log.Warn("rolling back by hand; held there until a newer commit or cortex-sync resume", "revision", out.Revision, "to", out.To)
+		if out.Desired != nil {
+			a.retire(old)
+			a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
+			a.settle()
+		}
+		a.gaugeRolledBack()
+		a.publishNow()
+		return out.To, nil
+	})
 }
 
 // Retry applies the revision a rollback refused (or holds the host off)
 // anyway: cortex-sync retry. It returns that revision.
 func (a *Agent) Retry(ctx context.Context) (string, error) {
 	return a.ask(ctx, func(ctx context.Context) (string, error) {
-		rev, err := a.sess.Release(ctx, true)
-		switch {
-		case err != nil:
+		rev, err := a.life.Retry(ctx)
+		if err != nil {
 			return "", err
-		case rev == "":
-			return "", errNothingToRetry
 		}
 		a.gaugeRolledBack()
 		a.log.Warn("retrying a revision by hand", "revision", rev)
@@ -315,17 +252,35 @@ func (a *Agent) Retry(ctx context.Context) (string, error) {
 	})
 }
 
-// resume ends a rollback made by hand, and fetches.
-func (a *Agent) resume(ctx context.Context) {
-	rev, err := a.sess.Release(ctx, false)
-	if err != nil {
-		a.log.Error("end the rollback", "error", err)
+// Resume applies again after Suspend, and ends a rollback by hand: the
+// source's newest revision is fetched. It says what it ended; with nothing
+// to end it fails, and a rollback that is automatic is named with the verb
+// that ends it (retry): resume never lets a revision judged bad in.
+func (a *Agent) Resume(ctx context.Context) (string, error) {
+	was := a.opts.Suspend
+	if was {
+		a.setSuspended(false)
 	}
-	if rev != "" {
-		a.gaugeRolledBack()
-		a.log.Info("resumed: the rollback by hand ends", "head", rev)
+	rev, err := a.ask(ctx, func(ctx context.Context) (string, error) {
+		rev, err := a.life.Resume(ctx)
+		if err == nil {
+			a.gaugeRolledBack()
+			a.log.Info("resumed: the rollback by hand ends", "head", rev)
+		}
+		a.refresh(ctx, TriggerManual, a.watcher())
+		return rev, err
+	})
+	switch {
+	case err == nil:
+		return "the rollback by hand ends; the agent applies " + rev + " or newer", nil
+	case was && errors.Is(err, reconcile.ErrNothingToResume):
+		return "the agent applies again", nil
+	case was && errors.Is(err, reconcile.ErrAutomaticRollback):
+		return "the agent applies again; " + err.Error(), nil
+	case errors.Is(err, reconcile.ErrNothingToResume):
+		return "", fmt.Errorf("%w: the agent is not suspended, and no rollback by hand holds the host", reconcile.ErrNothingToResume)
 	}
-	a.refresh(ctx, TriggerManual, a.watcher())
+	return "", err
 }
 
 // rolledBackYet says, once, that a rollback converged: the host is on the
@@ -345,8 +300,36 @@ func (a *Agent) rolledBackYet() {
 	}
 }
 
+// gaugeRolledBack sets the revision's gauges from the snapshot, where its
+// life records it: a rollback holding the host, and the verdict of the
+// revision the host converges to (the one on trial, when one is).
 func (a *Agent) gaugeRolledBack() {
-	a.opts.Metrics.SetRolledBack(a.sess.View().Pin != nil)
+	view := a.sess.View()
+	a.opts.Metrics.SetRolledBack(view.Pin != nil)
+	v := state.Verdict("")
+	if tr := view.Trial(); tr != nil {
+		v = tr.Verdict
+	} else if d := a.sess.Desired(); d != nil {
+		if l := view.Latest(d.Revision()); l != nil {
+			v = l.Verdict
+		}
+	}
+	a.opts.Metrics.SetVerdict(v)
+}
+
+// verdicts are the values of cortexsync_revision_verdict's label.
+var verdicts = []state.Verdict{state.Pending, state.Good, state.Bad, ""}
+
+// SetVerdict says the verdict of the revision the host converges to (""
+// when it was not judged).
+func (m *Metrics) SetVerdict(v state.Verdict) {
+	for _, o := range verdicts {
+		val := 0.0
+		if o == v {
+			val = 1
+		}
+		m.verdict.WithLabelValues(cmp.Or(string(o), "none")).Set(val)
+	}
 }
 
 func (a *Agent) headRevision() string {

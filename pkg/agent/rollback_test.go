@@ -449,6 +449,9 @@ func counterWith(reg *prometheus.Registry, name, v string) float64 {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
+				if l.GetValue() == v && m.GetGauge() != nil {
+					return m.GetGauge().GetValue()
+				}
 				if l.GetValue() == v {
 					return m.GetCounter().GetValue()
 				}
@@ -481,7 +484,7 @@ func TestAgentHaltsOnABadRevision(t *testing.T) {
 	if n := counter(h.reg, "cortexsync_rollbacks_total"); n != 0 {
 		t.Fatalf("%v rollbacks in halt mode", n)
 	}
-	if !strings.Contains(h.log.String(), "revision bad; halted on it (onFailure: halt)") {
+	if !strings.Contains(h.log.String(), "revision bad; the host stays on it") || !strings.Contains(h.log.String(), "halted on it (onFailure: halt)") {
 		t.Fatalf("no decision logged:\n%s", h.log.String())
 	}
 }

@@ -44,10 +44,11 @@ type ServerOptions struct {
 	// Reconcile asks for a reconcile now (POST /api/v1/reconcile, 202). It
 	// must not wait for the reconcile: enqueue and return.
 	Reconcile func(ctx context.Context) error
-	// Suspend and Resume stop and restart reconciling
-	// (POST /api/v1/suspend, /api/v1/resume).
+	// Suspend stops reconciling (POST /api/v1/suspend); Resume starts it
+	// again and ends a rollback by hand (POST /api/v1/resume), answering
+	// what it ended, or a conflict naming what holds the host.
 	Suspend func(ctx context.Context) error
-	Resume  func(ctx context.Context) error
+	Resume  func(ctx context.Context) (string, error)
 	// Rollback applies an earlier revision and holds the host there
 	// (POST /api/v1/rollback[?to=REV]); Retry applies a refused one
 	// (POST /api/v1/retry). Each answers with the revision.
@@ -225,7 +226,7 @@ func (s *Server) routes() http.Handler {
 	})
 	mux.Handle("POST /api/v1/reconcile", s.control("reconcile", plain(s.opts.Reconcile, map[string]any{"status": "accepted"}), http.StatusAccepted, http.StatusServiceUnavailable))
 	mux.Handle("POST /api/v1/suspend", s.control("suspend", plain(s.opts.Suspend, map[string]any{"suspended": true}), http.StatusOK, http.StatusServiceUnavailable))
-	mux.Handle("POST /api/v1/resume", s.control("resume", plain(s.opts.Resume, map[string]any{"suspended": false}), http.StatusOK, http.StatusServiceUnavailable))
+	mux.Handle("POST /api/v1/resume", s.control("resume", says(s.opts.Resume, map[string]any{"suspended": false}), http.StatusOK, http.StatusConflict))
 	mux.Handle("POST /api/v1/rollback", s.control("rollback", moves(s.opts.Rollback), http.StatusOK, http.StatusConflict))
 	var retry func(context.Context, string) (string, error)
 	if s.opts.Retry != nil {
@@ -299,6 +300,22 @@ func plain(fn func(context.Context) error, answer map[string]any) func(*http.Req
 		return nil
 	}
 	return func(r *http.Request) (map[string]any, error) { return answer, fn(r.Context()) }
+}
+
+// says is a control that says what it did (a message beside answer's
+// fields); one with nothing to do is a conflict.
+func says(fn func(context.Context) (string, error), answer map[string]any) func(*http.Request) (map[string]any, error) {
+	if fn == nil {
+		return nil
+	}
+	return func(r *http.Request) (map[string]any, error) {
+		msg, err := fn(r.Context())
+		out := map[string]any{"message": msg}
+		for k, v := range answer {
+			out[k] = v
+		}
+		return out, err
+	}
 }
 
 // moves is a control that moves the host to a revision (?to=REV, when fn

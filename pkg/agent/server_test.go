@@ -95,7 +95,7 @@ func TestServerEndpoints(t *testing.T) {
 		},
 		Reconcile: func(context.Context) error { reconciles.Add(1); return nil },
 		Suspend:   func(context.Context) error { suspends.Add(1); return nil },
-		Resume:    func(context.Context) error { resumes.Add(1); return nil },
+		Resume:    func(context.Context) (string, error) { resumes.Add(1); return "resumed", nil },
 	})
 
 	tests := []struct {
@@ -111,7 +111,7 @@ func TestServerEndpoints(t *testing.T) {
 		{"GET", "/api/v1/reconcile", 405, ""},
 		{"POST", "/api/v1/reconcile", 202, `{"status":"accepted"}`},
 		{"POST", "/api/v1/suspend", 200, `{"suspended":true}`},
-		{"POST", "/api/v1/resume", 200, `{"suspended":false}`},
+		{"POST", "/api/v1/resume", 200, `{"message":"resumed","suspended":false}`},
 		{"POST", "/hooks/git", 404, ""}, // no webhook configured
 		{"GET", "/nothing", 404, ""},
 	}
@@ -176,7 +176,8 @@ func TestServerBearerToken(t *testing.T) {
 	os.WriteFile(tokenFile, []byte("tok-1\n"), 0o600)
 	var calls atomic.Int32
 	count := func(context.Context) error { calls.Add(1); return nil }
-	_, base := startServer(t, ServerOptions{TokenFile: tokenFile, Reconcile: count, Suspend: count, Resume: count,
+	resume := func(ctx context.Context) (string, error) { return "resumed", count(ctx) }
+	_, base := startServer(t, ServerOptions{TokenFile: tokenFile, Reconcile: count, Suspend: count, Resume: resume,
 		Status: func(context.Context) (any, error) { return map[string]string{}, nil }})
 
 	for _, path := range []string{"/api/v1/reconcile", "/api/v1/suspend", "/api/v1/resume"} {
@@ -438,7 +439,9 @@ func controlServer(t *testing.T, tokenFile string) (string, map[string]*atomic.I
 		Fleet:     func(context.Context) (any, error) { return map[string]string{"hosts": "web1"}, nil },
 		Reconcile: count("reconcile"),
 		Suspend:   count("suspend"),
-		Resume:    count("resume"),
+		Resume: func(ctx context.Context) (string, error) {
+			return "resumed", count("resume")(ctx)
+		},
 		Rollback: func(context.Context, string) (string, error) {
 			calls["rollback"].Add(1)
 			return "main@sha1:abc", nil

@@ -21,7 +21,7 @@ func serveAgent(t *testing.T, a *agent.Agent) string {
 		Status:    func(ctx context.Context) (any, error) { return a.Status(ctx), nil },
 		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },
 		Suspend:   func(context.Context) error { a.Suspend(); return nil },
-		Resume:    func(context.Context) error { a.Resume(); return nil },
+		Resume:    a.Resume,
 		Rollback:  a.Rollback,
 		Retry:     a.Retry,
 	})

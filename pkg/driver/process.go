@@ -597,13 +597,19 @@ func (processDriver) health(ctx context.Context, env *Env, rec *state.Entry) hea
 	var spec ProcessSpec
 	json.Unmarshal(rec.Spec, &spec)
 	h, d := describe(l, spec.RestartPolicy, id)
-	return health.Report{Health: h, Reason: d, Stuck: h == health.Degraded && stuck(l.status)}
+	rep := health.Report{Health: h, Reason: d, Stuck: h == health.Degraded && stuck(l.status)}
+	if st := l.status; st != nil && st.State == supervise.BackingOff {
+		rep.Failures = st.QuickExits // a crash loop that goes on: the gate weighs it
+	}
+	return rep
 }
 
 // stuck reports whether a Degraded process stays so without a change: it
-// failed, exited for good, or fails fast and backs off.
+// failed at its startLimit, or exited for good under its restart policy.
+// One backing off may yet come up (a database not up yet): the revision
+// gate weighs its failures against its failureLimit.
 func stuck(st *supervise.Status) bool {
-	return st != nil && (st.State == supervise.Failed || st.State == supervise.Exited || st.State == supervise.BackingOff)
+	return st != nil && (st.State == supervise.Failed || st.State == supervise.Exited)
 }
 
 // shimSpec turns a Process into what its supervisor runs.

@@ -222,7 +222,7 @@ func TestPassedBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.start("offline")
-	hosts["suspended"].a.Resume()
+	hosts["suspended"].a.Resume(context.Background())
 	for _, n := range names {
 		f.hosts[n].good(v2, time.Minute)
 	}

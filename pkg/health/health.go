@@ -42,8 +42,12 @@ type Report struct {
 	Sync   Sync   `json:"sync"`
 	Health Status `json:"health"`
 	Reason string `json:"reason,omitempty"`
-	// Stuck: Degraded, and waiting will not make it better (a crash loop,
-	// a process failed or exited for good). A revision's health gate
-	// judges it bad at once rather than at its deadline.
+	// Stuck: Degraded, and waiting will not make it better (a process
+	// failed at its startLimit, or exited for good). A revision's health
+	// gate judges it bad at once rather than at its deadline.
 	Stuck bool `json:"stuck,omitempty"`
+	// Failures are the quick failures in a row of a crash loop that goes
+	// on (a process backing off): the revision gate weighs them against
+	// its failureLimit.
+	Failures int `json:"failures,omitempty"`
 }

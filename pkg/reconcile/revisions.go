@@ -55,6 +55,12 @@ type RevisionPolicy struct {
 	// ProgressDeadline bounds the time from the apply to good; default
 	// DefaultProgressDeadline.
 	ProgressDeadline time.Duration
+	// FailureLimit is how many quick failures in a row of a process the
+	// revision changed (a crash loop) make it bad at once; 0: none do
+	// until the process reaches its own startLimit and is Failed. A crash
+	// loop short of it is judged at the progress deadline, like any
+	// process not healthy by then.
+	FailureLimit int
 	// Checks must pass for a revision to be good, whatever it changed.
 	Checks []HostCheck
 	// OnFailure: rollback (the default, when a last good revision
@@ -265,6 +271,9 @@ func (s *Session) look(ctx context.Context, t *Trial, now time.Time) Judgement {
 			if rep.Stuck {
 				return bad(rec.ID, CauseUnhealthy, "is %s: %s", rep.Health, rep.Reason)
 			}
+			if p.FailureLimit > 0 && rep.Failures >= p.FailureLimit {
+				return bad(rec.ID, CauseUnhealthy, "failed quickly %d times in a row (failureLimit %d): %s", rep.Failures, p.FailureLimit, rep.Reason)
+			}
 			if failing == "" {
 				failing, reason = rec.ID, fmt.Sprintf("is %s: %s", rep.Health, rep.Reason)
 			}
@@ -378,6 +387,13 @@ func (s *Session) Begin(d *Desired, keys []resource.ID, wasOn bool, now time.Tim
 		}
 		if keys == nil {
 			keys = []resource.ID{} // none: what the engine applies from now is judged
+		}
+		if tr := snap.Trial(); tr != nil && tr.Revision != rev {
+			// A newer revision replaces one still on trial: that one's
+			// line ends unjudged, so only one revision is ever on trial.
+			snap.Amend(tr.Revision, func(a *state.Applied) {
+				a.Verdict, a.JudgedAt, a.Reason = "", now.UTC().Truncate(time.Millisecond), "replaced by "+rev+" before it was judged"
+			})
 		}
 		snap.Record(state.Applied{Revision: rev, Subject: d.Checkout.Subject, AppliedAt: now.UTC().Truncate(time.Millisecond), Verdict: state.Pending})
 		t = &Trial{Revision: rev, Start: now, Keys: keys}

@@ -124,11 +124,13 @@ func TestTrialJudgesWhatTheRevisionChanged(t *testing.T) {
 	}
 }
 
-// TestTrialBadAtOnce: a process stuck failing, and a resource that does
-// not apply, make a revision bad at once, not at its deadline.
+// TestTrialBadAtOnce: a process failed at its startLimit, and a resource
+// that does not apply, make a revision bad at once, not at its deadline.
 func TestTrialBadAtOnce(t *testing.T) {
 	h := newTrialHost(t)
-	h.process("crash", `[sh, -c, "exit 3"]`, "  restartPolicy: Always\n")
+	// Stuck once it reaches its startLimit: a crash loop short of it may
+	// yet come up (TestLifeFailureLimit).
+	h.process("crash", `[sh, -c, "exit 3"]`, "  restartPolicy: Always\n  startLimit: 2\n  restartDelay: 50ms\n")
 	j, _ := h.sync("main@sha1:1111111111111111111111111111111111111111", nil)
 	if j.Verdict != state.Bad || j.Failing != "Process/crash" || !strings.Contains(j.Reason, "is Degraded") || strings.Contains(j.Reason, "deadline") {
 		t.Fatalf("a crash loop: %s: %s", j.Verdict, j.Why())

@@ -29,8 +29,9 @@ type Status struct {
 	// OnRollback: a rollback holds the host on an earlier revision than
 	// its source's head; status exits 1 while it does.
 	OnRollback *state.Pin `json:"onRollback,omitempty"`
-	// Verdict is the health verdict of the revision the host is on:
-	// pending, good, or bad and why; nil when it was not judged.
+	// Verdict is the health verdict of the revision the host converges
+	// to: the revision on trial (pending, since its apply began), or the
+	// one it is on, good, or bad and why; nil when it was not judged.
 	Verdict *state.Applied `json:"verdict,omitempty"`
 	// Agent is what the agent running on this state dir knows beyond the
 	// snapshot (a refused revision, suspended, what it holds back); nil
@@ -69,7 +70,9 @@ func (s *Session) Status(ctx context.Context) *Status {
 	if doc.Agent != nil && doc.Agent.Revision != "" {
 		rev = doc.Agent.Revision
 	}
-	if a := view.Latest(rev); a != nil && a.Verdict != "" {
+	if tr := view.Trial(); tr != nil {
+		doc.Verdict = tr // the revision on trial, whatever was applied in full before it
+	} else if a := view.Latest(rev); a != nil && a.Verdict != "" {
 		doc.Verdict = a
 	}
 	plan := s.Plan(ctx)

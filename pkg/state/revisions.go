@@ -92,6 +92,16 @@ func (s *Snapshot) Record(a Applied) {
 	s.History = h
 }
 
+// Trial is the revision on trial: the newest line of history when it is
+// pending (applied, not judged yet); nil when none is. Every surface
+// (status, history, the agent's metrics, a fleet's row) reads it here.
+func (s *Snapshot) Trial() *Applied {
+	if n := len(s.History); n > 0 && s.History[n-1].Verdict == Pending {
+		return &s.History[n-1]
+	}
+	return nil
+}
+
 // Latest is the newest apply of revision rev (not a rollback to it), nil
 // when there is none.
 func (s *Snapshot) Latest(rev string) *Applied {
