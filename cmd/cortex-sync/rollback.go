@@ -183,4 +183,3 @@ func printReport(io streams, output string, rep *apply.Report) {
 		rep.Text(io.Out)
 	}
 }
-
