@@ -174,8 +174,9 @@ func (a *Agent) fetched(d, old *reconcile.Desired) *changes {
 	if fl, err := resource.ReadFleet(d.Checkout.Tree); err == nil && fl != nil {
 		f.Fleet = fl.Name
 		if ro := fl.Spec.Rollout; ro != nil {
-			r := ro.WithDefaults()
-			f.Rollout = &r
+			if r, err := ro.Settle(); err == nil { // ReadFleet refused any other
+				f.Rollout = &r
+			}
 		}
 	}
 	a.mu.Lock()
