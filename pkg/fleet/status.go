@@ -120,6 +120,10 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 			}
 			live[name] = true
 		case "status":
+			if err := checkHost(name); err != nil {
+				ignore(kv, err)
+				continue
+			}
 			s, err := decode[HostStatus](kv.value)
 			if err == nil && s.Host != name {
 				err = fmt.Errorf("names host %q, not its key's", clip(s.Host, 64))

@@ -421,6 +421,9 @@ func (l *Link) Info() reconcile.FleetReport {
 	r := reconcile.FleetReport{Host: l.opts.Host.Name}
 	if m := l.getMember(); m != nil {
 		r.Fleet, r.Coordinator = m.Fleet(), m.Condition()
+		for _, ig := range m.Ignored() {
+			r.Ignored = append(r.Ignored, ig.String())
+		}
 	} else if err := l.joinError(); err != nil {
 		r.Coordinator = err.Error()
 	}
