@@ -151,13 +151,18 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 			log.Error("revision bad; the source keeps no history to roll back to, so the host stays on it", "last_good", prev, "failing", j.Failing, "reason", j.Reason)
 		default:
 			log.Error("revision bad; rolling back to the last good revision", "to", prev, "failing", j.Failing, "reason", j.Reason)
-			a.rollBack(ctx, reconcile.Rollback{To: prev, From: t.Revision, Head: a.headRevision(), Reason: j.Why()}, j.Cause)
+			// Held from the bad revision itself: a newer head a fleet held
+			// back while it was judged (judgeFirst) is a newer commit, let in.
+			a.rollBack(ctx, reconcile.Rollback{To: prev, From: t.Revision, Head: t.Revision, Reason: j.Why()}, j.Cause)
 		}
 	}
 	if err := a.sess.Writer().Flush(ctx); err != nil {
 		a.log.Error("save snapshot", "error", err)
 	}
 	a.publishNow()
+	if a.opts.Fleet != nil {
+		a.readmit(ctx) // a newer revision that waited for this verdict
+	}
 }
 
 // rollBack records the rollback r (before anything changes: an agent
