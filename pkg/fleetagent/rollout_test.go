@@ -3,6 +3,7 @@ package fleetagent
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -505,5 +510,46 @@ func TestBadVerdictLetsWaitingRevisionIn(t *testing.T) {
 	}
 	if s := f.starts("v1"); s[len(s)-1].at < f.starts("v2")[0].at {
 		t.Errorf("h1 did not roll back to v1 after v2 was bad: %v", s)
+	}
+}
+
+// TestIgnoredSpecOnHostStatus: a recorded spec that does not pass is
+// ignored, and the host's own status says so (agent.fleet.ignored), with
+// the key and why; the host goes by its own rollout: and is admitted.
+func TestIgnoredSpecOnHostStatus(t *testing.T) {
+	t.Parallel()
+	cl := etcdtest.Shared(t)
+	name := "t-ignored-spec"
+	l, err := New(Options{Config: fleet.Config{Endpoints: cl.Endpoints(), Fleet: name, RequestTimeout: 2 * time.Second},
+		Host: resource.Host{Name: "h1"}, StateDir: t.TempDir(), PresenceTTL: 2 * time.Second, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	rev := "main@sha1:" + strings.Repeat("e", 40)
+	ro := resource.Rollout{}
+	l.Fetched(agent.Fetched{Revision: rev, Fleet: name, Rollout: &ro, Changes: true})
+	// Written as a host of another version naming a field differently.
+	raw, err := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	key := "rollout/" + url.PathEscape(rev) + "/spec"
+	if _, err := raw.Put(context.Background(), "/cortex-sync/"+name+"/"+key, `{"revision":"`+rev+`","rollout":{"budget":3}}`); err != nil {
+		t.Fatal(err)
+	}
+	var err2 error // until the host is present
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err2 = l.Admit(context.Background(), rev); err2 == nil {
+			break
+		}
+	}
+	if err2 != nil {
+		t.Fatalf("not admitted under the host's own rollout: %v", err2)
+	}
+	ig := l.Info().Ignored
+	if len(ig) != 1 || !strings.HasPrefix(ig[0], key+`: does not decode: json: unknown field "budget"; each host goes by the rollout: of its own fleet.yaml`) {
+		t.Fatalf("the host's status does not show the ignored spec: %q", ig)
 	}
 }
