@@ -287,6 +287,11 @@ func (m *Member) statusOps(edit func(*HostStatus)) ([]clientv3.Op, HostStatus) {
 	if edit != nil {
 		edit(&s)
 	}
+	// Bounded, so that no reader ignores it as too large (record.go).
+	s.LastError = clip(s.LastError, maxTextBytes)
+	if len(s.Fighting) > maxListed {
+		s.Fighting = append(s.Fighting[:maxListed:maxListed], fmt.Sprintf("and %d more", len(s.Fighting)-maxListed))
+	}
 	if m.written != nil && (m.written.same(s) || m.waiting && headOnly(*m.written, s)) {
 		return nil, s
 	}

@@ -32,6 +32,13 @@ const Schema = 1
 // writes (its status) is a few KiB.
 const maxRecordBytes = 64 << 10
 
+// What a host writes is bounded below maxRecordBytes: a text (an error,
+// a reason) to maxTextBytes, a list of resources to maxListed.
+const (
+	maxTextBytes = 4 << 10
+	maxListed    = 50
+)
+
 // maxNameBytes bounds a host or fleet name: a DNS name's length.
 const maxNameBytes = 253
 

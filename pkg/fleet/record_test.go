@@ -207,3 +207,22 @@ func TestResumeNothingToResume(t *testing.T) {
 		t.Fatalf("still ignored: %+v", r.Ignored)
 	}
 }
+
+// A host bounds what it writes, so that no reader ignores its status as
+// too large: a 1 MB error is cut, and the row is read.
+func TestStatusBoundedWhenWritten(t *testing.T) {
+	t.Parallel() // on the shared cluster, in a fleet of its own
+	cl := etcdtest.Shared(t)
+	a := join(t, cl.Endpoints(), "a", nil)
+	c := dial(t, cl.Endpoints())
+	fighting := make([]string, 500)
+	for i := range fighting {
+		fighting[i] = "File/" + strings.Repeat("f", 200)
+	}
+	a.SetStatus(HostStatus{Revision: "r1", LastError: strings.Repeat("e", 1<<20), Fighting: fighting})
+	waitFor(t, 5*time.Second, "status read", func() bool { h := row(read(t, c, ""), "a"); return h != nil && h.Revision == "r1" })
+	r := read(t, c, "")
+	if h := row(r, "a"); len(h.LastError) > maxTextBytes+4 || len(h.Fighting) != maxListed+1 || len(r.Ignored) != 0 {
+		t.Fatalf("error of %d bytes, %d fighting, ignored %v", len(h.LastError), len(h.Fighting), r.Ignored)
+	}
+}

@@ -503,7 +503,7 @@ func (m *Member) Bad(ctx context.Context, rev, why string) error {
 
 func (m *Member) verdict(ctx context.Context, rev, verdict, why string) error {
 	now := time.Now().UTC()
-	doc, _ := json.Marshal(verdictDoc{Schema: Schema, At: now, Why: why})
+	doc, _ := json.Marshal(verdictDoc{Schema: Schema, At: now, Why: clip(why, maxTextBytes)})
 	base := m.key("rollout", revKey(rev))
 	var ops []clientv3.Op
 	switch verdict {

@@ -343,7 +343,7 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 		}
 	}
 	spec := c.key("rollout", revKey(rev), "spec")
-	doc, _ := json.Marshal(controlDoc{Schema: Schema, State: state, By: by, Why: why, At: time.Now().UTC()})
+	doc, _ := json.Marshal(controlDoc{Schema: Schema, State: state, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(spec), ">", 0)}
 	ops := []clientv3.Op{clientv3.OpPut(c.key("rollout", revKey(rev), "control"), string(doc))}
 	if state == StateActive {
@@ -424,7 +424,7 @@ func (c *Client) Hold(ctx context.Context, host, by, why string) error {
 	if err := checkName(host); err != nil {
 		return fmt.Errorf("host name %q: %w", host, err)
 	}
-	doc, _ := json.Marshal(holdDoc{Schema: Schema, By: by, Why: why, At: time.Now().UTC()})
+	doc, _ := json.Marshal(holdDoc{Schema: Schema, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
 	return c.call(ctx, func(ctx context.Context) error {
 		_, err := c.cli.Put(ctx, c.key("hold", host), string(doc))
 		return err
