@@ -48,7 +48,8 @@ are forgiven and no longer count against maxUnavailable or the threshold.
 The hosts that failed stay on their last good revision.
 
 resume never says it moved a rollout it cannot move: one that is not paused
-or aborted (progressing, or complete), or one whose recorded spec was
+or aborted and has no failure to forgive (progressing, or complete), or one
+whose recorded spec was
 written by a newer cortex-sync, exits 1 saying why. A recorded spec that
 does not pass (fleet status lists it under Ignored) is removed by the
 resume, and the next host to take a slot records its own.`,

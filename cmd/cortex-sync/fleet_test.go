@@ -201,7 +201,7 @@ func TestFleetRolloutResumeNothingToResume(t *testing.T) {
 		t.Fatalf("admit: %+v %v", d, err)
 	}
 	code, out, errs := runCLI(t, append([]string{"fleet", "rollout", "resume"}, etcd...)...)
-	if code == 0 || out != "" || !strings.Contains(errs, "nothing to resume: the rollout of "+rev.ID+" in fleet prod is progressing, not paused or aborted") {
+	if code == 0 || out != "" || !strings.Contains(errs, "nothing to resume: the rollout of "+rev.ID+" in fleet prod is progressing, not paused or aborted, and no failure counts against it") {
 		t.Fatalf("resume of a progressing rollout: exit %d\n%s%s", code, out, errs)
 	}
 	// A spec of a newer cortex-sync: this one cannot tell what resume would do.

@@ -187,6 +187,24 @@ func TestResumeNothingToResume(t *testing.T) {
 	if _, err := c.SetRollout(ctx, "", StateActive, "ops", ""); !errors.Is(err, ErrNothingToResume) || !strings.Contains(err.Error(), "is complete") {
 		t.Fatalf("resume of a complete rollout: %v", err)
 	}
+	// Progressing, but a failure uses up the budget (maxUnavailable 1,
+	// threshold 2): resume forgives it, and the next host goes.
+	rev3 := Revision{ID: "main@sha1:3", Rollout: rollout("1", 0, 2, 0)}
+	if !waitAdmit(ctx, ms[0], rev3) {
+		t.Fatal("no slot")
+	}
+	if err := ms[0].Bad(ctx, rev3.ID, "readiness failed"); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := ms[1].Admit(ctx, rev3); d.Go || d.Wait != WaitSlot {
+		t.Fatalf("the failure does not use up the budget: %+v", d)
+	}
+	if _, err := c.SetRollout(ctx, rev3.ID, StateActive, "ops", ""); err != nil {
+		t.Fatalf("resume of a rollout whose failure uses up its budget: %v", err)
+	}
+	if d, err := ms[1].Admit(ctx, rev3); err != nil || !d.Go {
+		t.Fatalf("after resume: %+v %v", d, err)
+	}
 	// A spec that does not pass, under a pause: resumed, and the spec
 	// removed so that the next host records its own.
 	rev2 := Revision{ID: "main@sha1:2", Rollout: rollout("1", 0, 1, 0)}

@@ -331,7 +331,8 @@ var ErrNothingToResume = errors.New("nothing to resume")
 // revision acted on. A resume forgives the failures so far: they no
 // longer count against the budget or the failure threshold. A resume
 // never says it moved a rollout it cannot move: one not paused or
-// aborted, or one whose recorded spec is of a newer cortex-sync, is an
+// aborted with no failure to forgive, or one whose recorded spec is of a
+// newer cortex-sync, is an
 // error (ErrNothingToResume) that says why; one whose recorded spec does
 // not pass is resumed and its spec removed, so that the next host to
 // take a slot records its own.
@@ -400,9 +401,11 @@ func (v *rolloutView) resumable(rev, specKey string, c *Client) error {
 		return nil // resumed, and the spec that does not pass removed
 	}
 	st, why := v.state(v.spec.Rollout)
-	switch st {
-	case StatePaused, StateAborted:
+	switch {
+	case st == StatePaused, st == StateAborted:
 		return nil
+	case len(v.failures()) > 0:
+		return nil // failures that use up the budget: forgiven, they free it
 	}
 	onIt := 0
 	for _, s := range v.transit {
@@ -416,7 +419,7 @@ func (v *rolloutView) resumable(rev, specKey string, c *Client) error {
 	if why != "" {
 		why = " (" + why + ")"
 	}
-	return fmt.Errorf("%w: the rollout of %s in fleet %s is %s%s, not paused or aborted", ErrNothingToResume, rev, c.cfg.Fleet, st, why)
+	return fmt.Errorf("%w: the rollout of %s in fleet %s is %s%s, not paused or aborted, and no failure counts against it", ErrNothingToResume, rev, c.cfg.Fleet, st, why)
 }
 
 // Hold tells the rollouts to pass host by until Unhold: it takes no slot.
