@@ -179,13 +179,6 @@ func seenAgo(d time.Duration) string {
 	return age(d) + " ago"
 }
 
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "-"
