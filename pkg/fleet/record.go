@@ -69,7 +69,7 @@ func decode[T any, P interface {
 		Schema *json.Number `json:"schema"`
 	}
 	if err := json.Unmarshal(value, &head); err != nil {
-		return v, fmt.Errorf("is not a JSON object: %v", err)
+		return v, fmt.Errorf("is not a JSON object: %s", printed(err.Error()))
 	}
 	if head.Schema != nil {
 		n, err := head.Schema.Int64()
@@ -83,7 +83,7 @@ func decode[T any, P interface {
 	dec := json.NewDecoder(bytes.NewReader(value))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&v); err != nil {
-		return v, fmt.Errorf("does not decode: %v", err)
+		return v, fmt.Errorf("does not decode: %s", printed(err.Error())) // it may quote the value
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return v, errors.New("does not decode: more than one JSON value")
@@ -172,6 +172,18 @@ func (*verdictDoc) check() error { return nil }
 func (*holdDoc) check() error    { return nil }
 
 func (s *HostStatus) check() error { return checkHost(s.Host) }
+
+// printed is s, a text that may carry what another host wrote, fit for
+// a log line, an error or a terminal: control characters as '?', at most
+// 300 bytes.
+func printed(s string) string {
+	return clip(strings.Map(func(r rune) rune {
+		if !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?")), 300)
+}
 
 // printable reports whether s holds nothing a terminal would act on.
 func printable(s string) bool {

@@ -244,3 +244,12 @@ func TestStatusBoundedWhenWritten(t *testing.T) {
 		t.Fatalf("error of %d bytes, %d fighting, ignored %v", len(h.LastError), len(h.Fighting), r.Ignored)
 	}
 }
+
+// The reason a record is ignored never carries what it holds raw: a
+// field name with escapes, 60 KB long, is cleaned and cut.
+func TestIgnoredReasonPrinted(t *testing.T) {
+	_, err := decode[slotDoc]([]byte(`{"revision":"r","at":"2026-01-01T00:00:00Z","\u001b[2J` + strings.Repeat("x", 60<<10) + `":1}`))
+	if err == nil || strings.ContainsRune(err.Error(), 0x1b) || len(err.Error()) > 400 || !strings.Contains(err.Error(), `unknown field "`) {
+		t.Fatalf("decode: %.500v", err)
+	}
+}
