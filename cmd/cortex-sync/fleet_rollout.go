@@ -45,7 +45,14 @@ starts its own rollout, not paused.`,
 	"resume": `resume lets a paused rollout go on, whether it was paused by hand or by
 failures (the failure threshold, or a canary's failure): the failures so far
 are forgiven and no longer count against maxUnavailable or the threshold.
-The hosts that failed stay on their last good revision.`,
+The hosts that failed stay on their last good revision.
+
+resume never says it moved a rollout it cannot move: one that is not paused
+or aborted and has no failure to forgive (progressing, or complete), or one
+whose recorded spec was
+written by a newer cortex-sync, exits 1 saying why. A recorded spec that
+does not pass (fleet status lists it under Ignored) is removed by the
+resume, and the next host to take a slot records its own.`,
 	"abort": `abort ends the rollout of a revision for good: no more hosts apply it. Hosts
 that applied it keep it; commit a revert to go back. A newer revision
 starts a new rollout.`,

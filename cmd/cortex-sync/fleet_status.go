@@ -7,6 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -86,7 +88,7 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 	if head == "" {
 		head = "unknown (no live host reported one)"
 	}
-	fmt.Fprintf(&b, "Fleet:      %s\nHead:       %s\n", r.Fleet, head)
+	fmt.Fprintf(&b, "Fleet:      %s\nHead:       %s\n", r.Fleet, cell(head, wideCell))
 	state := "converged: every live host is Synced and Healthy on the head"
 	if !r.Converged {
 		state = "not converged"
@@ -120,23 +122,24 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 			note = append(note, "stale: presence lease expired")
 		}
 		if h.Held != "" {
-			note = append(note, "held "+h.Held)
+			note = append(note, "held "+cell(h.Held, wideCell))
 		}
 		if len(h.Fighting) > 0 {
-			note = append(note, "fighting: "+strings.Join(h.Fighting, ","))
+			note = append(note, "fighting: "+cellList(h.Fighting, 5))
 		}
 		if h.LastError != "" {
-			note = append(note, oneLine(h.LastError))
+			note = append(note, cell(h.LastError, wideCell))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", h.Host, orDash(shortRev(h.Revision)), orDash(h.Sync), orDash(h.Health),
-			lastGood, orDash(h.Phase), seen, strings.Join(note, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", cell(h.Host, narrowCell), cell(orDash(shortRev(h.Revision)), narrowCell),
+			cell(orDash(h.Sync), narrowCell), cell(orDash(h.Health), narrowCell), cell(lastGood, narrowCell), cell(orDash(h.Phase), narrowCell), seen,
+			cell(strings.Join(note, "; "), wideCell))
 	}
 	tw.Flush()
 	b.WriteString("\n")
 	tw = tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REVISION\tLIVE\tSYNCED\tHEALTHY\tSTALE")
 	for _, s := range r.Revisions {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", orDash(shortRev(s.Revision)), s.Hosts, s.Synced, s.Healthy, s.Stale)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\n", cell(orDash(shortRev(s.Revision)), narrowCell), s.Hosts, s.Synced, s.Healthy, s.Stale)
 	}
 	tw.Flush()
 	if len(r.Rollouts) > 0 {
@@ -147,8 +150,9 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 		b.WriteString("\n")
 	}
 	for _, s := range r.Singletons {
-		fmt.Fprintf(&b, "Singleton %s: runs on %s; standby: %s\n", s.Name, s.Holder, listOrNone(s.Candidates))
+		fmt.Fprintf(&b, "Singleton %s: runs on %s; standby: %s\n", cell(s.Name, narrowCell), cell(s.Holder, narrowCell), cellList(s.Candidates, 10))
 	}
+	ignoredLines(&b, r.Ignored)
 	_, err := fmt.Fprint(io.Out, b.String())
 	return err
 }
@@ -156,12 +160,14 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 // rolloutLines describes rollouts, one paragraph each.
 func rolloutLines(b *strings.Builder, rs []fleet.RolloutStatus) {
 	for _, ro := range rs {
-		fmt.Fprintf(b, "Rollout of %s: %s", shortRev(ro.Revision), ro.State)
+		fmt.Fprintf(b, "Rollout of %s: %s", cell(shortRev(ro.Revision), wideCell), ro.State)
 		if ro.Why != "" && ro.State != fleet.StateProgressing {
-			fmt.Fprintf(b, " (%s)", ro.Why)
+			fmt.Fprintf(b, " (%s)", cell(ro.Why, wideCell))
 		}
-		fmt.Fprintf(b, "\n  started %s by %s; maxUnavailable %s, canary %d, minReady %s\n", ro.Started.Format(time.RFC3339), ro.StartedBy, ro.MaxUnavailable, ro.Canary, ro.MinReady)
-		fmt.Fprintf(b, "  applying: %s; good: %d; bad: %s; stalled: %s\n", listOrNone(ro.Applying), len(ro.Good), listOrNone(ro.Bad), listOrNone(ro.Stalled))
+		if ro.State != fleet.StateUnknown {
+			fmt.Fprintf(b, "\n  started %s by %s; maxUnavailable %s, canary %d, minReady %s", ro.Started.Format(time.RFC3339), cell(ro.StartedBy, narrowCell), ro.MaxUnavailable, ro.Canary, ro.MinReady)
+		}
+		fmt.Fprintf(b, "\n  applying: %s; good: %d; bad: %s; stalled: %s\n", cellList(ro.Applying, 10), len(ro.Good), cellList(ro.Bad, 10), cellList(ro.Stalled, 10))
 	}
 }
 
@@ -171,13 +177,6 @@ func seenAgo(d time.Duration) string {
 		return fmt.Sprintf("%ds ago", int(max(d, 0).Seconds()))
 	}
 	return age(d) + " ago"
-}
-
-func listOrNone(s []string) string {
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ", ")
 }
 
 func orDash(s string) string {
@@ -191,3 +190,72 @@ var fullSHA = regexp.MustCompile(`([0-9a-f]{12})[0-9a-f]{28}`)
 
 // shortRev shortens the SHA in "main@sha1:…" to 12 digits for a table.
 func shortRev(rev string) string { return fullSHA.ReplaceAllString(rev, "$1") }
+
+// What hosts write is shown capped and cleaned: any member can write any
+// key (docs/fleet.md, "Trust"), so a value may be a megabyte long or
+// carry terminal escapes.
+const (
+	narrowCell = 48  // a name, a revision, a state
+	wideCell   = 200 // a note, a reason
+)
+
+// cell is s as one cell of a table: control characters (escapes, line
+// breaks) and invalid UTF-8 shown as '?', runs of space as one, at most n
+// runes (the rest cut to "…").
+func cell(s string, n int) string {
+	if len(s) > 4*n+64 {
+		s = s[:4*n+64] // enough for n runes, whatever they are
+	}
+	out := make([]rune, 0, min(len(s), n+1))
+	space := false
+	for i, r := range s {
+		if _, size := utf8.DecodeRuneInString(s[i:]); r == utf8.RuneError && size == 1 {
+			r = '?'
+		}
+		switch {
+		case unicode.IsSpace(r):
+			space = len(out) > 0
+			continue
+		case !unicode.IsPrint(r):
+			r = '?'
+		}
+		if space {
+			out, space = append(out, ' '), false
+		}
+		if out = append(out, r); len(out) > n {
+			return string(out[:n]) + "…"
+		}
+	}
+	return string(out)
+}
+
+// cellList is a list of host names as one cell: each a cell, at most n.
+func cellList(hosts []string, n int) string {
+	if len(hosts) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, min(len(hosts), n))
+	for _, h := range hosts[:min(len(hosts), n)] {
+		parts = append(parts, cell(h, narrowCell))
+	}
+	if len(hosts) > n {
+		parts = append(parts, fmt.Sprintf("and %d more", len(hosts)-n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// ignoredLines says which records of the fleet's keys were ignored, and
+// why: at most a few, the rest counted (fleet status -o json lists all).
+func ignoredLines(b *strings.Builder, ig []fleet.Ignored) {
+	if len(ig) == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nIgnored:    %d records of the fleet's keys do not pass (any member can write any key; docs/fleet.md, \"Trust\"):\n", len(ig))
+	for i, r := range ig {
+		if i == 5 {
+			fmt.Fprintf(b, "  and %d more (fleet status -o json lists them)\n", len(ig)-i)
+			break
+		}
+		fmt.Fprintf(b, "  %s: %s\n", cell(r.Key, narrowCell), cell(r.Why, wideCell))
+	}
+}

@@ -103,7 +103,7 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 	}
 	tw.Flush()
 	if ro := f.Spec.Rollout; ro != nil {
-		d := ro.WithDefaults()
+		d, _ := ro.Settle() // ReadFleet refused one that does not settle
 		fmt.Fprintf(&b, "\nRollout: maxUnavailable %s, canary %d, minReady %s, progressDeadline %s, failureThreshold %d\n",
 			d.MaxUnavailable, d.Canary, d.MinReady.Std(), d.ProgressDeadline.Std(), d.FailureThreshold)
 	} else {

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -141,5 +143,71 @@ func TestFleetCLIUsageErrors(t *testing.T) {
 		if code == 0 || !strings.Contains(errs, tt.want) {
 			t.Errorf("%v: exit %d, %q, want %q", tt.args, code, errs, tt.want)
 		}
+	}
+}
+
+// etcdPut writes a raw value below fleet prod's prefix, as any member of
+// the fleet can.
+func etcdPut(t *testing.T, endpoints []string, key, value string) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := cli.Put(ctx, "/cortex-sync/prod/"+key, value); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fleet status shows what hosts write capped and cleaned: a 1 MB host
+// name made the HOST column 1 MB wide, and a value may carry escapes.
+func TestFleetStatusCapsWhatHostsWrite(t *testing.T) {
+	cl := etcdtest.New(t)
+	etcd := []string{"--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--fleet", "prod"}
+	h1 := joinHost(t, cl.Endpoints(), "h1")
+	head := "main@sha1:" + strings.Repeat("a", 40)
+	h1.SetStatus(fleet.HostStatus{Revision: head, Head: head, HeadTime: time.Now(), Sync: "Synced", Health: "Healthy"})
+	huge := strings.Repeat("x", 600<<10) // twice that is as large as a request to etcd may be
+	etcdPut(t, cl.Endpoints(), "status/"+huge, `{"host":"`+huge+`","revision":"r"}`)
+	etcdPut(t, cl.Endpoints(), "status/h2", `{"host":"h2","revision":"main@sha1:`+strings.Repeat("b", 40)+`","sync":"Synced\u001b]0;owned\u0007","health":"`+strings.Repeat("H", 5000)+`","lastError":"line\nbreak \u001b[31mred`+strings.Repeat(" y", 20000)+`"}`)
+	etcdPut(t, cl.Endpoints(), "singleton/db/1", "evil\x1b[2J")
+	out, _ := eventually(t, 0, append([]string{"fleet", "status"}, etcd...)...) // h2 is stale: h1 alone is live
+	if strings.ContainsAny(out, "\x1b\x07") || len(out) > 8<<10 {
+		t.Fatalf("fleet status carries escapes, or is %d bytes:\n%.4000s", len(out), out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if len(line) > 1200 {
+			t.Fatalf("a line of %d bytes: %.300s…", len(line), line)
+		}
+	}
+	for _, want := range []string{"h2 ", "Synced?]0;owned?", strings.Repeat("H", 48) + "…", "line break ?[31mred y y", "Ignored:", "is 614400 bytes long; at most 253", "(a candidate whose record is not a host name)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet status lacks %q:\n%.4000s", want, out)
+		}
+	}
+}
+
+// resume never reports success for a rollout it cannot move: it exits
+// non-zero, saying why.
+func TestFleetRolloutResumeNothingToResume(t *testing.T) {
+	cl := etcdtest.New(t)
+	etcd := []string{"--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--fleet", "prod"}
+	h1 := joinHost(t, cl.Endpoints(), "h1")
+	rev := fleet.Revision{ID: "main@sha1:" + strings.Repeat("c", 40), Rollout: resource.Rollout{}}
+	if d, err := h1.Admit(context.Background(), rev); err != nil || !d.Go {
+		t.Fatalf("admit: %+v %v", d, err)
+	}
+	code, out, errs := runCLI(t, append([]string{"fleet", "rollout", "resume"}, etcd...)...)
+	if code == 0 || out != "" || !strings.Contains(errs, "nothing to resume: the rollout of "+rev.ID+" in fleet prod is progressing, not paused or aborted, and no failure counts against it") {
+		t.Fatalf("resume of a progressing rollout: exit %d\n%s%s", code, out, errs)
+	}
+	// A spec of a newer cortex-sync: this one cannot tell what resume would do.
+	etcdPut(t, cl.Endpoints(), "rollout/main@sha1:"+strings.Repeat("d", 40)+"/spec", `{"schema":9,"revision":"main@sha1:`+strings.Repeat("d", 40)+`","rollout":{}}`)
+	code, out, errs = runCLI(t, append([]string{"fleet", "rollout", "resume", "--revision", "main@sha1:" + strings.Repeat("d", 40)}, etcd...)...)
+	if code == 0 || out != "" || !strings.Contains(errs, "written by a newer cortex-sync (schema 9; this one reads up to 1)") {
+		t.Fatalf("resume of a rollout of a newer schema: exit %d\n%s%s", code, out, errs)
 	}
 }

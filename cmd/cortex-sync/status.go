@@ -182,6 +182,9 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 			how = oneLine(f.Coordinator)
 		}
 		fmt.Fprintf(b, "Fleet:      %s, as host %s; %s\n", name, f.Host, how)
+		for _, ig := range f.Ignored {
+			fmt.Fprintf(b, "Fleet key:  ignored %s\n", cell(ig, wideCell))
+		}
 		for _, n := range slices.Sorted(maps.Keys(f.Singletons)) {
 			switch h := f.Singletons[n]; h {
 			case f.Host:

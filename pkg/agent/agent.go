@@ -238,6 +238,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		sess.AddRevisionGate(g)
 	}
 	if a.opts.Fleet != nil {
+		sess.AddRevisionGate(judgeFirst{a})
 		sess.AddRevisionGate(a.opts.Fleet)
 		a.opts.Fleet.Suspended(a.opts.Suspend)
 	}

@@ -174,8 +174,9 @@ func (a *Agent) fetched(d, old *reconcile.Desired) *changes {
 	if fl, err := resource.ReadFleet(d.Checkout.Tree); err == nil && fl != nil {
 		f.Fleet = fl.Name
 		if ro := fl.Spec.Rollout; ro != nil {
-			r := ro.WithDefaults()
-			f.Rollout = &r
+			if r, err := ro.Settle(); err == nil { // ReadFleet refused any other
+				f.Rollout = &r
+			}
 		}
 	}
 	a.mu.Lock()
@@ -215,6 +216,33 @@ func (a *Agent) trialPolicy(t *reconcile.Trial) {
 		t.MinReady, t.ProgressDeadline = ro.MinReady.Std(), ro.ProgressDeadline.Std()
 	}
 }
+
+// ErrJudgingFirst: in a fleet, a host does not take a newer revision
+// while the one it is on is still on trial under the fleet's rollout.
+var ErrJudgingFirst = errors.New("judging the revision on trial first")
+
+// judgeFirst is the agent's own revision gate in a fleet, asked before
+// the coordinator: a host still judging revision N does not take N+1
+// (nor its slot, nor its canary's place) until N's verdict is in. Taking
+// N+1 mid-trial left N unjudged, so a bad N+1 rolled the host back to
+// N-1, older than what the rest of the fleet ran (issue 30, 5c). The wait
+// is bounded by N's progressDeadline; the verdict readmits N+1 at once.
+type judgeFirst struct{ a *Agent }
+
+func (g judgeFirst) Admit(_ context.Context, rev string) error {
+	a := g.a
+	a.mu.Lock()
+	t := a.trial
+	gated := t != nil && a.rollouts[t.Revision] != nil
+	a.mu.Unlock()
+	if !gated || t.Revision == rev {
+		return nil
+	}
+	return fmt.Errorf("%w: revision %s waits until %s, on trial here since %s, is judged (the fleet's rollout judges one revision at a time per host)",
+		ErrJudgingFirst, rev, t.Revision, t.Start.UTC().Format(time.RFC3339))
+}
+
+func (judgeFirst) Judged(string, state.Verdict, string) {}
 
 // holdWaiting keeps d, a revision the coordinator did not admit yet, to
 // ask again when it wakes the agent; a revision kept out by a rollback

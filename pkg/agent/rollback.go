@@ -141,6 +141,9 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 	}
 	a.gaugeRolledBack()
 	a.publishNow()
+	if a.opts.Fleet != nil {
+		a.readmit(ctx) // a newer revision that waited for this verdict
+	}
 }
 
 // stay keeps the host off the source's newest revision, as its life said

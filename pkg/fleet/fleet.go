@@ -57,6 +57,7 @@ type Client struct {
 	downSince time.Time // zero while etcd answers
 	lastErr   error
 	lastProbe time.Time
+	logged    map[string]int64 // ignored records logged: key → mod revision
 }
 
 // ErrUnreachable is wrapped by every error of a call that etcd did not
@@ -128,6 +129,12 @@ func checkName(n string) error {
 	}
 	if strings.ContainsAny(n, "/\x00") || n == "." || n == ".." {
 		return errors.New("must not hold '/' or NUL, nor be '.' or '..'")
+	}
+	if len(n) > maxNameBytes {
+		return fmt.Errorf("is %d bytes long; at most %d", len(n), maxNameBytes)
+	}
+	if !printable(n) {
+		return errors.New("must be printable UTF-8 text, without control characters")
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ const (
 
 // HostStatus is what a host says of itself in its status key.
 type HostStatus struct {
+	// Schema is the version of the record (see Schema).
+	Schema int               `json:"schema,omitempty"`
 	Host   string            `json:"host"`
 	Labels map[string]string `json:"labels,omitempty"`
 	// Revision is the revision applied; Head the newest one fetched (the
@@ -66,6 +69,7 @@ const (
 
 func (s HostStatus) same(o HostStatus) bool {
 	s.Time, o.Time = time.Time{}, time.Time{}
+	s.Schema, o.Schema = 0, 0
 	return reflect.DeepEqual(s, o)
 }
 
@@ -88,6 +92,7 @@ type Member struct {
 	quietUntil time.Time        // status rides in the rollout's next transaction until then
 	holding    string           // the revision whose slot this host holds
 	waiting    bool             // the last Admit said no: a new head alone is not written
+	ignored    []Ignored        // the records the last Admit read and ignored
 	poke       chan struct{}
 	changed    chan struct{} // closed on a change to slots, rollouts or this host's hold
 }
@@ -137,6 +142,14 @@ func (m *Member) Close() error {
 	return m.Client.Close()
 }
 
+// Ignored are the records of the fleet's keys the host's last request for
+// a slot read and ignored, with why: the host's status shows them.
+func (m *Member) Ignored() []Ignored {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ignored)
+}
+
 // Present reports whether the host holds its presence lease now.
 func (m *Member) Present() bool {
 	m.mu.Lock()
@@ -156,7 +169,7 @@ func (m *Member) presence(ctx context.Context) {
 				return err
 			}
 			id = g.ID
-			v, _ := json.Marshal(presenceDoc{Host: m.host.Name, Labels: m.host.Labels, Since: time.Now()})
+			v, _ := json.Marshal(presenceDoc{Schema: Schema, Host: m.host.Name, Labels: m.host.Labels, Since: time.Now()})
 			_, err = m.cli.Put(ctx, m.key("presence", m.host.Name), string(v), clientv3.WithLease(id))
 			return err
 		})
@@ -190,6 +203,7 @@ func (m *Member) presence(ctx context.Context) {
 }
 
 type presenceDoc struct {
+	Schema int               `json:"schema,omitempty"`
 	Host   string            `json:"host"`
 	Labels map[string]string `json:"labels,omitempty"`
 	Since  time.Time         `json:"since"`
@@ -273,10 +287,16 @@ func (m *Member) statusOps(edit func(*HostStatus)) ([]clientv3.Op, HostStatus) {
 	if edit != nil {
 		edit(&s)
 	}
+	// Bounded, so that no reader ignores it as too large (record.go).
+	s.LastError = clip(s.LastError, maxTextBytes)
+	if len(s.Fighting) > maxListed {
+		s.Fighting = append(s.Fighting[:maxListed:maxListed], fmt.Sprintf("and %d more", len(s.Fighting)-maxListed))
+	}
 	if m.written != nil && (m.written.same(s) || m.waiting && headOnly(*m.written, s)) {
 		return nil, s
 	}
 	s.Time = time.Now().UTC()
+	s.Schema = Schema
 	v, _ := json.Marshal(s)
 	return []clientv3.Op{clientv3.OpPut(m.key("status", m.host.Name), string(v))}, s
 }

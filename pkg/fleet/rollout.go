@@ -62,12 +62,17 @@ const stallGrace = time.Minute
 // fleet does not ask in step; a change wakes it sooner (Changed).
 func retryAfter() time.Duration { return 2*time.Second + rand.N(time.Second) }
 
+// The records of a rollout, as written to etcd. Each carries the Schema
+// it was written in, and is read through decode (record.go).
+
 type slotDoc struct {
+	Schema   int       `json:"schema,omitempty"`
 	Revision string    `json:"revision"`
 	At       time.Time `json:"at"`
 }
 
 type specDoc struct {
+	Schema   int              `json:"schema,omitempty"`
 	Revision string           `json:"revision"`
 	Rollout  resource.Rollout `json:"rollout"`
 	By       string           `json:"by"` // the host that started it
@@ -84,24 +89,30 @@ const (
 	StateCanary      = "canary"
 	StateProgressing = "progressing"
 	StateComplete    = "complete"
+	// StateUnknown: the rollout's recorded spec does not pass (record.go),
+	// so its state cannot be read from etcd; each host goes by its own.
+	StateUnknown = "unknown"
 )
 
 type controlDoc struct {
-	State string    `json:"state"`
-	By    string    `json:"by,omitempty"`
-	Why   string    `json:"why,omitempty"`
-	At    time.Time `json:"at"`
+	Schema int       `json:"schema,omitempty"`
+	State  string    `json:"state"`
+	By     string    `json:"by,omitempty"`
+	Why    string    `json:"why,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 type verdictDoc struct {
-	At  time.Time `json:"at"`
-	Why string    `json:"why,omitempty"`
+	Schema int       `json:"schema,omitempty"`
+	At     time.Time `json:"at"`
+	Why    string    `json:"why,omitempty"`
 }
 
 type holdDoc struct {
-	By  string    `json:"by,omitempty"`
-	Why string    `json:"why,omitempty"`
-	At  time.Time `json:"at"`
+	Schema int       `json:"schema,omitempty"`
+	By     string    `json:"by,omitempty"`
+	Why    string    `json:"why,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 // rolloutView is what one read saw of a revision's rollout.
@@ -116,8 +127,17 @@ type rolloutView struct {
 	transit    map[string]slotDoc
 	live       int
 	held       map[string]holdDoc
+	// specIgnored says why the spec key, there, was ignored; specNewer
+	// that it was written by a newer cortex-sync (it is then kept).
+	specIgnored string
+	specNewer   bool
+	ignored     []Ignored // every record ignored, in key order
 }
 
+// parseRollout reads the records of rev's rollout among kvs. A spec or
+// control record that does not pass decode is ignored (the host's own
+// rollout: stands in for the spec); a verdict is its key, so one whose
+// record does not pass still counts, without its detail.
 func (c *Client) parseRollout(v *rolloutView, rev string, kvs []*kvPair) {
 	base := c.key("rollout", revKey(rev)) + "/"
 	for _, kv := range kvs {
@@ -127,23 +147,39 @@ func (c *Client) parseRollout(v *rolloutView, rev string, kvs []*kvPair) {
 		}
 		switch kind, host, _ := strings.Cut(rest, "/"); kind {
 		case "spec":
-			var s specDoc
-			if json.Unmarshal(kv.value, &s) == nil {
-				v.spec = &s
+			s, err := decode[specDoc](kv.value)
+			if err == nil && s.Revision != rev {
+				err = fmt.Errorf("names revision %q, not its key's", clip(s.Revision, 100))
 			}
+			if err != nil {
+				err = fmt.Errorf("%w; each host goes by the rollout: of its own fleet.yaml", err)
+				v.specIgnored, v.specNewer = err.Error(), errors.Is(err, ErrNewerSchema)
+				v.ignored = append(v.ignored, c.ignore(kv, err))
+				continue
+			}
+			v.spec = &s
 		case "control":
-			var s controlDoc
-			if json.Unmarshal(kv.value, &s) == nil {
-				v.control, v.controlRev = &s, kv.modRev
+			s, err := decode[controlDoc](kv.value)
+			if err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, err))
+				continue
 			}
-		case "good":
-			var d verdictDoc
-			json.Unmarshal(kv.value, &d)
-			v.good[host] = d
-		case "bad":
-			var d verdictDoc
-			json.Unmarshal(kv.value, &d)
-			v.bad[host], v.badRev[host] = d, kv.createRev
+			v.control, v.controlRev = &s, kv.modRev
+		case "good", "bad":
+			if err := checkHost(host); err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, err))
+				continue
+			}
+			d, err := decode[verdictDoc](kv.value)
+			if err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, fmt.Errorf("%w; the verdict counts, without its detail", err)))
+				d = verdictDoc{}
+			}
+			if kind == "good" {
+				v.good[host] = d
+			} else {
+				v.bad[host], v.badRev[host] = d, kv.createRev
+			}
 		}
 	}
 }
@@ -170,17 +206,38 @@ func newView() *rolloutView {
 		transit: map[string]slotDoc{}, held: map[string]holdDoc{}}
 }
 
+// parseSlots reads the slots and holds among kvs. A slot is a host in
+// transit while its key lives, so one whose record does not pass still
+// counts (on no revision, never stalled) as long as it is on a lease; a
+// hold is its key, and holds without its detail.
 func (c *Client) parseSlots(v *rolloutView, kvs []*kvPair) {
 	for _, kv := range kvs {
 		if host, ok := strings.CutPrefix(kv.key, c.key("transit")+"/"); ok {
-			var s slotDoc
-			if json.Unmarshal(kv.value, &s) == nil {
-				v.transit[host] = s
+			if err := checkHost(host); err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, err))
+				continue
 			}
+			if kv.lease == 0 {
+				v.ignored = append(v.ignored, c.ignore(kv, errors.New("is on no lease: a slot lives on its holder's presence lease")))
+				continue
+			}
+			s, err := decode[slotDoc](kv.value)
+			if err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, fmt.Errorf("%w; the slot counts, on no known revision, until its lease ends", err)))
+				s = slotDoc{}
+			}
+			v.transit[host] = s
 		}
 		if host, ok := strings.CutPrefix(kv.key, c.key("hold")+"/"); ok {
-			var h holdDoc
-			json.Unmarshal(kv.value, &h)
+			if err := checkHost(host); err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, err))
+				continue
+			}
+			h, err := decode[holdDoc](kv.value)
+			if err != nil {
+				v.ignored = append(v.ignored, c.ignore(kv, fmt.Errorf("%w; the host is held, without the detail", err)))
+				h = holdDoc{}
+			}
 			v.held[host] = h
 		}
 	}
@@ -200,8 +257,10 @@ func (v *rolloutView) failures() []string {
 }
 
 // stalled reports whether a slot's holder is past its deadline.
+// A slot whose record could not be read is never stalled: it ends with
+// its lease.
 func stalled(s slotDoc, ro resource.Rollout, now time.Time) bool {
-	return now.Sub(s.At) > ro.ProgressDeadline.Std()+ro.MinReady.Std()+stallGrace
+	return !s.At.IsZero() && now.Sub(s.At) > ro.ProgressDeadline.Std()+ro.MinReady.Std()+stallGrace
 }
 
 // state is the rollout's state and why: aborted, paused (by hand or by
@@ -311,7 +370,11 @@ var ErrNotPresent = errors.New("not present in the fleet (no presence lease yet)
 // revision and goes on healing it. Asking again while holding the slot is
 // a go; asking for another revision moves the slot to it.
 func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
-	r.Rollout = r.Rollout.WithDefaults()
+	ro, err := r.Rollout.Settle()
+	if err != nil {
+		return Decision{}, fmt.Errorf("rollout of %s: %w", r.ID, err)
+	}
+	r.Rollout = ro
 	if m.maintenance != "" {
 		on, why, err := Maintenance(m.maintenance)
 		if err != nil {
@@ -334,6 +397,9 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 			if err != nil {
 				return err
 			}
+			m.mu.Lock()
+			m.ignored = v.ignored
+			m.mu.Unlock()
 			d = v.decide(m.host.Name, r, time.Now())
 			if !d.Go {
 				return nil
@@ -406,10 +472,10 @@ func (m *Member) takeSlot(ctx context.Context, v *rolloutView, r Revision, lease
 		clientv3.Compare(clientv3.ModRevision(m.key("hold", m.host.Name)), "<", after),
 	}
 	now := time.Now().UTC()
-	slot, _ := json.Marshal(slotDoc{Revision: r.ID, At: now})
+	slot, _ := json.Marshal(slotDoc{Schema: Schema, Revision: r.ID, At: now})
 	ops := []clientv3.Op{clientv3.OpPut(m.key("transit", m.host.Name), string(slot), clientv3.WithLease(lease))}
-	if v.spec == nil {
-		spec, _ := json.Marshal(specDoc{Revision: r.ID, Rollout: r.Rollout, By: m.host.Name, At: now})
+	if v.spec == nil && !v.specNewer { // none yet, or one that does not pass: this host's
+		spec, _ := json.Marshal(specDoc{Schema: Schema, Revision: r.ID, Rollout: r.Rollout, By: m.host.Name, At: now})
 		ops = append(ops, clientv3.OpPut(m.key("rollout", revKey(r.ID), "spec"), string(spec)))
 	}
 	sops, s := m.statusOps(phase(r.ID, PhaseApplying))
@@ -437,7 +503,7 @@ func (m *Member) Bad(ctx context.Context, rev, why string) error {
 
 func (m *Member) verdict(ctx context.Context, rev, verdict, why string) error {
 	now := time.Now().UTC()
-	doc, _ := json.Marshal(verdictDoc{At: now, Why: why})
+	doc, _ := json.Marshal(verdictDoc{Schema: Schema, At: now, Why: clip(why, maxTextBytes)})
 	base := m.key("rollout", revKey(rev))
 	var ops []clientv3.Op
 	switch verdict {

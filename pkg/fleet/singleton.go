@@ -232,7 +232,7 @@ func (c *Client) SingletonHolder(ctx context.Context, name string) (string, erro
 	err := c.call(ctx, func(ctx context.Context) error {
 		resp, err := c.cli.Get(ctx, c.key("singleton", name)+"/", clientv3.WithFirstCreate()...)
 		if err == nil && len(resp.Kvs) > 0 {
-			holder = string(resp.Kvs[0].Value)
+			holder = c.candidate(pairs(resp)[0], nil)
 		}
 		return err
 	})
@@ -295,4 +295,24 @@ func (h *Holder) Resign(ctx context.Context) error {
 func (h *Holder) abandon() {
 	h.cancel()
 	h.wg.Wait()
+}
+
+// unknownCandidate stands for a candidate whose value is not a host name:
+// it holds its place in the election all the same.
+const unknownCandidate = "(a candidate whose record is not a host name)"
+
+// candidate is the host a singleton's candidate key names; a value that
+// is not a host name is ignored (told to ignore, when not nil) and the
+// candidate shown as unknownCandidate, as it still holds its place.
+func (c *Client) candidate(kv *kvPair, ignore func(*kvPair, error)) string {
+	h := string(kv.value)
+	if err := checkHost(h); err != nil {
+		if ignore != nil {
+			ignore(kv, err)
+		} else {
+			c.ignore(kv, err)
+		}
+		return unknownCandidate
+	}
+	return h
 }

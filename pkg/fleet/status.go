@@ -26,6 +26,9 @@ type Report struct {
 	Rollouts  []RolloutStatus   `json:"rollouts"`
 	// Singletons are the singletons hosts campaign for, and who holds each.
 	Singletons []SingletonStatus `json:"singletons"`
+	// Ignored are the records read and ignored, with why: any member can
+	// write any key, in the schema of its own version (record.go).
+	Ignored []Ignored `json:"ignored"`
 }
 
 // SingletonStatus is one singleton: the host that holds it (its oldest
@@ -101,50 +104,70 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	statuses := map[string]HostStatus{}
 	v := newView()
 	c.parseSlots(v, kvs)
-	var revs []*specDoc
+	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}, Singletons: []SingletonStatus{}}
+	var revs []string // of the rollouts, by their spec keys
 	specOrder := map[string]int64{}
 	singles := map[string][]*kvPair{}
+	ignore := func(kv *kvPair, err error) { r.Ignored = append(r.Ignored, c.ignore(kv, err)) }
 	for _, kv := range kvs {
 		rest := strings.TrimPrefix(kv.key, c.prefix)
 		kind, name, _ := strings.Cut(rest, "/")
 		switch kind {
 		case "presence":
+			if err := checkHost(name); err != nil {
+				ignore(kv, err)
+				continue
+			}
 			live[name] = true
 		case "status":
-			var s HostStatus
-			if json.Unmarshal(kv.value, &s) == nil {
-				statuses[name] = s
+			if err := checkHost(name); err != nil {
+				ignore(kv, err)
+				continue
 			}
+			s, err := decode[HostStatus](kv.value)
+			if err == nil && s.Host != name {
+				err = fmt.Errorf("names host %q, not its key's", clip(s.Host, 64))
+			}
+			if err != nil {
+				ignore(kv, err)
+				continue
+			}
+			statuses[name] = s
 		case "singleton":
 			if single, _, ok := strings.Cut(name, "/"); ok {
 				singles[single] = append(singles[single], kv)
 			}
 		case "rollout":
-			if _, what, _ := strings.Cut(name, "/"); what == "spec" {
-				var s specDoc
-				if json.Unmarshal(kv.value, &s) == nil {
-					revs = append(revs, &s)
-					specOrder[s.Revision] = kv.createRev
-				}
+			if rev, what, _ := strings.Cut(name, "/"); what == "spec" {
+				revs = append(revs, unescapeRev(rev))
+				specOrder[unescapeRev(rev)] = kv.createRev
 			}
 		}
 	}
-	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}, Singletons: []SingletonStatus{}}
 	for _, name := range sortedKeys(singles) {
 		kvs := singles[name]
 		slices.SortFunc(kvs, func(a, b *kvPair) int { return cmp.Compare(a.createRev, b.createRev) })
-		ss := SingletonStatus{Name: name, Holder: string(kvs[0].value), Candidates: []string{}}
+		ss := SingletonStatus{Name: name, Holder: c.candidate(kvs[0], ignore), Candidates: []string{}}
 		for _, kv := range kvs[1:] {
-			ss.Candidates = append(ss.Candidates, string(kv.value))
+			ss.Candidates = append(ss.Candidates, c.candidate(kv, ignore))
 		}
 		r.Singletons = append(r.Singletons, ss)
 	}
 	now := time.Now()
 	views := map[string]*rolloutView{}
-	for _, s := range revs {
+	for _, rev := range revs {
 		rv := newView()
 		rv.transit, rv.held, rv.live = v.transit, v.held, len(live)
-		c.parseRollout(rv, s.Revision, kvs)
+		c.parseRollout(rv, rev, kvs)
+		r.Ignored = append(r.Ignored, rv.ignored...)
+		s := rv.spec
+		if s == nil {
+			// Its spec is ignored: the hosts go by their own fleet.yaml,
+			// which this reader does not have.
+			r.Rollouts = append(r.Rollouts, RolloutStatus{Revision: rev, State: StateUnknown, Why: "its recorded spec is ignored: " + rv.specIgnored,
+				Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: specOrder[rev]})
+			continue
+		}
 		views[s.Revision] = rv
 		st, why := rv.state(s.Rollout)
 		rs := RolloutStatus{Revision: s.Revision, Started: s.At, StartedBy: s.By, MaxUnavailable: s.Rollout.MaxUnavailable.String(),
@@ -224,6 +247,12 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	for _, k := range sortedKeys(byRev) {
 		r.Revisions = append(r.Revisions, *byRev[k])
 	}
+	r.Ignored = append(r.Ignored, v.ignored...)
+	slices.SortFunc(r.Ignored, func(a, b Ignored) int { return cmp.Compare(a.Key, b.Key) })
+	r.Ignored = slices.CompactFunc(r.Ignored, func(a, b Ignored) bool { return a.Key == b.Key })
+	if r.Ignored == nil {
+		r.Ignored = []Ignored{}
+	}
 	if r.Head == "" {
 		r.Converged = false
 	}
@@ -293,10 +322,20 @@ func (c *Client) newestRollout(ctx context.Context) (string, error) {
 	return unescapeRev(best), nil
 }
 
+// ErrNothingToResume is wrapped when a resume cannot move a rollout:
+// it is not stopped, or its state cannot be read.
+var ErrNothingToResume = errors.New("nothing to resume")
+
 // SetRollout pauses (StatePaused), resumes (StateActive) or aborts
 // (StateAborted) the rollout of rev ("": the newest), and returns the
 // revision acted on. A resume forgives the failures so far: they no
-// longer count against the budget or the failure threshold.
+// longer count against the budget or the failure threshold. A resume
+// never says it moved a rollout it cannot move: one not paused or
+// aborted with no failure to forgive, or one whose recorded spec is of a
+// newer cortex-sync, is an
+// error (ErrNothingToResume) that says why; one whose recorded spec does
+// not pass is resumed and its spec removed, so that the next host to
+// take a slot records its own.
 func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (string, error) {
 	if rev == "" {
 		var err error
@@ -305,11 +344,32 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 		}
 	}
 	spec := c.key("rollout", revKey(rev), "spec")
-	doc, _ := json.Marshal(controlDoc{State: state, By: by, Why: why, At: time.Now().UTC()})
+	doc, _ := json.Marshal(controlDoc{Schema: Schema, State: state, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
+	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(spec), ">", 0)}
+	ops := []clientv3.Op{clientv3.OpPut(c.key("rollout", revKey(rev), "control"), string(doc))}
+	if state == StateActive {
+		var v *rolloutView
+		err := c.call(ctx, func(ctx context.Context) error {
+			var err error
+			v, err = c.readRollout(ctx, rev, false)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		if err := v.resumable(rev, spec, c); err != nil {
+			return "", err
+		}
+		// What was decided on must not change before the write.
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(c.key("rollout", revKey(rev))+"/"), "<", v.rev+1).WithPrefix())
+		if v.spec == nil {
+			ops = append(ops, clientv3.OpDelete(spec))
+			c.log.Warn("fleet rollout spec removed on resume: it does not pass", "revision", rev, "reason", v.specIgnored)
+		}
+	}
 	var ok bool
 	err := c.call(ctx, func(ctx context.Context) error {
-		resp, err := c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(spec), ">", 0)).
-			Then(clientv3.OpPut(c.key("rollout", revKey(rev), "control"), string(doc))).Commit()
+		resp, err := c.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err == nil {
 			ok = resp.Succeeded
 		}
@@ -318,10 +378,48 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 	if err != nil {
 		return "", err
 	}
+	if !ok && state == StateActive {
+		return "", fmt.Errorf("%w: the rollout of %s changed while it was resumed (fleet %s); see cortex-sync fleet rollout status, and resume again", ErrNothingToResume, rev, c.cfg.Fleet)
+	}
 	if !ok {
 		return "", fmt.Errorf("%w: fleet %s has no rollout of %s (cortex-sync fleet rollout status lists them)", ErrNoRollout, c.cfg.Fleet, rev)
 	}
 	return rev, nil
+}
+
+// resumable says why a resume cannot move the rollout of rev, as v read
+// it: nil when it can.
+func (v *rolloutView) resumable(rev, specKey string, c *Client) error {
+	key := strings.TrimPrefix(specKey, c.prefix)
+	switch {
+	case v.spec == nil && v.specIgnored == "":
+		return fmt.Errorf("%w: fleet %s has no rollout of %s (cortex-sync fleet rollout status lists them)", ErrNoRollout, c.cfg.Fleet, rev)
+	case v.specNewer:
+		return fmt.Errorf("%w: the rollout of %s in fleet %s cannot be read here: its spec (%s) is %s; resume it with a cortex-sync of that version",
+			ErrNothingToResume, rev, c.cfg.Fleet, key, v.specIgnored)
+	case v.spec == nil:
+		return nil // resumed, and the spec that does not pass removed
+	}
+	st, why := v.state(v.spec.Rollout)
+	switch {
+	case st == StatePaused, st == StateAborted:
+		return nil
+	case len(v.failures()) > 0:
+		return nil // failures that use up the budget: forgiven, they free it
+	}
+	onIt := 0
+	for _, s := range v.transit {
+		if s.Revision == rev {
+			onIt++
+		}
+	}
+	if st == StateProgressing && onIt == 0 && len(v.good) >= v.live {
+		st, why = StateComplete, "every live host is good on it"
+	}
+	if why != "" {
+		why = " (" + why + ")"
+	}
+	return fmt.Errorf("%w: the rollout of %s in fleet %s is %s%s, not paused or aborted, and no failure counts against it", ErrNothingToResume, rev, c.cfg.Fleet, st, why)
 }
 
 // Hold tells the rollouts to pass host by until Unhold: it takes no slot.
@@ -329,7 +427,7 @@ func (c *Client) Hold(ctx context.Context, host, by, why string) error {
 	if err := checkName(host); err != nil {
 		return fmt.Errorf("host name %q: %w", host, err)
 	}
-	doc, _ := json.Marshal(holdDoc{By: by, Why: why, At: time.Now().UTC()})
+	doc, _ := json.Marshal(holdDoc{Schema: Schema, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
 	return c.call(ctx, func(ctx context.Context) error {
 		_, err := c.cli.Put(ctx, c.key("hold", host), string(doc))
 		return err

@@ -58,13 +58,16 @@ type Link struct {
 	singletonMu sync.Mutex
 	singles     map[string]*single
 
-	mu        sync.Mutex
-	member    *fleet.Member // nil until the fleet's name is known
-	joinErr   error         // why it is not in its fleet
-	fetched   map[string]agent.Fetched
-	slot      string // the revision whose slot this host holds
-	suspended bool
-	last      agent.HostState
+	mu      sync.Mutex
+	member  *fleet.Member // nil until the fleet's name is known
+	joinErr error         // why it is not in its fleet
+	fetched map[string]agent.Fetched
+	slot    string // the revision whose slot this host holds
+	// unreported are the revisions whose verdict is not in etcd yet: no
+	// newer slot is taken before it is (the verdict frees the old one).
+	unreported map[string]bool
+	suspended  bool
+	last       agent.HostState
 }
 
 type verdict struct {
@@ -88,7 +91,7 @@ func New(opts Options) (*Link, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &Link{opts: opts, log: opts.Log, ctx: ctx, cancel: cancel,
 		wake: make(chan struct{}, 1), armed: make(chan time.Duration, 1), verdicts: make(chan verdict, 16),
-		singles: map[string]*single{}, fetched: map[string]agent.Fetched{}}
+		singles: map[string]*single{}, fetched: map[string]agent.Fetched{}, unreported: map[string]bool{}}
 	if opts.Config.Fleet != "" {
 		if err := l.join(opts.Config.Fleet); err != nil {
 			cancel()
@@ -209,6 +212,10 @@ func (l *Link) Admit(ctx context.Context, rev string) error {
 		l.retryIn(time.Second)
 		return &WaitError{Revision: rev, Why: fmt.Sprintf("rollout of %s: %v", rev, l.joinError())}
 	}
+	if prev := l.unreportedBut(rev); prev != "" {
+		l.retryIn(time.Second) // or at once, when it is reported
+		return &WaitError{Revision: rev, Why: fmt.Sprintf("rollout of %s: reporting this host's verdict on %s to the fleet first", rev, prev)}
+	}
 	d, err := m.Admit(ctx, fleet.Revision{ID: rev, Rollout: *f.Rollout})
 	if err != nil {
 		l.retryIn(time.Second)
@@ -283,10 +290,26 @@ func (l *Link) Judged(rev string, v state.Verdict, why string) {
 	if !ok || f.Rollout == nil || !f.Changes || v != state.Good && v != state.Bad {
 		return
 	}
+	l.mu.Lock()
+	l.unreported[rev] = true
+	l.mu.Unlock()
 	select {
 	case l.verdicts <- verdict{rev: rev, why: why, good: v == state.Good}:
 	case <-l.ctx.Done():
 	}
+}
+
+// unreportedBut is a revision other than rev whose verdict is not in
+// etcd yet, or "".
+func (l *Link) unreportedBut(rev string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for r := range l.unreported {
+		if r != rev {
+			return r
+		}
+	}
+	return ""
 }
 
 // reporter sends verdicts, in order, each until etcd takes it.
@@ -322,6 +345,10 @@ func (l *Link) reporter() {
 			cancel()
 			if err == nil {
 				l.log.Info("rollout verdict reported", "revision", v.rev, "good", v.good)
+				l.mu.Lock()
+				delete(l.unreported, v.rev)
+				l.mu.Unlock()
+				l.signalWake() // a newer revision may have waited for it
 				break
 			}
 			l.log.Warn("report the verdict to the fleet; trying again", "revision", v.rev, "error", err)
@@ -421,6 +448,9 @@ func (l *Link) Info() reconcile.FleetReport {
 	r := reconcile.FleetReport{Host: l.opts.Host.Name}
 	if m := l.getMember(); m != nil {
 		r.Fleet, r.Coordinator = m.Fleet(), m.Condition()
+		for _, ig := range m.Ignored() {
+			r.Ignored = append(r.Ignored, ig.String())
+		}
 	} else if err := l.joinError(); err != nil {
 		r.Coordinator = err.Error()
 	}

@@ -3,6 +3,7 @@ package fleetagent
 import (
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,10 +12,14 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
+	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -411,5 +416,140 @@ func TestRefusedHeadIsNotConverged(t *testing.T) {
 		if st := h.status(); st.Revision != v1 {
 			t.Errorf("%s is on %s, want v1: a refused revision is never applied", h.name, st.Revision)
 		}
+	}
+}
+
+// TestNextRevisionWaitsForVerdict (issue 30, 5c): in a 3-host fleet, v3
+// arrives while the canary h1 is still judging v2. h1 judges v2 first
+// (v3 is held back, saying so); only then does it take v3, as its canary
+// (h2 and h3 are held); v3 is bad, and h1 rolls back to v2, its newest
+// good revision — not to v1, which taking v3 mid-trial left it with.
+func TestNextRevisionWaitsForVerdict(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, etcdtest.Shared(t).Endpoints(), "{maxUnavailable: 1, canary: 1, minReady: 3s, progressDeadline: 4s}")
+	v1 := f.version("v1", true, false)
+	hosts := []*host{f.start("h1"), f.start("h2"), f.start("h3")}
+	for _, h := range hosts {
+		h.good(v1, time.Minute)
+	}
+	c := f.client()
+	for _, n := range []string{"h2", "h3"} {
+		if err := c.Hold(context.Background(), n, "test", "h1 alone"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1 := hosts[0]
+	v2 := f.version("v2", true, false)
+	h1.fetch()
+	h1.waitFor(30*time.Second, "v2 applied, on trial", func() bool { return len(f.starts("v2")) == 1 && h1.status().Revision == v2 })
+	v3 := f.version("v3", false, false)
+	h1.fetch()
+	h1.waitFor(10*time.Second, "holding v3 back until v2 is judged", func() bool {
+		hb := h1.status().Agent.HeldBack
+		return hb != nil && hb.Revision == v3 && strings.Contains(hb.Error, "waits until "+v2)
+	})
+	if st := h1.status(); st.LastGood == nil || st.LastGood.Revision != v1 {
+		t.Fatalf("v2 was judged before the test could see v3 wait (minReady too short?): %+v", st.LastGood)
+	}
+	h1.good(v2, 30*time.Second)
+	h1.waitFor(time.Minute, "v3 tried, bad, and rolled back to v2", func() bool {
+		st := h1.status()
+		return len(f.starts("v3")) == 1 && st.OnRollback != nil && st.OnRollback.Head == v3 && st.Revision == v2
+	})
+	if s := f.starts("v2"); len(s) < 2 || s[len(s)-1].at < f.starts("v3")[0].at {
+		t.Errorf("h1's process does not run v2 again after v3: %v", s)
+	}
+	var ro2, ro3 fleet.RolloutStatus
+	for _, r := range f.read().Rollouts {
+		switch r.Revision {
+		case v2:
+			ro2 = r
+		case v3:
+			ro3 = r
+		}
+	}
+	if !slices.Equal(ro2.Good, []string{"h1"}) || !slices.Equal(ro3.Bad, []string{"h1"}) {
+		t.Errorf("the fleet has v2 good on %v (want h1) and v3 bad on %v (want h1)", ro2.Good, ro3.Bad)
+	}
+	if g := f.starts("v3")[0].at; g < f.starts("v2")[0].at+3 {
+		t.Errorf("v3 started %.3fs after v2, before v2's minReady (3s) could have judged it", g-f.starts("v2")[0].at)
+	}
+}
+
+// TestBadVerdictLetsWaitingRevisionIn: v3, a fix, arrives while the
+// canary h1 is judging v2; v2 turns out bad and h1 rolls back to v1. The
+// rollback holds h1 from v2, the bad revision, not from v3: v3 (newer
+// than what was bad) is taken next and is good.
+func TestBadVerdictLetsWaitingRevisionIn(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, etcdtest.Shared(t).Endpoints(), "{maxUnavailable: 1, canary: 1, minReady: 500ms, progressDeadline: 4s}")
+	v1 := f.version("v1", true, false)
+	hosts := []*host{f.start("h1"), f.start("h2"), f.start("h3")}
+	for _, h := range hosts {
+		h.good(v1, time.Minute)
+	}
+	c := f.client()
+	for _, n := range []string{"h2", "h3"} {
+		if err := c.Hold(context.Background(), n, "test", "h1 alone"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h1 := hosts[0]
+	v2 := f.version("v2", false, false)
+	h1.fetch()
+	h1.waitFor(30*time.Second, "v2 applied, on trial", func() bool { return len(f.starts("v2")) == 1 && h1.status().Revision == v2 })
+	v3 := f.version("v3", true, false)
+	h1.fetch()
+	h1.waitFor(10*time.Second, "holding v3 back until v2 is judged", func() bool {
+		hb := h1.status().Agent.HeldBack
+		return hb != nil && hb.Revision == v3 && strings.Contains(hb.Error, "waits until "+v2)
+	})
+	h1.good(v3, time.Minute)
+	if st := h1.status(); st.OnRollback != nil {
+		t.Errorf("h1 is still held by a rollback: %+v", st.OnRollback)
+	}
+	if s := f.starts("v1"); s[len(s)-1].at < f.starts("v2")[0].at {
+		t.Errorf("h1 did not roll back to v1 after v2 was bad: %v", s)
+	}
+}
+
+// TestIgnoredSpecOnHostStatus: a recorded spec that does not pass is
+// ignored, and the host's own status says so (agent.fleet.ignored), with
+// the key and why; the host goes by its own rollout: and is admitted.
+func TestIgnoredSpecOnHostStatus(t *testing.T) {
+	t.Parallel()
+	cl := etcdtest.Shared(t)
+	name := "t-ignored-spec"
+	l, err := New(Options{Config: fleet.Config{Endpoints: cl.Endpoints(), Fleet: name, RequestTimeout: 2 * time.Second},
+		Host: resource.Host{Name: "h1"}, StateDir: t.TempDir(), PresenceTTL: 2 * time.Second, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(context.Background()) })
+	rev := "main@sha1:" + strings.Repeat("e", 40)
+	ro := resource.Rollout{}
+	l.Fetched(agent.Fetched{Revision: rev, Fleet: name, Rollout: &ro, Changes: true})
+	// Written as a host of another version naming a field differently.
+	raw, err := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	key := "rollout/" + url.PathEscape(rev) + "/spec"
+	if _, err := raw.Put(context.Background(), "/cortex-sync/"+name+"/"+key, `{"revision":"`+rev+`","rollout":{"budget":3}}`); err != nil {
+		t.Fatal(err)
+	}
+	var err2 error // until the host is present
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if err2 = l.Admit(context.Background(), rev); err2 == nil {
+			break
+		}
+	}
+	if err2 != nil {
+		t.Fatalf("not admitted under the host's own rollout: %v", err2)
+	}
+	ig := l.Info().Ignored
+	if len(ig) != 1 || !strings.HasPrefix(ig[0], key+`: does not decode: json: unknown field "budget"; each host goes by the rollout: of its own fleet.yaml`) {
+		t.Fatalf("the host's status does not show the ignored spec: %q", ig)
 	}
 }

@@ -61,6 +61,9 @@ type FleetReport struct {
 	// Singletons are the singletons of the host's desired set, and who
 	// holds each ("" while unknown).
 	Singletons map[string]string `json:"singletons,omitempty"`
+	// Ignored are the records of the fleet's keys this host last read and
+	// ignored ("KEY: why"): any member can write any key.
+	Ignored []string `json:"ignored,omitempty"`
 }
 
 // Refusal is a revision refused, and why.

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -102,21 +103,69 @@ var (
 	DefaultProgressDeadline = Duration(300e9)
 )
 
-// WithDefaults fills the fields left out.
-func (r Rollout) WithDefaults() Rollout {
-	if r.MaxUnavailable == (IntOrPercent{}) {
+// MaxRolloutDuration bounds minReady and progressDeadline: a week is
+// past any rollout's patience, and keeps their sums from overflowing.
+const MaxRolloutDuration = Duration(7 * 24 * time.Hour)
+
+// RolloutProblem is what is wrong with one field of a rollout (Field as
+// written in a rollout:, e.g. "canary").
+type RolloutProblem struct {
+	Field, Msg string
+}
+
+// RolloutError lists what is wrong with a rollout.
+type RolloutError []RolloutProblem
+
+func (e RolloutError) Error() string {
+	parts := make([]string, len(e))
+	for i, p := range e {
+		parts[i] = p.Field + " " + p.Msg
+	}
+	return strings.Join(parts, "; ")
+}
+
+// Settle validates r and fills the fields left out with the defaults: the
+// one rule for a rollout, whether it comes from fleet.yaml or from the
+// copy a host recorded in etcd (which any member, of any version, may
+// have written). A RolloutError says what is wrong.
+func (r Rollout) Settle() (Rollout, error) {
+	var errs RolloutError
+	bad := func(field, msg string) { errs = append(errs, RolloutProblem{Field: field, Msg: msg}) }
+	switch mu := r.MaxUnavailable; {
+	case mu == (IntOrPercent{}):
 		r.MaxUnavailable = IntOrPercent{Value: DefaultMaxUnavailable}
+	case mu.Value < 1:
+		bad("maxUnavailable", fmt.Sprintf("must be 1 or more, not %d", mu.Value))
+	case mu.Percent && mu.Value > 100:
+		bad("maxUnavailable", fmt.Sprintf("must be a percentage of at most 100%%, not %d%%", mu.Value))
 	}
-	if r.MinReady == 0 {
-		r.MinReady = DefaultMinReady
+	if r.Canary < 0 {
+		bad("canary", "must be 0 or more")
 	}
-	if r.ProgressDeadline == 0 {
-		r.ProgressDeadline = DefaultProgressDeadline
+	for _, d := range []struct {
+		field string
+		v     *Duration
+		def   Duration
+	}{{"minReady", &r.MinReady, DefaultMinReady}, {"progressDeadline", &r.ProgressDeadline, DefaultProgressDeadline}} {
+		switch {
+		case *d.v < 0:
+			bad(d.field, "must not be negative")
+		case *d.v > MaxRolloutDuration:
+			bad(d.field, fmt.Sprintf("must be at most %s", MaxRolloutDuration.Std()))
+		case *d.v == 0:
+			*d.v = d.def
+		}
 	}
-	if r.FailureThreshold == 0 {
+	switch {
+	case r.FailureThreshold < 0:
+		bad("failureThreshold", "must be 1 or more (0 takes the default, 1)")
+	case r.FailureThreshold == 0:
 		r.FailureThreshold = DefaultFailureThreshold
 	}
-	return r
+	if len(errs) > 0 {
+		return Rollout{}, errs
+	}
+	return r, nil
 }
 
 // IntOrPercent is a count ("3") or a percentage ("10%").
@@ -279,11 +328,12 @@ func decodeFleet(root *yaml.Node) (*Fleet, error) {
 		}
 	}
 	if ro := f.Spec.Rollout; ro != nil {
-		if ro.Canary < 0 {
-			report(f.line("spec.rollout.canary"), "spec.rollout.canary", "must be 0 or more")
-		}
-		if ro.FailureThreshold < 0 {
-			report(f.line("spec.rollout.failureThreshold"), "spec.rollout.failureThreshold", "must be 1 or more (0 takes the default, 1)")
+		var re RolloutError
+		if _, err := ro.Settle(); errors.As(err, &re) {
+			for _, p := range re {
+				field := "spec.rollout." + p.Field
+				report(f.line(field), field, p.Msg)
+			}
 		}
 	}
 	if len(errs) > 0 {

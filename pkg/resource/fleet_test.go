@@ -217,3 +217,42 @@ func TestIntOrPercent(t *testing.T) {
 		}
 	}
 }
+
+// Settle is the one rule for a rollout: fleet.yaml's, and the copy a host
+// recorded in etcd (pkg/fleet reads it through Settle too).
+func TestRolloutSettle(t *testing.T) {
+	def := resource.Rollout{MaxUnavailable: resource.IntOrPercent{Value: 1}, MinReady: resource.DefaultMinReady,
+		ProgressDeadline: resource.DefaultProgressDeadline, FailureThreshold: 1}
+	for _, tt := range []struct {
+		name string
+		in   resource.Rollout
+		want resource.Rollout
+		err  string
+	}{
+		{"empty takes every default", resource.Rollout{}, def, ""},
+		{"given fields kept", resource.Rollout{Canary: 2, FailureThreshold: 3}, func() resource.Rollout { r := def; r.Canary, r.FailureThreshold = 2, 3; return r }(), ""},
+		{"zero count", resource.Rollout{MaxUnavailable: resource.IntOrPercent{Value: 0, Percent: true}}, resource.Rollout{}, "maxUnavailable must be 1 or more"},
+		{"over 100%", resource.Rollout{MaxUnavailable: resource.IntOrPercent{Value: 101, Percent: true}}, resource.Rollout{}, "maxUnavailable must be a percentage of at most 100%"},
+		{"negative", resource.Rollout{Canary: -1, FailureThreshold: -1, MinReady: -1}, resource.Rollout{},
+			"canary must be 0 or more; minReady must not be negative; failureThreshold must be 1 or more"},
+		{"too long", resource.Rollout{ProgressDeadline: resource.MaxRolloutDuration + 1}, resource.Rollout{}, "progressDeadline must be at most 168h0m0s"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.in.Settle()
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Settle() = %+v, %v; want %q", got, err, tt.err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("Settle() = %+v, %v; want %+v", got, err, tt.want)
+			}
+		})
+	}
+	// fleet.yaml goes through the same rule, at the field's line.
+	f := strings.Replace(fleetYAML, "minReady: 30s", "minReady: 200h", 1)
+	if _, err := resource.ReadFleet(fleetRepo(map[string]string{"fleet.yaml": f})); err == nil || !strings.Contains(err.Error(), "spec.rollout.minReady: must be at most 168h0m0s") {
+		t.Fatalf("ReadFleet: %v", err)
+	}
+}
