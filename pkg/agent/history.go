@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -264,6 +265,11 @@ func (a *Agent) report() *reconcile.AgentReport {
 	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
 	if l := a.address.Load(); l != nil {
 		r.Address, r.TokenFile = l.addr, l.tokenFile
+	}
+	for _, o := range a.opts.Engine.Own {
+		if abs, err := filepath.Abs(o.Path); err == nil {
+			r.Own = append(r.Own, reconcile.Own{Path: abs, What: o.What})
+		}
 	}
 	if s == nil {
 		return r

@@ -134,6 +134,9 @@ func copyOut(d *hostfs.Dir, name string, dst *hostfs.Dir, dstName string) error 
 		}
 		return exclusive(dst.NewSymlink(target, dstName))
 	case st.Mode.IsDir():
+		if err := d.EnterReserved(name); err != nil {
+			return err // the state dir by another path: never copied into itself
+		}
 		if err := dst.Mkdir(dstName, 0o700); err != nil {
 			return exclusive(err)
 		}

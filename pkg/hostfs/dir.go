@@ -49,6 +49,16 @@ func (d *Dir) refuse(op, name string, above bool) error {
 // copy cortex-sync's own state).
 func (d *Dir) Reserved(name string) error { return d.refuse("replace", name, true) }
 
+// EnterReserved is the error of walking into the directory name to copy
+// or remove what it holds when it is a directory the root reserves by
+// what it is (Root.ReserveDir), whatever path led there.
+func (d *Dir) EnterReserved(name string) error {
+	if d.root != nil && d.root.reservedDir(d.fd, name) {
+		return &fs.PathError{Op: "enter", Path: path.Join(d.path, name), Err: fmt.Errorf("%w (it is the state dir, by another path)", ErrReserved)}
+	}
+	return nil
+}
+
 // Path is the in-root path of the directory, after symlinks.
 func (d *Dir) Path() string { return d.path }
 
@@ -424,6 +434,9 @@ func (d *Dir) RemoveAll(name string) error {
 		return err
 	}
 	if st.Mode.IsDir() {
+		if err := d.EnterReserved(name); err != nil {
+			return err
+		}
 		sub, err := d.OpenDir(name)
 		if err != nil {
 			return err

@@ -33,6 +33,43 @@ type Root struct {
 	// reserved are in-root paths cortex-sync owns: nothing is written at
 	// or below one, and nothing above one is removed or replaced whole.
 	reserved []string
+	// reservedIDs are the device and inode of the directories reserved by
+	// host path: a walk that removes or copies a tree stops at one
+	// whatever path it came by (a bind mount shows it under another).
+	reservedIDs []fileID
+}
+
+// fileID names a file whatever path leads to it.
+type fileID struct{ dev, ino uint64 }
+
+// ReserveDir reserves the host directory dir (the state dir) by what it
+// is, not where: a tree walked for removal or a backup never enters it,
+// even through a bind mount that shows it at another path, or when --root
+// is a bind mount of what holds it. A dir that does not exist is skipped.
+func (r *Root) ReserveDir(dir string) {
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		r.reservedIDs = append(r.reservedIDs, fileID{uint64(st.Dev), st.Ino})
+	}
+}
+
+// reservedDir reports whether the entry name of the directory fd is a
+// directory reserved by ReserveDir.
+func (r *Root) reservedDir(fd int, name string) bool {
+	if len(r.reservedIDs) == 0 {
+		return false
+	}
+	var st unix.Stat_t
+	if lstatAt(fd, name, &st) != nil {
+		return false
+	}
+	id := fileID{uint64(st.Dev), st.Ino}
+	for _, q := range r.reservedIDs {
+		if q == id {
+			return true
+		}
+	}
+	return false
 }
 
 // Reserve adds in-root paths that no write through the root may reach:

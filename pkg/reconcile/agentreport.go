@@ -27,6 +27,10 @@ type AgentReport struct {
 	// requests need (its path, never the token): where commands run on
 	// this state dir find it.
 	TokenFile string `json:"tokenFile,omitempty"`
+	// Own are the files the agent takes its settings and trust from (its
+	// config, token, keys): every command run on this state dir reserves
+	// them too, so that no manifest a sync applies by hand rewrites them.
+	Own []Own `json:"own,omitempty"`
 	// Revision is the revision the agent converges to.
 	Revision  string `json:"revision,omitempty"`
 	Suspended bool   `json:"suspended,omitempty"`

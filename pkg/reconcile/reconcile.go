@@ -42,8 +42,8 @@ type Config struct {
 
 // Own is a host path cortex-sync owns, and what it is for errors.
 type Own struct {
-	Path string // a host path, as given (not under the root)
-	What string // "the agent's token file (--token-file)"
+	Path string `json:"path"` // a host path, as given (not under the root)
+	What string `json:"what"` // "the file of --token-file"
 }
 
 // Reserved is what cortex-sync owns under the root, as in-root paths: the
@@ -78,6 +78,13 @@ func (c Config) Reserved() []resource.Reserved {
 	add(c.StateDir, "the state dir (--state-dir)")
 	for _, o := range c.Own {
 		add(o.Path, o.What)
+	}
+	if c.StateDir != "" {
+		if r := ReadAgentReport(state.At(c.StateDir)); r != nil {
+			for _, o := range r.Own {
+				add(o.Path, o.What+" of the agent running on this state dir")
+			}
+		}
 	}
 	return out
 }
@@ -223,6 +230,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 	for _, r := range s.reserved {
 		s.Root.Reserve(r.Path)
 	}
+	s.Root.ReserveDir(cfg.StateDir)
 	snap := s.w.Snapshot()
 	absRoot, _ := filepath.Abs(cfg.Root)
 	if snap.Root != "" && snap.Root != absRoot && len(snap.Inventory) > 0 {
