@@ -290,13 +290,6 @@ func (h *Holder) Resign(ctx context.Context) error {
 	return err
 }
 
-// abandon stops renewing without revoking: what etcd sees of a holder
-// that was SIGKILLed. For tests.
-func (h *Holder) abandon() {
-	h.cancel()
-	h.wg.Wait()
-}
-
 // unknownCandidate stands for a candidate whose value is not a host name:
 // it holds its place in the election all the same.
 const unknownCandidate = "(a candidate whose record is not a host name)"

@@ -189,3 +189,10 @@ func TestSingletonFencedWrite(t *testing.T) {
 		t.Fatalf("value %q %v", v, err)
 	}
 }
+
+// abandon stops renewing without revoking: what etcd sees of a holder
+// that was SIGKILLed. For tests.
+func (h *Holder) abandon() {
+	h.cancel()
+	h.wg.Wait()
+}

@@ -77,18 +77,6 @@ func (l *listing) entries() []DirEntry {
 	return out
 }
 
-// SortPathOrder sorts entries as Git orders a tree: by name, byte by
-// byte, a directory's as if it ended in "/" ("a.txt" before "a", before
-// "a0"). A walk that visits entries in this order, each directory's
-// contents right after it, meets the files in the byte order of their
-// paths, as a tree index stores them. Entries of unknown type sort as
-// files.
-func SortPathOrder(entries []DirEntry) {
-	slices.SortFunc(entries, func(a, b DirEntry) int {
-		return ComparePathOrder(a.Name, a.Type.IsDir(), b.Name, b.Type.IsDir())
-	})
-}
-
 // ComparePathOrder compares two names of one directory in path order: a
 // directory's name as if it ended in "/".
 func ComparePathOrder(a string, aDir bool, b string, bDir bool) int {

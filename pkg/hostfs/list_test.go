@@ -147,3 +147,15 @@ func TestLstatAllocatesNothing(t *testing.T) {
 		t.Errorf("Lstat of a missing name: %v, want fs.ErrNotExist", err)
 	}
 }
+
+// SortPathOrder sorts entries as Git orders a tree: by name, byte by
+// byte, a directory's as if it ended in "/" ("a.txt" before "a", before
+// "a0"). A walk that visits entries in this order, each directory's
+// contents right after it, meets the files in the byte order of their
+// paths, as a tree index stores them. Entries of unknown type sort as
+// files.
+func SortPathOrder(entries []DirEntry) {
+	slices.SortFunc(entries, func(a, b DirEntry) int {
+		return ComparePathOrder(a.Name, a.Type.IsDir(), b.Name, b.Type.IsDir())
+	})
+}

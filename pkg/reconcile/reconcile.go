@@ -123,16 +123,6 @@ type ManifestError struct {
 	Err      error
 }
 
-// RevisionOf is the revision an error of Load refused, "" when it refused
-// none (a fetch that failed).
-func RevisionOf(err error) string {
-	var me *ManifestError
-	if errors.As(err, &me) {
-		return me.Revision
-	}
-	return ""
-}
-
 func (m *ManifestError) Error() string {
 	var p resource.Problems
 	if errors.As(m.Err, &p) {
