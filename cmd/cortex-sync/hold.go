@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -50,10 +49,7 @@ func holdRun(cmd *cobra.Command, g *globals, o *holdOptions, io streams, args []
 			return fmt.Errorf("--local holds this host only; run it on %s", host)
 		}
 		file := maintenanceFile(g)
-		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(file, []byte(o.reason+"\n"), 0o644); err != nil {
+		if err := stateDirOf(g).WriteFile(fleet.MaintenanceName, []byte(o.reason+"\n")); err != nil {
 			return fmt.Errorf("write the maintenance file: %w", err)
 		}
 		_, err := fmt.Fprintf(io.Out, "%s: in maintenance (%s): rollouts pass it by until cortex-sync release --local\n", host, file)

@@ -4,9 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 
 	"github.com/spf13/cobra"
+
+	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 )
 
 type releaseOptions struct {
@@ -37,7 +38,10 @@ next rollout step admits it under the same gates as every other host.
 func releaseRun(cmd *cobra.Command, g *globals, o *releaseOptions, io streams, args []string) error {
 	host := hostArg(g, args)
 	if o.local {
-		err := os.Remove(maintenanceFile(g))
+		_, err := stateDirOf(g).Lstat(fleet.MaintenanceName)
+		if err == nil {
+			err = stateDirOf(g).Remove(fleet.MaintenanceName)
+		}
 		if errors.Is(err, fs.ErrNotExist) {
 			_, err = fmt.Fprintf(io.Out, "%s: was not in maintenance (%s)\n", host, maintenanceFile(g))
 			return err

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -353,9 +353,11 @@ func tailOf(b []byte, n int) string {
 func (commandDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	if c.Desired == nil {
 		// Pruned: what is left of it is its log.
-		p := commandLog(env, string(c.ID))
+		// Through the state dir's door: a link planted at logs/ is never
+		// followed to remove what it leads to.
+		p := commandLogName(c.ID.Name())
 		for _, f := range []string{p, p + ".1", p + ".1.tmp"} {
-			if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := env.State.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				return c.Record, err
 			}
 		}

@@ -3,8 +3,10 @@ package fleet
 import (
 	"errors"
 	"io/fs"
-	"os"
+	"path/filepath"
 	"strings"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // MaintenanceName is the maintenance file's name in the state dir: while
@@ -13,9 +15,10 @@ import (
 const MaintenanceName = "maintenance"
 
 // Maintenance reports whether the maintenance file at path exists, and
-// its first line as the reason (": reason", or "").
+// its first line as the reason (": reason", or ""). It is read through
+// the state dir's door: a link planted there is refused, never followed.
 func Maintenance(path string) (on bool, why string, err error) {
-	data, err := os.ReadFile(path)
+	data, err := state.At(filepath.Dir(path)).ReadFile(filepath.Base(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, "", nil
 	}
