@@ -258,7 +258,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer a.close()
 	a.publishNow()
 
-	watch, err := newWatcher(a)
+	watch, err := newWatcher(a, sess.State.Sub("procs"), a.log, a.opts.Metrics.ProcessRestarted)
 	if err != nil {
 		return err
 	}

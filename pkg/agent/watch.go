@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
@@ -30,10 +32,14 @@ const settleDelay = 20 * time.Millisecond
 // watch, and for which key, is the engine's (reconcile.Watches): the
 // watcher knows no kind.
 type watcher struct {
-	a  *Agent
-	fs *fsnotify.Watcher
-	// procs is where supervisors write their status.
-	procs string
+	keys keySink
+	log  *slog.Logger
+	// restarted counts a restart a supervisor made on its own, by reason.
+	restarted func(reason RestartReason)
+	fs        *fsnotify.Watcher
+	// procs is where supervisors write their status; procsDir, its door.
+	procs    string
+	procsDir state.Dir
 
 	stop, stopped *os.File // a pipe: closing its write end ends every pidfd wait
 
@@ -48,7 +54,22 @@ type watcher struct {
 	full  bool                     // ran out of watches (said once)
 }
 
-func newWatcher(a *Agent) (*watcher, error) {
+// keySink is the key loop as the watcher sees it: where what it saw goes.
+// The watcher knows no Agent.
+type keySink interface {
+	// hint queues a key to be looked at after a settle delay.
+	hint(id resource.ID, t Trigger, after time.Duration)
+	// narrow says only the tree entry rel of a key changed; widen, all of
+	// it did.
+	narrow(id resource.ID, rel string)
+	widen(id resource.ID)
+	// rewatchOf has the keys' watches follow a parent that came to be.
+	rewatchOf(ids ...resource.ID)
+	// stateGone says the state dir's procs went (the state dir removed).
+	stateGone()
+}
+
+func newWatcher(keys keySink, procsDir state.Dir, log *slog.Logger, restarted func(reason RestartReason)) (*watcher, error) {
 	f, err := fsnotify.NewWatcher()
 	if err != nil {
 		return nil, err
@@ -58,8 +79,8 @@ func newWatcher(a *Agent) (*watcher, error) {
 		f.Close()
 		return nil, err
 	}
-	procs, _ := filepath.Abs(a.sess.State.Sub("procs").Path())
-	w := &watcher{a: a, fs: f, stop: stop, stopped: stopped, procs: procs,
+	procs, _ := filepath.Abs(procsDir.Path())
+	w := &watcher{keys: keys, log: log, restarted: restarted, fs: f, stop: stop, stopped: stopped, procs: procs, procsDir: procsDir,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
 		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}}
 	w.watchProcs()
@@ -69,7 +90,7 @@ func newWatcher(a *Agent) (*watcher, error) {
 // watchProcs watches the directory supervisors write their status in,
 // making it if need be (through the state dir's door).
 func (w *watcher) watchProcs() {
-	if h, err := w.a.sess.State.Sub("procs").Open(true); err == nil {
+	if h, err := w.procsDir.Open(true); err == nil {
 		h.Close()
 		w.fs.Add(w.procs)
 	}
@@ -164,7 +185,7 @@ func (w *watcher) watch(dir string) {
 	err := w.fs.Add(dir)
 	if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EMFILE)) && !w.full {
 		w.full = true
-		w.a.log.Warn("out of inotify watches; the periodic drift scan covers the rest (raise fs.inotify.max_user_watches)", "dir", dir)
+		w.log.Warn("out of inotify watches; the periodic drift scan covers the rest (raise fs.inotify.max_user_watches)", "dir", dir)
 	}
 }
 
@@ -178,7 +199,7 @@ func (w *watcher) run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			w.a.log.Warn("watch", "error", err)
+			w.log.Warn("watch", "error", err)
 		case ev, ok := <-w.fs.Events:
 			if !ok {
 				return
@@ -190,7 +211,7 @@ func (w *watcher) run(ctx context.Context) {
 
 func (w *watcher) event(ev fsnotify.Event) {
 	if ev.Name == w.procs && ev.Has(fsnotify.Remove) {
-		w.a.stateGone() // the state dir removed, most likely
+		w.keys.stateGone() // the state dir removed, most likely
 		return
 	}
 	dir := filepath.Dir(ev.Name)
@@ -203,7 +224,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 		}
 		w.mu.Unlock()
 		if ok {
-			w.a.hint(id, TriggerProcessExit, settleDelay)
+			w.keys.hint(id, TriggerProcessExit, settleDelay)
 		}
 		return
 	}
@@ -216,14 +237,14 @@ func (w *watcher) event(ev fsnotify.Event) {
 	var ids []resource.ID
 	if id, ok := w.paths[ev.Name]; ok {
 		ids = append(ids, id)
-		w.a.widen(id)
+		w.keys.widen(id)
 	}
 	if id, ok := w.trees[dir]; ok {
 		ids = append(ids, id)
 		if rel, err := filepath.Rel(w.tops[id], ev.Name); err == nil && !strings.HasPrefix(rel, "..") {
-			w.a.narrow(id, filepath.ToSlash(rel))
+			w.keys.narrow(id, filepath.ToSlash(rel))
 		} else {
-			w.a.widen(id)
+			w.keys.widen(id)
 		}
 	}
 	if fi, err := os.Lstat(ev.Name); err == nil && fi.IsDir() && ev.Has(fsnotify.Create) {
@@ -233,13 +254,13 @@ func (w *watcher) event(ev fsnotify.Event) {
 			// A parent of managed paths came to be: the keys watching
 			// through its parent watch it instead, once things settle,
 			// and are looked at (what they manage may have come with it).
-			w.a.rewatchOf(w.dirs[dir]...)
+			w.keys.rewatchOf(w.dirs[dir]...)
 			ids = append(ids, w.dirs[dir]...)
 		}
 	}
 	w.mu.Unlock()
 	for _, id := range ids {
-		w.a.hint(id, TriggerDrift, settleDelay)
+		w.keys.hint(id, TriggerDrift, settleDelay)
 	}
 }
 
@@ -261,7 +282,7 @@ func (w *watcher) countRestarts(id resource.ID, file string) {
 		reason = RestartLiveness
 	}
 	for range st.Restarts - seen {
-		w.a.opts.Metrics.ProcessRestarted(reason)
+		w.restarted(reason)
 	}
 }
 
@@ -303,5 +324,5 @@ func (w *watcher) await(id resource.ID, pid, fd int) {
 		delete(w.shims, id)
 	}
 	w.mu.Unlock()
-	w.a.hint(id, TriggerProcessExit, 0)
+	w.keys.hint(id, TriggerProcessExit, 0)
 }
