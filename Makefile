@@ -31,13 +31,14 @@ race: check-tools
 # and 2,000 Files, first sync and update, and a Process), and the agent
 # while it applies the same updates; then 12 generations of the Directory,
 # each applied by a killed sync (and by a killed agent): nothing torn or
-# lost, nothing left over, the next sync (or restarted agent) converges.
-# About an hour; CRASH_FLAGS narrows it, e.g.
+# lost, nothing left over, the next sync (or restarted agent) converges;
+# and every caller of a revision's life killed at each of its steps
+# (TestCrashRevisionSteps, a build with -tags crash). About an hour; CRASH_FLAGS narrows it, e.g.
 # CRASH_FLAGS='-crash.kills=3 -crash.files=200 -crash.dirfiles=1000'.
 CRASH_FLAGS ?=
 test-crash:
 	@mkdir -p bin; rc=0; $(GO) test -tags crash -count=1 -timeout 3h -v ./internal/crashtest $(CRASH_FLAGS) > bin/test-crash.log 2>&1 || rc=$$?; \
-	grep -E '^ *(--- |ok|FAIL|PASS)|(crash|agent_crash|harness)_test.go' bin/test-crash.log; \
+	grep -E '^ *(--- |ok|FAIL|PASS)|(crash|agent_crash|life_crash|harness)_test.go' bin/test-crash.log; \
 	[ $$rc -eq 0 ] || { tail -40 bin/test-crash.log; echo "full log: bin/test-crash.log"; }; exit $$rc
 
 # Disk full, read-only, permission denied, layout and Git server faults:

@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	bin = filepath.Join(dir, "cortex-sync")
-	build := exec.Command("go", "build", "-o", bin, "github.com/cortex-sync/cortex-sync/cmd/cortex-sync")
+	// -tags crash: the kill points of a revision's life (CORTEX_SYNC_KILL_AT).
+	build := exec.Command("go", "build", "-tags", "crash", "-o", bin, "github.com/cortex-sync/cortex-sync/cmd/cortex-sync")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build cortex-sync:", err)

@@ -154,6 +154,7 @@ func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bo
 	// the revision on trial from the first moment, and a kill before the
 	// verdict finds it pending.
 	l.save(ctx, "save the revision on trial", rev)
+	killPoint("trial-saved")
 	o.Phase, o.Since, o.Trial = PhaseOnTrial, t.Start, t
 	return o
 }
@@ -200,12 +201,14 @@ func (l *Life) Verdict(ctx context.Context, t *Trial, j Judgement) Outcome {
 			o.Why = fmt.Errorf("%w; the last good revision %s cannot be loaded (%w), so the host stays on it: cortex-sync rollback tries again", bad, prev, err)
 			break
 		}
+		killPoint("verdict-loaded")
 		r := Rollback{To: prev, From: t.Revision, Head: t.Revision, Reason: j.Why()}
 		if err := s.RecordRollback(ctx, r, j.At); err != nil {
 			to.Close()
 			o.Why = fmt.Errorf("%w; the rollback to %s could not be recorded (%w), so the host stays on it", bad, prev, err)
 			return o
 		}
+		killPoint("verdict-recorded")
 		s.SetDesired(to)
 		o.Phase, o.To, o.Desired = PhaseRolledBack, prev, to
 		return o
@@ -229,6 +232,7 @@ func (l *Life) Rollback(ctx context.Context, to, head string, now time.Time) (Ou
 	if err != nil {
 		return Outcome{}, err
 	}
+	killPoint("rollback-loaded")
 	from := s.View().Revision
 	if cur := s.Desired(); cur != nil {
 		from = cur.Revision()
@@ -237,6 +241,7 @@ func (l *Life) Rollback(ctx context.Context, to, head string, now time.Time) (Ou
 		d.Close()
 		return Outcome{}, err
 	}
+	killPoint("rollback-recorded")
 	o := Outcome{Phase: PhaseRolledBack, Revision: from, To: rev, Since: now}
 	if cur := s.Desired(); cur != nil && cur.Revision() == rev {
 		d.Close() // on it already: held there
