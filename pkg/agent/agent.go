@@ -117,36 +117,44 @@ func (o *Options) policy() reconcile.Policy {
 // Agent is the continuous reconciliation loop: it polls the source, keeps
 // resource IDs on a rate-limited work queue, and converges each through
 // the engine (reconcile.Session.Converge), which decides everything; the
-// agent maps what it says to queue verbs, metrics and status.
+// agent maps what it says to queue verbs, metrics and status. It is split
+// by what it does, each part owning its fields under its own lock: the
+// revision loop (fetch, admit, trial: revs), the key loop (queue, hints,
+// scopes: keys), the report (pub) and the watch on the state dir
+// (stateDir). A reader of two parts takes one lock after the other, never
+// both at once.
 type Agent struct {
 	opts  Options
 	log   *slog.Logger
-	queue workqueue.TypedRateLimitingInterface[resource.ID]
+	fight *FightDetector
+	ready chan struct{} // closed once the session is open
+	// sess is set before ready is closed, then never again.
+	sess *reconcile.Session
+	// bg are refreshes and trial looks beside the loops, waited for
+	// before closing.
+	bg sync.WaitGroup
+
+	revs     revisionLoop
+	keys     keyLoop
+	pub      reporter
+	stateDir stateWatch
+}
+
+// revisionLoop is the poll loop's: what it fetches, admits and tries. Its
+// channels are fixed at New; mu guards the rest.
+type revisionLoop struct {
 	fetch chan Trigger // a fetch and full pass now
 	// do runs work on the poll loop, which fetches and adopts revisions:
 	// verdicts, rollbacks, retries.
 	do   chan func(context.Context)
 	quit chan struct{} // closed when the poll loop ends
 	poke chan struct{} // look at the revision on trial now
-	// stateCheck asks for a look at the state dir (its procs went);
-	// stateLost: the writer found state.json gone and saved it again.
-	stateCheck chan struct{}
-	stateLost  atomic.Bool
-	// foreign: another cortex-sync saved the snapshot; it may have applied
-	// a newer revision than the agent's, so nothing more is applied until
-	// the source is fetched again (reloads counts those saves).
-	foreign atomic.Bool
-	reloads atomic.Int64
-	address atomic.Pointer[listening] // where the API listens, for the report
-	fight   *FightDetector
-	ready   chan struct{} // closed once the session is open
+	// fleetPoke has the host's state handed to the coordinator soon.
+	fleetPoke chan struct{}
+	life      *reconcile.Life // the revisions of the session, set with it
 
-	sess *reconcile.Session // set before ready is closed, then never again
-	life *reconcile.Life    // the revisions of sess
-
-	mu       sync.Mutex           // guards what follows
-	retired  []*reconcile.Desired // closed when no key is in flight
-	fetchErr error                // the last fetch or validation failure
+	mu       sync.Mutex
+	fetchErr error // the last fetch or validation failure
 	// refused is the newest revision, when it was refused (invalid).
 	refused   *reconcile.Refusal
 	fetchTime time.Time // the last successful fetch
@@ -157,10 +165,9 @@ type Agent struct {
 	// headSeen is when head was first fetched; rollouts are the rollout:
 	// of the revisions fetched lately (fleet.go); waiting is a revision the
 	// fleet did not admit yet, asked for again when it wakes the agent.
-	headSeen  time.Time
-	rollouts  map[string]*resource.Rollout
-	waiting   *reconcile.Desired
-	fleetPoke chan struct{}
+	headSeen time.Time
+	rollouts map[string]*resource.Rollout
+	waiting  *reconcile.Desired
 	// trial is the revision on trial, and trialStop ends its look.
 	trial     *reconcile.Trial
 	trialStop context.CancelFunc
@@ -169,7 +176,18 @@ type Agent struct {
 	// followFails counts the failures in a row to load the revision a
 	// rollback holds the host on.
 	followFails int
-	started     bool // the first reconcile is done
+}
+
+// keyLoop is the workers': the queue of keys and what each one is owed.
+type keyLoop struct {
+	queue workqueue.TypedRateLimitingInterface[resource.ID]
+	// inflight counts keys a worker took off the queue and has not
+	// finished: the queue's length leaves them out.
+	inflight atomic.Int32
+
+	mu      sync.Mutex
+	retired []*reconcile.Desired // closed when no key is in flight
+	started bool                 // the first reconcile is done
 	// firstPass holds the keys of the first revision not yet reconciled
 	// once: the first reconcile is done when it empties (or when the
 	// queue settles), however busy the queue stays with other work.
@@ -185,16 +203,31 @@ type Agent struct {
 	watch      *watcher
 	rewatch    []resource.ID // made paths (an apply, a parent came to be): their watches follow
 	history    []Reconcile
-	since      time.Time   // when Run started
+}
+
+// reporter writes the agent's report (agent.json) as things change.
+type reporter struct {
+	address atomic.Pointer[listening] // where the API listens, for the report
+	since   time.Time                 // when Run started
+
+	mu         sync.Mutex
 	publishing *time.Timer // a report to write soon
 	// unpublished: the agent stops and its report is gone for good.
 	unpublished bool
 	wpub        sync.Mutex // one write of the report at a time
+}
 
-	// inflight counts keys a worker took off the queue and has not
-	// finished: the queue's length leaves them out.
-	inflight atomic.Int32
-	bg       sync.WaitGroup // such refreshes, waited for before closing
+// stateWatch is what the agent knows of its state dir beside the writer.
+type stateWatch struct {
+	// check asks for a look at the state dir (its procs went); lost: the
+	// writer found state.json gone and saved it again.
+	stateCheck chan struct{}
+	stateLost  atomic.Bool
+	// foreign: another cortex-sync saved the snapshot; it may have applied
+	// a newer revision than the agent's, so nothing more is applied until
+	// the source is fetched again (reloads counts those saves).
+	foreign atomic.Bool
+	reloads atomic.Int64
 }
 
 // New makes an agent; Run starts it.
@@ -203,22 +236,26 @@ func New(opts Options) *Agent {
 	limiter := workqueue.NewTypedItemExponentialFailureRateLimiter[resource.ID](opts.RetryBase, opts.RetryMax)
 	cfg := workqueue.TypedRateLimitingQueueConfig[resource.ID]{Name: "resources", MetricsProvider: opts.Metrics.Workqueue}
 	return &Agent{
-		opts:       opts,
-		log:        opts.Log,
-		queue:      workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
-		fetch:      make(chan Trigger, 1),
-		do:         make(chan func(context.Context), 4),
-		quit:       make(chan struct{}),
-		poke:       make(chan struct{}, 1),
-		stateCheck: make(chan struct{}, 1),
-		fight:      NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
-		ready:      make(chan struct{}),
-		hints:      map[resource.ID]hintOf{},
-		unobserved: map[resource.ID]error{},
-		scopes:     map[resource.ID]*scopeOf{},
-		held:       map[resource.ID]diff.Outcome{},
-		rollouts:   map[string]*resource.Rollout{},
-		fleetPoke:  make(chan struct{}, 1),
+		opts:  opts,
+		log:   opts.Log,
+		fight: NewFightDetector(FightOptions{Threshold: opts.FightThreshold, Window: opts.FightWindow, Settle: opts.FightSettle}),
+		ready: make(chan struct{}),
+		revs: revisionLoop{
+			fetch:     make(chan Trigger, 1),
+			do:        make(chan func(context.Context), 4),
+			quit:      make(chan struct{}),
+			poke:      make(chan struct{}, 1),
+			fleetPoke: make(chan struct{}, 1),
+			rollouts:  map[string]*resource.Rollout{},
+		},
+		keys: keyLoop{
+			queue:      workqueue.NewTypedRateLimitingQueueWithConfig(limiter, cfg),
+			hints:      map[resource.ID]hintOf{},
+			unobserved: map[resource.ID]error{},
+			scopes:     map[resource.ID]*scopeOf{},
+			held:       map[resource.ID]diff.Outcome{},
+		},
+		stateDir: stateWatch{stateCheck: make(chan struct{}, 1)},
 	}
 }
 
@@ -243,16 +280,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		a.opts.Fleet.Suspended(a.opts.Suspend)
 	}
 	w := sess.Writer()
-	w.Busy = func() bool { return a.queue.Len() > 0 }
+	w.Busy = func() bool { return a.keys.queue.Len() > 0 }
 	w.Reloaded = func(*state.Snapshot) {
-		a.reloads.Add(1)
-		a.foreign.Store(true)
+		a.stateDir.reloads.Add(1)
+		a.stateDir.foreign.Store(true)
 		a.Reconcile(TriggerRevision) // fetched again, then everything requeued
 	}
-	w.Lost = func() { a.stateLost.Store(true); a.stateGone() }
+	w.Lost = func() { a.stateDir.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
-	a.life = sess.Life(a.opts.Source, a.opts.Engine.Manifests())
-	a.since = time.Now().UTC().Truncate(time.Second)
+	a.revs.life = sess.Life(a.opts.Source, a.opts.Engine.Manifests())
+	a.pub.since = time.Now().UTC().Truncate(time.Second)
 	a.gaugeRolledBack()
 	close(a.ready)
 	defer a.close()
@@ -263,9 +300,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer watch.close()
-	a.mu.Lock()
-	a.watch = watch
-	a.mu.Unlock()
+	a.keys.mu.Lock()
+	a.keys.watch = watch
+	a.keys.mu.Unlock()
 
 	var wg sync.WaitGroup
 	for range a.opts.Engine.Concurrency {
@@ -284,10 +321,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	// What is in flight is finished (an apply cut short would leave the
 	// host half updated), for as long as drainFor; what is still queued
 	// waits for the next start, which plans everything again.
-	a.log.Info("stopping: finishing what is in flight", "in_flight", a.inflight.Load(), "queued", a.queue.Len())
+	a.log.Info("stopping: finishing what is in flight", "in_flight", a.keys.inflight.Load(), "queued", a.keys.queue.Len())
 	drained := make(chan struct{})
 	go func() {
-		a.queue.ShutDownWithDrain()
+		a.keys.queue.ShutDownWithDrain()
 		wg.Wait()
 		a.bg.Wait()
 		close(drained)
@@ -314,17 +351,15 @@ const (
 )
 
 func (a *Agent) close() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if d := a.sess.Desired(); d != nil {
 		d.Close()
 	}
-	for _, d := range a.retired {
+	a.keys.mu.Lock()
+	for _, d := range a.keys.retired {
 		d.Close()
 	}
-	if a.waiting != nil {
-		a.waiting.Close()
-	}
+	a.keys.mu.Unlock()
+	a.dropWaiting()
 	a.sess.Close()
 }
 
@@ -344,7 +379,7 @@ func (a *Agent) session() *reconcile.Session {
 // rest of the host.
 func (a *Agent) Reconcile(t Trigger) {
 	select {
-	case a.fetch <- t:
+	case a.revs.fetch <- t:
 	default: // one is already pending
 	}
 }
@@ -357,7 +392,7 @@ type listening struct{ addr, tokenFile string }
 // both (the file, never the token), so that a command run on the state
 // dir reaches this agent, not the default address, with its token.
 func (a *Agent) Listening(addr, tokenFile string) {
-	a.address.Store(&listening{addr: addr, tokenFile: tokenFile})
+	a.pub.address.Store(&listening{addr: addr, tokenFile: tokenFile})
 	if a.session() != nil {
 		a.publishNow()
 	}
@@ -381,18 +416,21 @@ func (a *Agent) setSuspended(v bool) {
 // Ready reports whether the first reconcile is done and the source is not
 // failing, and why not.
 func (a *Agent) Ready() (bool, string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.revs.mu.Lock()
+	refused, fetchErr := a.revs.refused, a.revs.fetchErr
+	a.revs.mu.Unlock()
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
 	switch {
-	case a.refused != nil:
-		return false, "revision " + a.refused.Revision + " refused: " + a.refused.Error
-	case a.fetchErr != nil:
-		return false, "source failing: " + a.fetchErr.Error()
-	case len(a.unobserved) > 0:
-		for id, err := range a.unobserved {
+	case refused != nil:
+		return false, "revision " + refused.Revision + " refused: " + refused.Error
+	case fetchErr != nil:
+		return false, "source failing: " + fetchErr.Error()
+	case len(a.keys.unobserved) > 0:
+		for id, err := range a.keys.unobserved {
 			return false, fmt.Sprintf("cannot observe %s: %v", id, err) // one is named; status lists all
 		}
-	case !a.started:
+	case !a.keys.started:
 		return false, "the first reconcile is not done"
 	}
 	return true, ""
@@ -401,7 +439,7 @@ func (a *Agent) Ready() (bool, string) {
 // poll fetches the source on its interval (and when asked), and scans for
 // drift on the drift interval.
 func (a *Agent) poll(ctx context.Context, w *watcher) {
-	defer close(a.quit)
+	defer close(a.revs.quit)
 	a.refresh(ctx, TriggerRevision, w)
 	schedule := NewSchedule(a.opts.Interval)
 	next := time.NewTimer(schedule.Next())
@@ -412,9 +450,9 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 		select {
 		case <-ctx.Done():
 			return
-		case t := <-a.fetch:
+		case t := <-a.revs.fetch:
 			a.refresh(ctx, t, w)
-		case f := <-a.do:
+		case f := <-a.revs.do:
 			f(ctx)
 		case <-next.C:
 			a.refresh(ctx, TriggerInterval, w)
@@ -430,12 +468,12 @@ func (a *Agent) poll(ctx context.Context, w *watcher) {
 // changes nothing: the revision the host is on goes on being healed.
 func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	start := time.Now()
-	if a.foreign.Load() {
-		gen := a.reloads.Load()
+	if a.stateDir.foreign.Load() {
+		gen := a.stateDir.reloads.Load()
 		defer func() {
 			// This fetch came after the foreign save (none since): what the
 			// agent applies is the source's again, whatever that save did.
-			if a.reloads.Load() == gen && a.foreign.CompareAndSwap(true, false) {
+			if a.stateDir.reloads.Load() == gen && a.stateDir.foreign.CompareAndSwap(true, false) {
 				a.requeueAll()
 			}
 		}()
@@ -449,19 +487,19 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
-	a.mu.Lock()
-	refused := a.refused != nil
-	a.fetchErr, a.refused, a.fetchTime = nil, nil, time.Now()
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	refused := a.revs.refused != nil
+	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime = nil, nil, time.Now()
+	a.revs.mu.Unlock()
 	if refused {
 		a.publishNow()
 	}
 	old := a.sess.Desired()
 	a.dropWaiting() // this fetch's revision is asked for anew
 	if old != nil && d.Revision() != "" && d.Revision() == old.Revision() {
-		a.mu.Lock()
-		a.head = d.Revision()
-		a.mu.Unlock()
+		a.revs.mu.Lock()
+		a.revs.head = d.Revision()
+		a.revs.mu.Unlock()
 		d.Close()
 		a.unpin(d.Revision())
 		if t == TriggerManual {
@@ -473,9 +511,9 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	if a.opts.Fleet != nil {
 		pre = a.fetched(d, old)
 	}
-	a.mu.Lock()
-	a.head = d.Revision()
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	a.revs.head = d.Revision()
+	a.revs.mu.Unlock()
 	trigger := t
 	if old != nil && t == TriggerInterval {
 		trigger = TriggerRevision
@@ -496,7 +534,7 @@ func (a *Agent) offer(ctx context.Context, d *reconcile.Desired, trigger Trigger
 		pre = &changes{}
 		pre.keys, pre.scopes = a.sess.Changed(old, d)
 	}
-	out := a.life.Offer(ctx, d, pre.keys, true, start)
+	out := a.revs.life.Offer(ctx, d, pre.keys, true, start)
 	if out.Phase == reconcile.PhaseHeld {
 		if !a.holdWaiting(d, reconcile.Admission{Stay: out.Why, Pin: out.To}) {
 			d.Close()
@@ -504,10 +542,10 @@ func (a *Agent) offer(ctx context.Context, d *reconcile.Desired, trigger Trigger
 		a.stay(ctx, trigger, out, old, w)
 		return false
 	}
-	a.mu.Lock()
-	held := a.heldBack != nil
-	a.heldBack = nil
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	held := a.revs.heldBack != nil
+	a.revs.heldBack = nil
+	a.revs.mu.Unlock()
 	if held {
 		a.publishNow()
 	}
@@ -527,17 +565,17 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 	if a.opts.Fleet != nil {
 		a.opts.Fleet.Singletons(singletons(d))
 	}
-	a.mu.Lock()
+	a.keys.mu.Lock()
 	if old != nil {
-		a.retired = append(a.retired, old)
+		a.keys.retired = append(a.keys.retired, old)
 	}
-	if !a.started && a.firstPass == nil {
-		a.firstPass = make(map[resource.ID]struct{}, len(keys))
+	if !a.keys.started && a.keys.firstPass == nil {
+		a.keys.firstPass = make(map[resource.ID]struct{}, len(keys))
 		for _, id := range keys {
-			a.firstPass[id] = struct{}{}
+			a.keys.firstPass[id] = struct{}{}
 		}
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	if err := a.sess.PruneHold(); err != nil {
 		a.log.Warn("not pruning", "reason", err)
 	}
@@ -553,7 +591,7 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 			for _, p := range paths {
 				a.narrow(id, p) // what the commit changed in the tree, alone
 			}
-			a.queue.Add(id)
+			a.keys.queue.Add(id)
 			continue
 		}
 		a.enqueue(id)
@@ -577,22 +615,22 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 // host stays on the revision it has.
 func (a *Agent) refuse(err error) {
 	defer a.publishNow()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.revs.mu.Lock()
+	defer a.revs.mu.Unlock()
 	var me *reconcile.ManifestError
 	if errors.As(err, &me) {
 		rev := me.Revision
 		if rev == "" {
 			rev = "the source's newest"
 		}
-		if a.refused == nil || a.refused.Revision != rev || a.refused.Error != err.Error() {
-			a.refused = &reconcile.Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
+		if a.revs.refused == nil || a.revs.refused.Revision != rev || a.revs.refused.Error != err.Error() {
+			a.revs.refused = &reconcile.Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
 			a.log.Error("revision refused; the host stays on the revision it has", "revision", rev, "error", err)
 		}
-		a.fetchErr = nil
+		a.revs.fetchErr = nil
 		return
 	}
-	a.fetchErr = err
+	a.revs.fetchErr = err
 	a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
 }
 
@@ -604,12 +642,12 @@ func (a *Agent) scan(ctx context.Context, t Trigger) {
 		return
 	}
 	due, problems := a.sess.Scan(ctx)
-	a.mu.Lock()
-	a.unobserved = map[resource.ID]error{}
+	a.keys.mu.Lock()
+	a.keys.unobserved = map[resource.ID]error{}
 	for _, c := range problems {
-		a.unobserved[c.ID] = c.Err
+		a.keys.unobserved[c.ID] = c.Err
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	for _, c := range problems {
 		a.log.Error("cannot observe", "resource", c.ID, "error", c.Err)
 		a.opts.Metrics.ObserveError(c.Kind)

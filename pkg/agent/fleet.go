@@ -86,7 +86,7 @@ func (a *Agent) pokeFleet() {
 		return
 	}
 	select {
-	case a.fleetPoke <- struct{}{}:
+	case a.revs.fleetPoke <- struct{}{}:
 	default:
 	}
 }
@@ -106,7 +106,7 @@ func (a *Agent) fleetLoop(ctx context.Context) {
 		case <-f.Wake():
 			a.exec(ctx, a.readmit)
 			continue
-		case <-a.fleetPoke:
+		case <-a.revs.fleetPoke:
 		case <-tick.C:
 		}
 		f.Report(a.hostState(ctx))
@@ -128,20 +128,22 @@ func (a *Agent) hostState(ctx context.Context) HostState {
 	if view.LastGood != nil {
 		hs.LastGood = view.LastGood.Revision
 	}
-	a.mu.Lock()
-	hs.Head, hs.HeadSeen = a.head, a.headSeen
-	busy := a.episode != nil || len(a.held) > 0 || len(a.unobserved) > 0
+	a.keys.mu.Lock()
+	busy := a.keys.episode != nil || len(a.keys.held) > 0 || len(a.keys.unobserved) > 0
+	a.keys.mu.Unlock()
+	a.revs.mu.Lock()
+	hs.Head, hs.HeadSeen = a.revs.head, a.revs.headSeen
 	switch {
-	case a.refused != nil:
-		hs.LastError = "revision " + a.refused.Revision + " refused: " + a.refused.Error
+	case a.revs.refused != nil:
+		hs.LastError = "revision " + a.revs.refused.Revision + " refused: " + a.revs.refused.Error
 		// The source's newest is the revision refused: the fleet is not on
 		// its head while every host refuses it.
-		hs.Head, hs.HeadSeen = a.refused.Revision, a.refused.Since
-	case a.fetchErr != nil:
-		hs.LastError = "source failing: " + a.fetchErr.Error()
+		hs.Head, hs.HeadSeen = a.revs.refused.Revision, a.revs.refused.Since
+	case a.revs.fetchErr != nil:
+		hs.LastError = "source failing: " + a.revs.fetchErr.Error()
 	}
-	a.mu.Unlock()
-	if busy || a.queue.Len() > 0 || a.inflight.Load() > 0 || d == nil || d.Revision() != view.Revision {
+	a.revs.mu.Unlock()
+	if busy || a.keys.queue.Len() > 0 || a.keys.inflight.Load() > 0 || d == nil || d.Revision() != view.Revision {
 		hs.Sync = health.OutOfSync
 	}
 	if at := view.LastAttempt; hs.LastError == "" && at != nil && len(at.Failed) > 0 {
@@ -179,18 +181,18 @@ func (a *Agent) fetched(d, old *reconcile.Desired) *changes {
 			}
 		}
 	}
-	a.mu.Lock()
-	if a.head != d.Revision() || a.headSeen.IsZero() {
-		a.headSeen = time.Now().UTC()
+	a.revs.mu.Lock()
+	if a.revs.head != d.Revision() || a.revs.headSeen.IsZero() {
+		a.revs.headSeen = time.Now().UTC()
 	}
-	f.Seen = a.headSeen
-	a.rollouts[d.Revision()] = f.Rollout
-	for rev := range a.rollouts {
-		if len(a.rollouts) > 8 && rev != d.Revision() && (old == nil || rev != old.Revision()) {
-			delete(a.rollouts, rev) // only the newest few are ever tried
+	f.Seen = a.revs.headSeen
+	a.revs.rollouts[d.Revision()] = f.Rollout
+	for rev := range a.revs.rollouts {
+		if len(a.revs.rollouts) > 8 && rev != d.Revision() && (old == nil || rev != old.Revision()) {
+			delete(a.revs.rollouts, rev) // only the newest few are ever tried
 		}
 	}
-	a.mu.Unlock()
+	a.revs.mu.Unlock()
 	a.opts.Fleet.Fetched(f)
 	return c
 }
@@ -209,9 +211,9 @@ func (a *Agent) trialPolicy(t *reconcile.Trial) {
 	if a.opts.Fleet == nil {
 		return
 	}
-	a.mu.Lock()
-	ro := a.rollouts[t.Revision]
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	ro := a.revs.rollouts[t.Revision]
+	a.revs.mu.Unlock()
 	if ro != nil {
 		t.MinReady, t.ProgressDeadline = ro.MinReady.Std(), ro.ProgressDeadline.Std()
 	}
@@ -231,10 +233,10 @@ type judgeFirst struct{ a *Agent }
 
 func (g judgeFirst) Admit(_ context.Context, rev string) error {
 	a := g.a
-	a.mu.Lock()
-	t := a.trial
-	gated := t != nil && a.rollouts[t.Revision] != nil
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	t := a.revs.trial
+	gated := t != nil && a.revs.rollouts[t.Revision] != nil
+	a.revs.mu.Unlock()
 	if !gated || t.Revision == rev {
 		return nil
 	}
@@ -251,10 +253,10 @@ func (a *Agent) holdWaiting(d *reconcile.Desired, adm reconcile.Admission) bool 
 	if a.opts.Fleet == nil || adm.Pin != "" || errors.Is(adm.Stay, reconcile.ErrRevisionRefused) || errors.Is(adm.Stay, reconcile.ErrRevisionHeld) {
 		return false
 	}
-	a.mu.Lock()
-	old := a.waiting
-	a.waiting = d
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	old := a.revs.waiting
+	a.revs.waiting = d
+	a.revs.mu.Unlock()
 	if old != nil && old != d {
 		old.Close()
 	}
@@ -263,10 +265,10 @@ func (a *Agent) holdWaiting(d *reconcile.Desired, adm reconcile.Admission) bool 
 
 // dropWaiting forgets the revision held back: a fetch brings another.
 func (a *Agent) dropWaiting() {
-	a.mu.Lock()
-	d := a.waiting
-	a.waiting = nil
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	d := a.revs.waiting
+	a.revs.waiting = nil
+	a.revs.mu.Unlock()
 	if d != nil {
 		d.Close()
 	}
@@ -275,10 +277,10 @@ func (a *Agent) dropWaiting() {
 // readmit asks again for the revision held back, on the poll loop: the
 // coordinator said the rollout moved.
 func (a *Agent) readmit(ctx context.Context) {
-	a.mu.Lock()
-	d := a.waiting
-	a.waiting = nil
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	d := a.revs.waiting
+	a.revs.waiting = nil
+	a.revs.mu.Unlock()
 	if d == nil {
 		return
 	}

@@ -42,10 +42,10 @@ const historyLen = 20
 // begin opens a reconcile, unless one is running: then the new trigger is
 // part of it.
 func (a *Agent) begin(t Trigger, revision string, start time.Time) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.episode == nil {
-		a.episode = &Reconcile{Trigger: t, Revision: revision, Start: start}
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	if a.keys.episode == nil {
+		a.keys.episode = &Reconcile{Trigger: t, Revision: revision, Start: start}
 	}
 }
 
@@ -55,15 +55,15 @@ func (a *Agent) hint(id resource.ID, t Trigger, delay time.Duration) {
 	if t == TriggerDrift {
 		a.fight.Disturbed(string(id))
 	}
-	a.mu.Lock()
-	if _, ok := a.hints[id]; !ok {
-		a.hints[id] = hintOf{t, time.Now()}
+	a.keys.mu.Lock()
+	if _, ok := a.keys.hints[id]; !ok {
+		a.keys.hints[id] = hintOf{t, time.Now()}
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	if delay > 0 {
-		a.queue.AddAfter(id, delay)
+		a.keys.queue.AddAfter(id, delay)
 	} else {
-		a.queue.Add(id)
+		a.keys.queue.Add(id)
 	}
 }
 
@@ -76,13 +76,13 @@ type hintOf struct {
 // seen opens a reconcile for a key found pending, dated from when what it
 // answers was seen, and returns that: a convergence is timed from it.
 func (a *Agent) seen(id resource.ID, revision string) hintOf {
-	a.mu.Lock()
-	h, ok := a.hints[id]
-	delete(a.hints, id)
-	if !ok && a.episode != nil {
-		h, ok = hintOf{a.episode.Trigger, a.episode.Start}, true // queued by the running reconcile
+	a.keys.mu.Lock()
+	h, ok := a.keys.hints[id]
+	delete(a.keys.hints, id)
+	if !ok && a.keys.episode != nil {
+		h, ok = hintOf{a.keys.episode.Trigger, a.keys.episode.Start}, true // queued by the running reconcile
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	if !ok {
 		h = hintOf{TriggerDrift, time.Now()}
 	}
@@ -92,25 +92,25 @@ func (a *Agent) seen(id resource.ID, revision string) hintOf {
 
 // unhint forgets why a key was queued: it was found in sync.
 func (a *Agent) unhint(id resource.ID) {
-	a.mu.Lock()
-	delete(a.hints, id)
-	a.mu.Unlock()
+	a.keys.mu.Lock()
+	delete(a.keys.hints, id)
+	a.keys.mu.Unlock()
 }
 
 // note counts changes and errors into the running reconcile.
 func (a *Agent) note(changes, errs int) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.episode != nil {
-		a.episode.Changes += changes
-		a.episode.Errors += errs
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	if a.keys.episode != nil {
+		a.keys.episode.Changes += changes
+		a.keys.episode.Errors += errs
 	}
 }
 
 // settle closes the running reconcile when nothing is left to do: the
 // queue is empty and no key is in flight or waiting.
 func (a *Agent) settle() {
-	if a.queue.Len() > 0 || a.inflight.Load() > 0 {
+	if a.keys.queue.Len() > 0 || a.keys.inflight.Load() > 0 {
 		return
 	}
 	s := a.session()
@@ -119,35 +119,35 @@ func (a *Agent) settle() {
 	}
 	a.lookNow() // the revision on trial may be good, or bad, now
 	busy := !s.Writer().Idle()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !busy && len(a.rewatch) > 0 && a.watch != nil {
-		ids, w := a.rewatch, a.watch
-		a.rewatch = nil
-		a.mu.Unlock()
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	if !busy && len(a.keys.rewatch) > 0 && a.keys.watch != nil {
+		ids, w := a.keys.rewatch, a.keys.watch
+		a.keys.rewatch = nil
+		a.keys.mu.Unlock()
 		w.update(ids, s.WatchesOf(ids))
-		a.mu.Lock()
+		a.keys.mu.Lock()
 	}
-	e := a.episode
+	e := a.keys.episode
 	if busy || e == nil {
 		return
 	}
 	e.Duration = time.Since(e.Start)
-	a.episode = nil
-	a.started = true
+	a.keys.episode = nil
+	a.keys.started = true
 	if e.Changes+e.Errors == 0 && (e.Trigger == TriggerDrift || e.Trigger == TriggerProcessExit) {
 		return // our own writes seen, or a process that needed nothing
 	}
-	a.history = append(a.history, *e)
-	if len(a.history) > historyLen {
-		a.history = a.history[len(a.history)-historyLen:]
+	a.keys.history = append(a.keys.history, *e)
+	if len(a.keys.history) > historyLen {
+		a.keys.history = a.keys.history[len(a.keys.history)-historyLen:]
 	}
 	result := ResultSuccess
 	if e.Errors > 0 {
 		result = ResultFailure
 	}
 	waiting := 0
-	for _, o := range a.held {
+	for _, o := range a.keys.held {
 		if o.Verdict != diff.Refused {
 			waiting++
 		}
@@ -213,16 +213,18 @@ func (a *Agent) Status(ctx context.Context) *Status {
 		return &Status{Status: &reconcile.Status{}, Conditions: Conditions{Message: "starting"}}
 	}
 	report := a.report()
-	a.mu.Lock()
-	st := &Status{Suspended: report.Suspended, Reconciles: append([]Reconcile(nil), a.history...)}
-	st.Conditions.Reconciling = a.episode != nil
-	if a.fetchErr != nil {
-		st.Conditions.Stalled, st.Conditions.Message = true, "source failing: "+a.fetchErr.Error()
+	a.keys.mu.Lock()
+	st := &Status{Suspended: report.Suspended, Reconciles: append([]Reconcile(nil), a.keys.history...)}
+	st.Conditions.Reconciling = a.keys.episode != nil
+	a.keys.mu.Unlock()
+	a.revs.mu.Lock()
+	if a.revs.fetchErr != nil {
+		st.Conditions.Stalled, st.Conditions.Message = true, "source failing: "+a.revs.fetchErr.Error()
 	}
-	if a.refused != nil {
+	if a.revs.refused != nil {
 		st.Conditions.Stalled = true
 	}
-	a.mu.Unlock()
+	a.revs.mu.Unlock()
 	st.Status = s.Status(ctx)
 	st.Status.Agent = report
 	st.Conditions.PruneHeld = report.PruneHold
@@ -262,8 +264,8 @@ func (a *Agent) Status(ctx context.Context) *Status {
 // report is what the agent knows beyond the snapshot, as status shows it.
 func (a *Agent) report() *reconcile.AgentReport {
 	s := a.session()
-	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
-	if l := a.address.Load(); l != nil {
+	r := &reconcile.AgentReport{Agent: supervise.Self(), Since: a.pub.since, Written: time.Now().UTC().Truncate(time.Millisecond)}
+	if l := a.pub.address.Load(); l != nil {
 		r.Address, r.TokenFile = l.addr, l.tokenFile
 	}
 	for _, o := range a.opts.Engine.Own {
@@ -286,13 +288,15 @@ func (a *Agent) report() *reconcile.AgentReport {
 		f := a.fight.Status(id)
 		r.Fighting = append(r.Fighting, reconcile.Fight{ID: id, Corrections: f.Corrections, NotBefore: f.NotBefore})
 	}
-	a.mu.Lock()
-	r.Refused = a.refused
-	r.HeldBack = a.heldBack
-	if a.fetchErr != nil {
-		r.SourceError = a.fetchErr.Error()
+	a.revs.mu.Lock()
+	r.Refused = a.revs.refused
+	r.HeldBack = a.revs.heldBack
+	if a.revs.fetchErr != nil {
+		r.SourceError = a.revs.fetchErr.Error()
 	}
-	for id, o := range a.held {
+	a.revs.mu.Unlock()
+	a.keys.mu.Lock()
+	for id, o := range a.keys.held {
 		h := reconcile.Held{ID: string(id), Verdict: string(o.Verdict), Until: o.Until}
 		if o.Err != nil {
 			h.Reason = o.Err.Error()
@@ -302,10 +306,10 @@ func (a *Agent) report() *reconcile.AgentReport {
 		}
 		r.Held = append(r.Held, h)
 	}
-	for id, err := range a.unobserved {
+	for id, err := range a.keys.unobserved {
 		r.Unobserved = append(r.Unobserved, reconcile.Held{ID: string(id), Reason: err.Error()})
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	byID := func(x, y reconcile.Held) int { return strings.Compare(x.ID, y.ID) }
 	slices.SortFunc(r.Held, byID)
 	slices.SortFunc(r.Unobserved, byID)
@@ -318,30 +322,30 @@ const publishDelay = 100 * time.Millisecond
 // publish writes the agent's report to the state dir soon, where status
 // reads it: a burst of changes is one write.
 func (a *Agent) publish() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.publishing != nil || a.unpublished || a.session() == nil {
+	a.pub.mu.Lock()
+	defer a.pub.mu.Unlock()
+	if a.pub.publishing != nil || a.pub.unpublished || a.session() == nil {
 		return
 	}
-	a.publishing = time.AfterFunc(publishDelay, a.publishNow)
+	a.pub.publishing = time.AfterFunc(publishDelay, a.publishNow)
 }
 
 // publishNow writes the report at once: what a user reads next (a refused
 // revision, a suspend) is already there.
 func (a *Agent) publishNow() {
-	a.mu.Lock()
-	if a.publishing != nil {
-		a.publishing.Stop()
-		a.publishing = nil
+	a.pub.mu.Lock()
+	if a.pub.publishing != nil {
+		a.pub.publishing.Stop()
+		a.pub.publishing = nil
 	}
-	stop := a.unpublished || a.session() == nil
-	a.mu.Unlock()
+	stop := a.pub.unpublished || a.session() == nil
+	a.pub.mu.Unlock()
 	if stop {
 		return
 	}
 	a.pokeFleet()
-	a.wpub.Lock()
-	defer a.wpub.Unlock()
+	a.pub.wpub.Lock()
+	defer a.pub.wpub.Unlock()
 	if err := reconcile.WriteAgentReport(a.sess.State, a.report()); err != nil {
 		a.log.Warn("write the agent's report for status", "error", err)
 	}
@@ -349,15 +353,15 @@ func (a *Agent) publishNow() {
 
 // unpublish removes the report: no agent runs on the state dir any more.
 func (a *Agent) unpublish() {
-	a.mu.Lock()
-	if a.publishing != nil {
-		a.publishing.Stop()
-		a.publishing = nil
+	a.pub.mu.Lock()
+	if a.pub.publishing != nil {
+		a.pub.publishing.Stop()
+		a.pub.publishing = nil
 	}
-	a.unpublished = true
-	a.mu.Unlock()
-	a.wpub.Lock() // a write under way ends first
-	defer a.wpub.Unlock()
+	a.pub.unpublished = true
+	a.pub.mu.Unlock()
+	a.pub.wpub.Lock() // a write under way ends first
+	defer a.pub.wpub.Unlock()
 	if err := reconcile.RemoveAgentReport(a.sess.State); err != nil {
 		a.log.Warn("remove the agent's report", "error", err)
 	}

@@ -38,12 +38,12 @@ spec: {command: [sh, -c, "exit 3"]}
 	// A worker busy without end with a key outside the first revision (a
 	// command retried, a host that keeps drifting, a slow mirror of a
 	// later revision): the queue is never idle.
-	a.inflight.Add(1)
+	a.keys.inflight.Add(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
-		a.inflight.Add(-1)
+		a.keys.inflight.Add(-1)
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
@@ -64,9 +64,9 @@ spec: {command: [sh, -c, "exit 3"]}
 		t.Errorf("ready before File/motd was applied: %q, %v", b, err)
 	}
 	// Ready means watched: the directory the first pass made is.
-	a.watch.mu.Lock()
-	_, watched := a.watch.dirs[filepath.Join(root, "etc")]
-	a.watch.mu.Unlock()
+	a.keys.watch.mu.Lock()
+	_, watched := a.keys.watch.dirs[filepath.Join(root, "etc")]
+	a.keys.watch.mu.Unlock()
 	if !watched {
 		t.Errorf("ready before %s/etc, made by the first pass, was watched", root)
 	}

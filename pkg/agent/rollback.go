@@ -41,11 +41,11 @@ func (m *Metrics) SetRolledBack(on bool) {
 // stops.
 func (a *Agent) exec(ctx context.Context, f func(context.Context)) error {
 	select {
-	case a.do <- f:
+	case a.revs.do <- f:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-a.quit:
+	case <-a.revs.quit:
 		return errStopped
 	}
 }
@@ -68,7 +68,7 @@ func (a *Agent) ask(ctx context.Context, f func(context.Context) (string, error)
 		return r.rev, r.err
 	case <-ctx.Done():
 		return "", ctx.Err()
-	case <-a.quit:
+	case <-a.revs.quit:
 		return "", errStopped
 	}
 }
@@ -78,14 +78,14 @@ func (a *Agent) ask(ctx context.Context, f func(context.Context) (string, error)
 func (a *Agent) try(ctx context.Context, t *reconcile.Trial) {
 	a.trialPolicy(t)
 	tctx, stop := context.WithCancel(ctx)
-	a.mu.Lock()
-	a.trial, a.trialStop = t, stop
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	a.revs.trial, a.revs.trialStop = t, stop
+	a.revs.mu.Unlock()
 	p := t.Policy(a.opts.Revisions)
 	a.log.Info("revision on trial", "revision", t.Revision, "min_ready", p.MinReady, "progress_deadline", p.ProgressDeadline, "checks", len(p.Checks))
 	a.publishNow()
 	a.bg.Go(func() {
-		j := a.sess.Await(tctx, t, a.poke)
+		j := a.sess.Await(tctx, t, a.revs.poke)
 		if tctx.Err() == nil {
 			a.exec(tctx, func(ctx context.Context) { a.verdict(ctx, t, j) })
 		}
@@ -94,19 +94,19 @@ func (a *Agent) try(ctx context.Context, t *reconcile.Trial) {
 
 // stopTrial ends the look at the revision on trial: another is adopted.
 func (a *Agent) stopTrial() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.trialStop != nil {
-		a.trialStop()
+	a.revs.mu.Lock()
+	defer a.revs.mu.Unlock()
+	if a.revs.trialStop != nil {
+		a.revs.trialStop()
 	}
-	a.trial, a.trialStop = nil, nil
+	a.revs.trial, a.revs.trialStop = nil, nil
 }
 
 // lookNow has the revision on trial looked at again at once: something
 // converged, or a process changed.
 func (a *Agent) lookNow() {
 	select {
-	case a.poke <- struct{}{}:
+	case a.revs.poke <- struct{}{}:
 	default:
 	}
 }
@@ -115,15 +115,15 @@ func (a *Agent) lookNow() {
 // decided: good, halted on it, or rolled back (the revision rolled back to
 // is adopted). One log line says each decision.
 func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Judgement) {
-	a.mu.Lock()
-	current := a.trial == t
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	current := a.revs.trial == t
+	a.revs.mu.Unlock()
 	if !current {
 		return // another revision was adopted meanwhile
 	}
 	a.stopTrial()
 	old := a.sess.Desired()
-	out := a.life.Verdict(ctx, t, j)
+	out := a.revs.life.Verdict(ctx, t, j)
 	log := a.log.With("revision", t.Revision)
 	switch out.Phase {
 	case reconcile.PhaseGood:
@@ -151,31 +151,31 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 // rollback holds it on (a rollback a killed agent began is finished so).
 // A revision to go to that cannot be loaded is tried again soon.
 func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old *reconcile.Desired, w *watcher) {
-	a.mu.Lock()
-	same := a.heldBack != nil && a.heldBack.Revision == out.Revision && a.heldBack.Error == out.Why.Error()
+	a.revs.mu.Lock()
+	same := a.revs.heldBack != nil && a.revs.heldBack.Revision == out.Revision && a.revs.heldBack.Error == out.Why.Error()
 	if !same {
-		a.heldBack = &reconcile.Refusal{Revision: out.Revision, Error: out.Why.Error(), Since: time.Now().UTC().Truncate(time.Second)}
+		a.revs.heldBack = &reconcile.Refusal{Revision: out.Revision, Error: out.Why.Error(), Since: time.Now().UTC().Truncate(time.Second)}
 	}
-	a.mu.Unlock()
+	a.revs.mu.Unlock()
 	if !same {
 		a.log.Warn("revision not applied; the host stays on the revision it is on", "revision", out.Revision, "why", out.Why)
 		a.publishNow()
 	}
 	switch {
 	case out.Desired != nil:
-		a.mu.Lock()
-		a.followFails = 0
-		a.mu.Unlock()
+		a.revs.mu.Lock()
+		a.revs.followFails = 0
+		a.revs.mu.Unlock()
 		a.retire(old)
 		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), w, nil)
 	case errors.Is(out.Why, reconcile.ErrUnloadable):
 		// Tried again soon, then less and less often, up to the poll
 		// interval: a rollback must not wait an hour for a hiccup.
-		a.mu.Lock()
-		a.fetchErr = out.Why
-		delay := min(followRetry<<min(a.followFails, 10), a.opts.Interval)
-		a.followFails++
-		a.mu.Unlock()
+		a.revs.mu.Lock()
+		a.revs.fetchErr = out.Why
+		delay := min(followRetry<<min(a.revs.followFails, 10), a.opts.Interval)
+		a.revs.followFails++
+		a.revs.mu.Unlock()
 		a.publishNow()
 		time.AfterFunc(delay, func() { a.Reconcile(TriggerRollback) })
 	case t == TriggerManual:
@@ -193,18 +193,18 @@ func (a *Agent) retire(d *reconcile.Desired) {
 	if d == nil {
 		return
 	}
-	a.mu.Lock()
-	a.retired = append(a.retired, d)
-	a.mu.Unlock()
+	a.keys.mu.Lock()
+	a.keys.retired = append(a.keys.retired, d)
+	a.keys.mu.Unlock()
 }
 
 // unpin ends a rollback's hold once the source's head is the revision the
 // host is on.
 func (a *Agent) unpin(head string) {
-	a.mu.Lock()
-	held := a.heldBack != nil
-	a.heldBack = nil
-	a.mu.Unlock()
+	a.revs.mu.Lock()
+	held := a.revs.heldBack != nil
+	a.revs.heldBack = nil
+	a.revs.mu.Unlock()
 	if a.sess.Unpin(head) {
 		a.log.Info("the source's head is the revision the host is held on: the rollback ends", "revision", head)
 		a.gaugeRolledBack()
@@ -223,7 +223,7 @@ func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
 	return a.ask(ctx, func(ctx context.Context) (string, error) {
 		a.stopTrial()
 		old := a.sess.Desired()
-		out, err := a.life.Rollback(ctx, to, a.headRevision(), time.Now())
+		out, err := a.revs.life.Rollback(ctx, to, a.headRevision(), time.Now())
 		if err != nil {
 			return "", err
 		}
@@ -244,7 +244,7 @@ func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
 // anyway: cortex-sync retry. It returns that revision.
 func (a *Agent) Retry(ctx context.Context) (string, error) {
 	return a.ask(ctx, func(ctx context.Context) (string, error) {
-		rev, err := a.life.Retry(ctx)
+		rev, err := a.revs.life.Retry(ctx)
 		if err != nil {
 			return "", err
 		}
@@ -265,7 +265,7 @@ func (a *Agent) Resume(ctx context.Context) (string, error) {
 		a.setSuspended(false)
 	}
 	rev, err := a.ask(ctx, func(ctx context.Context) (string, error) {
-		rev, err := a.life.Resume(ctx)
+		rev, err := a.revs.life.Resume(ctx)
 		if err == nil {
 			a.gaugeRolledBack()
 			a.log.Info("resumed: the rollback by hand ends", "head", rev)
@@ -291,12 +291,12 @@ func (a *Agent) Resume(ctx context.Context) (string, error) {
 func (a *Agent) rolledBackYet() {
 	view := a.sess.View()
 	pin := view.Pin
-	a.mu.Lock()
-	done := pin != nil && view.Revision == pin.Revision && a.rolledTo != pin
+	a.revs.mu.Lock()
+	done := pin != nil && view.Revision == pin.Revision && a.revs.rolledTo != pin
 	if done {
-		a.rolledTo = pin
+		a.revs.rolledTo = pin
 	}
-	a.mu.Unlock()
+	a.revs.mu.Unlock()
 	if done {
 		a.log.Info("rolled back: the host is on the revision it is held on", "revision", pin.Revision, "held_from", pin.Head, "took", time.Since(pin.Since).Round(time.Millisecond))
 		a.publish()
@@ -336,13 +336,13 @@ func (m *Metrics) SetVerdict(v state.Verdict) {
 }
 
 func (a *Agent) headRevision() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.head
+	a.revs.mu.Lock()
+	defer a.revs.mu.Unlock()
+	return a.revs.head
 }
 
 func (a *Agent) watcher() *watcher {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.watch
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	return a.keys.watch
 }

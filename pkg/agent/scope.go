@@ -19,12 +19,12 @@ type scopeOf struct {
 
 // narrow asks for rel, an entry of id's tree, to be looked at.
 func (a *Agent) narrow(id resource.ID, rel string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.scopes[id]
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	s := a.keys.scopes[id]
 	if s == nil {
 		s = &scopeOf{paths: map[string]struct{}{}}
-		a.scopes[id] = s
+		a.keys.scopes[id] = s
 	}
 	if s.whole {
 		return
@@ -37,24 +37,24 @@ func (a *Agent) narrow(id resource.ID, rel string) {
 
 // widen asks for all of id to be looked at.
 func (a *Agent) widen(id resource.ID) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.scopes[id] = &scopeOf{whole: true} // stays whole until taken
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	a.keys.scopes[id] = &scopeOf{whole: true} // stays whole until taken
 }
 
 // enqueue queues id whole, at once.
 func (a *Agent) enqueue(id resource.ID) {
 	a.widen(id)
-	a.queue.Add(id)
+	a.keys.queue.Add(id)
 }
 
 // takeScope is what to look at of id now, and forgets it: nil for all of
 // it (asked whole, or never narrowed).
 func (a *Agent) takeScope(id resource.ID) []string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	s := a.scopes[id]
-	delete(a.scopes, id)
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
+	s := a.keys.scopes[id]
+	delete(a.keys.scopes, id)
 	if s == nil || s.whole || len(s.paths) == 0 {
 		return nil
 	}

@@ -28,7 +28,7 @@ func (a *Agent) keepStateDir(ctx context.Context, w *watcher) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-a.stateCheck:
+		case <-a.stateDir.stateCheck:
 			select {
 			case <-ctx.Done():
 				return
@@ -43,7 +43,7 @@ func (a *Agent) keepStateDir(ctx context.Context, w *watcher) {
 // stateGone asks for a look at the state dir soon.
 func (a *Agent) stateGone() {
 	select {
-	case a.stateCheck <- struct{}{}:
+	case a.stateDir.stateCheck <- struct{}{}:
 	default:
 	}
 }
@@ -63,7 +63,7 @@ func (a *Agent) checkStateDir(ctx context.Context, w *watcher) {
 	if err := a.sess.Writer().Check(ctx); err != nil {
 		a.log.Warn("state dir", "error", err)
 	}
-	if a.stateLost.Swap(false) {
+	if a.stateDir.stateLost.Swap(false) {
 		lost = true
 	}
 	if !lost {

@@ -22,14 +22,14 @@ var errFighting = errors.New("fighting: something keeps undoing this resource; c
 // shut down. Once ctx ends, what is still queued is left for the next
 // start, which re-plans everything.
 func (a *Agent) work(ctx context.Context) bool {
-	id, shutdown := a.queue.Get()
+	id, shutdown := a.keys.queue.Get()
 	if shutdown {
 		return false
 	}
-	a.inflight.Add(1)
+	a.keys.inflight.Add(1)
 	defer a.settle()
-	defer a.inflight.Add(-1)
-	defer a.queue.Done(id)
+	defer a.keys.inflight.Add(-1)
+	defer a.keys.queue.Done(id)
 	if ctx.Err() != nil {
 		return true
 	}
@@ -50,19 +50,19 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) {
 	defer a.account(id, o)
 	switch o.Verdict {
 	case diff.InSync, diff.Applied:
-		a.queue.Forget(id)
+		a.keys.queue.Forget(id)
 	case diff.Waiting:
 		delay := waitAgain
 		if !o.Until.IsZero() {
 			delay = max(time.Until(o.Until), time.Millisecond)
 		}
 		a.widen(id)
-		a.queue.AddAfter(id, delay)
+		a.keys.queue.AddAfter(id, delay)
 	case diff.Failed, diff.Blocked:
 		a.widen(id)
-		a.queue.AddRateLimited(id)
+		a.keys.queue.AddRateLimited(id)
 	case diff.Refused:
-		a.queue.Forget(id)
+		a.keys.queue.Forget(id)
 	}
 }
 
@@ -71,25 +71,25 @@ func (a *Agent) reconcile(ctx context.Context, id resource.ID) {
 // It reads the observation the verdict was reached on.
 func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	c := o.Change
-	a.mu.Lock()
-	_, was := a.held[id]
+	a.keys.mu.Lock()
+	_, was := a.keys.held[id]
 	switch o.Verdict {
 	case diff.Waiting, diff.Blocked, diff.Refused:
-		a.held[id] = o
+		a.keys.held[id] = o
 	default:
-		delete(a.held, id)
+		delete(a.keys.held, id)
 	}
-	_, is := a.held[id]
+	_, is := a.keys.held[id]
 	// What cannot be observed is a condition until it can: never a
 	// silent stop of healing.
-	_, blind := a.unobserved[id]
+	_, blind := a.keys.unobserved[id]
 	cannot := c != nil && c.Err != nil && o.Verdict == diff.Failed
 	if cannot {
-		a.unobserved[id] = c.Err
+		a.keys.unobserved[id] = c.Err
 	} else if blind && o.Verdict != diff.Waiting {
-		delete(a.unobserved, id)
+		delete(a.keys.unobserved, id)
 	}
-	a.mu.Unlock()
+	a.keys.mu.Unlock()
 	if cannot {
 		a.opts.Metrics.ObserveError(c.Kind)
 	}
@@ -173,11 +173,11 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 // rewatchOf asks for these keys' watches to be listed again once things
 // settle: they made paths (or a parent of theirs came to be).
 func (a *Agent) rewatchOf(ids ...resource.ID) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	a.keys.mu.Lock()
+	defer a.keys.mu.Unlock()
 	for _, id := range ids {
-		if !slices.Contains(a.rewatch, id) {
-			a.rewatch = append(a.rewatch, id)
+		if !slices.Contains(a.keys.rewatch, id) {
+			a.keys.rewatch = append(a.keys.rewatch, id)
 		}
 	}
 }
@@ -203,7 +203,7 @@ var errForeign = errors.New("the snapshot was saved by another cortex-sync (a sy
 // sync by hand may have applied a newer revision, which the agent would
 // otherwise undo with its older one.
 func (a *Agent) foreignHold(c *diff.Change, now time.Time) (time.Time, error) {
-	if a.foreign.Load() {
+	if a.stateDir.foreign.Load() {
 		return now.Add(100 * time.Millisecond), errForeign
 	}
 	return time.Time{}, nil
@@ -229,24 +229,24 @@ func (a *Agent) fightHold(c *diff.Change, now time.Time) (time.Time, error) {
 // watched before the agent says it is ready, or an edit made just after
 // would go unseen until the drift scan.
 func (a *Agent) passed(id resource.ID) {
-	a.mu.Lock()
-	if a.firstPass == nil {
-		a.mu.Unlock()
+	a.keys.mu.Lock()
+	if a.keys.firstPass == nil {
+		a.keys.mu.Unlock()
 		return
 	}
-	delete(a.firstPass, id)
-	if len(a.firstPass) > 0 {
-		a.mu.Unlock()
+	delete(a.keys.firstPass, id)
+	if len(a.keys.firstPass) > 0 {
+		a.keys.mu.Unlock()
 		return
 	}
-	a.firstPass = nil
-	w := a.watch
-	a.rewatch = nil
-	a.mu.Unlock()
+	a.keys.firstPass = nil
+	w := a.keys.watch
+	a.keys.rewatch = nil
+	a.keys.mu.Unlock()
 	if w != nil {
 		w.sync(a.sess.Watches())
 	}
-	a.mu.Lock()
-	a.started = true
-	a.mu.Unlock()
+	a.keys.mu.Lock()
+	a.keys.started = true
+	a.keys.mu.Unlock()
 }

@@ -34,13 +34,15 @@ func ignoredKey(ig []Ignored, key string) *Ignored {
 // An empty rollout: recorded by another host ({} — garbage, or another
 // version naming its fields differently) is defaulted exactly as one in
 // fleet.yaml: a threshold of 1 and a budget of 1, not 0 and 0 (which
-// paused the rollout of a revision no host had even tried).
+// paused the rollout of a revision no host had even tried). Each host
+// goes by the revision's own rollout: (here the same as {}'s defaults);
+// the recorded one is what fleet status shows.
 func TestEmptyRecordedSpecTakesDefaults(t *testing.T) {
 	t.Parallel() // on the shared cluster, in a fleet of its own
 	cl := etcdtest.Shared(t)
 	ms := hosts(t, cl, 3)
 	c := dial(t, cl.Endpoints())
-	rev := Revision{ID: "main@sha1:empty", Rollout: rollout("3", 0, 3, 100*time.Millisecond)}
+	rev := Revision{ID: "main@sha1:empty", Rollout: rollout("1", 0, 1, 0)}
 	put(t, c, `{"revision":"main@sha1:empty","rollout":{},"by":"elsewhere","at":"2026-01-01T00:00:00Z"}`, "rollout", revKey(rev.ID), "spec")
 	s := &sim{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -55,7 +57,7 @@ func TestEmptyRecordedSpecTakesDefaults(t *testing.T) {
 	}
 	wg.Wait()
 	if s.peak != 1 {
-		t.Errorf("peak in transition %d: the recorded {} is maxUnavailable 1 by default, and it wins over a host's own", s.peak)
+		t.Errorf("peak in transition %d: maxUnavailable is 1", s.peak)
 	}
 	ro := read(t, c, "").Rollouts[0]
 	if ro.State != StateComplete || len(ro.Good) != 3 || ro.MaxUnavailable != "1" {
@@ -251,5 +253,31 @@ func TestIgnoredReasonPrinted(t *testing.T) {
 	_, err := decode[slotDoc]([]byte(`{"revision":"r","at":"2026-01-01T00:00:00Z","\u001b[2J` + strings.Repeat("x", 60<<10) + `":1}`))
 	if err == nil || strings.ContainsRune(err.Error(), 0x1b) || len(err.Error()) > 400 || !strings.Contains(err.Error(), `unknown field "`) {
 		t.Fatalf("decode: %.500v", err)
+	}
+}
+
+// TestForgedRecordedSpecIgnored: a member writes a well-formed spec that
+// differs from the revision's own rollout: (maxUnavailable 100%, no
+// canary). Every host reads that rollout: from Git, so each goes by its
+// own, and says it ignored the recorded one: one host at a time still.
+func TestForgedRecordedSpecIgnored(t *testing.T) {
+	t.Parallel() // on the shared cluster, in a fleet of its own
+	cl := etcdtest.Shared(t)
+	ms := hosts(t, cl, 3)
+	c := dial(t, cl.Endpoints())
+	rev := Revision{ID: "main@sha1:1", Rollout: rollout("1", 0, 1, 0)}
+	key := "rollout/" + revKey(rev.ID) + "/spec"
+	put(t, c, `{"schema":1,"revision":"main@sha1:1","rollout":{"maxUnavailable":"100%","canary":0,"failureThreshold":3},"by":"h01","at":"2026-12-06T07:00:00Z"}`, key)
+	ctx := context.Background()
+	if d, err := ms[0].Admit(ctx, rev); err != nil || !d.Go {
+		t.Fatalf("the first host: %+v %v", d, err)
+	}
+	if ig := ignoredKey(ms[0].Ignored(), key); ig == nil || !strings.Contains(ig.Why, "differs from the rollout: of main@sha1:1's own fleet.yaml") {
+		t.Fatalf("the host does not report the forged spec: %+v", ms[0].Ignored())
+	}
+	for _, m := range ms[1:] {
+		if d, _ := m.Admit(ctx, rev); d.Go || d.Wait != WaitSlot {
+			t.Fatalf("another host under the revision's own maxUnavailable 1, the forged spec saying 100%%: %+v", d)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -119,6 +120,7 @@ type holdDoc struct {
 type rolloutView struct {
 	rev        int64 // the read's revision
 	spec       *specDoc
+	specKV     *kvPair // where spec was read
 	control    *controlDoc
 	controlRev int64 // mod revision of the control key: earlier failures are forgiven by a resume
 	good       map[string]verdictDoc
@@ -157,7 +159,7 @@ func (c *Client) parseRollout(v *rolloutView, rev string, kvs []*kvPair) {
 				v.ignored = append(v.ignored, c.ignore(kv, err))
 				continue
 			}
-			v.spec = &s
+			v.spec, v.specKV = &s, kv
 		case "control":
 			s, err := decode[controlDoc](kv.value)
 			if err != nil {
@@ -316,10 +318,10 @@ func (v *rolloutView) decide(me string, r Revision, now time.Time) Decision {
 	if h, ok := v.held[me]; ok {
 		return no(WaitHeld, "held by %s at %s%s: the rollout passes this host by until cortex-sync release", orSomeone(h.By), h.At.Format(time.RFC3339), because(h.Why))
 	}
+	// The host's own: every host reads R's fleet.yaml from Git; a
+	// recorded spec is what observers (fleet status, resume) read, and
+	// one that differs is forged or stale, and ignored (Admit).
 	ro := r.Rollout
-	if v.spec != nil {
-		ro = v.spec.Rollout // the first host's copy: the same manifest
-	}
 	if s, ok := v.transit[me]; ok && s.Revision == r.ID {
 		return Decision{Go: true}
 	}
@@ -396,6 +398,9 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 			v, err := m.readRollout(ctx, r.ID, true)
 			if err != nil {
 				return err
+			}
+			if v.spec != nil && !reflect.DeepEqual(v.spec.Rollout, r.Rollout) {
+				v.ignored = append(v.ignored, m.ignore(v.specKV, fmt.Errorf("differs from the rollout: of %s's own fleet.yaml as this host reads it; this host goes by its own", clip(r.ID, 100))))
 			}
 			m.mu.Lock()
 			m.ignored = v.ignored
