@@ -187,7 +187,7 @@ func (s *Set) checkReserved(reserved []Reserved) Problems {
 	var errs Problems
 	for _, c := range s.claims {
 		if r, ok := ReservedBy(reserved, c.Path); ok {
-			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state there and no manifest may write it: move the resource, or give cortex-sync another --state-dir", c.Path, r.Path, r.What))
+			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state there and no manifest may write it: %s", c.Path, r.Path, r.What, whatToDo(r)))
 			continue
 		}
 		if c.Keeps {
@@ -195,7 +195,7 @@ func (s *Set) checkReserved(reserved []Reserved) Problems {
 		}
 		for _, r := range reserved {
 			if within(r.Path, c.Path) {
-				errs = append(errs, fieldErr(c.res, c.Field, "%s holds %s, %s, which this %s would %s; manage the paths inside it instead, or give cortex-sync another --state-dir", c.Path, r.Path, r.What, c.res.Kind, replaceOrPurge(c.Claim)))
+				errs = append(errs, fieldErr(c.res, c.Field, "%s holds %s, %s, which this %s would %s; manage the paths inside it instead, or %s", c.Path, r.Path, r.What, c.res.Kind, replaceOrPurge(c.Claim), whatToDo(r)))
 				break
 			}
 		}
@@ -241,6 +241,14 @@ func Reaches(reserved []Reserved, p string) (Reserved, bool) {
 		}
 	}
 	return Reserved{}, false
+}
+
+// whatToDo says how to get out of a reserved path's way.
+func whatToDo(r Reserved) string {
+	if strings.HasPrefix(r.What, "the state dir") {
+		return "move the resource, or give cortex-sync another --state-dir"
+	}
+	return "move the resource, or keep that file elsewhere"
 }
 
 func replaceOrPurge(c Claim) string {
