@@ -205,7 +205,7 @@ func (a *Agent) unpin(head string) {
 	held := a.revs.heldBack != nil
 	a.revs.heldBack = nil
 	a.revs.mu.Unlock()
-	if a.sess.Unpin(head) {
+	if a.revs.life.OnHead(head) {
 		a.log.Info("the source's head is the revision the host is held on: the rollback ends", "revision", head)
 		a.gaugeRolledBack()
 		held = true

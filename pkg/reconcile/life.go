@@ -118,7 +118,7 @@ func (s *Session) Life(src source.Source, opts resource.Options) *Life {
 // A held d stays the caller's; an adopted one is the session's.
 func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bool, now time.Time) Outcome {
 	s, rev := l.s, d.Revision()
-	adm := s.Admit(ctx, rev)
+	adm := s.admit(ctx, rev)
 	if adm.Stay != nil {
 		o := Outcome{Phase: PhaseHeld, Revision: rev, To: adm.Pin, Why: adm.Stay}
 		cur := s.Desired()
@@ -138,7 +138,7 @@ func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bo
 		return o
 	}
 	wasOn := s.View().Revision == rev
-	s.Unpin(rev) // a newer commit than the one a rollback held the host from
+	s.endPin(rev) // a newer commit than the one a rollback held the host from
 	if s.Desired() != d {
 		s.SetDesired(d) // a command opened its session on d already
 	}
@@ -146,7 +146,7 @@ func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bo
 	if !try {
 		return o
 	}
-	t := s.Begin(d, keys, wasOn, now)
+	t := s.begin(d, keys, wasOn, now)
 	if t == nil {
 		return o
 	}
@@ -159,9 +159,14 @@ func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bo
 	return o
 }
 
+// OnHead says head, the source's newest revision, is the one the host
+// converges to already: a rollback's pin held from another head ends. It
+// reports whether one did.
+func (l *Life) OnHead(head string) bool { return l.s.endPin(head) }
+
 // Applied notes that d, adopted without a trial, applied in full (a sync
 // without --wait): its line of history.
-func (l *Life) Applied(d *Desired, now time.Time) { l.s.Note(d, now) }
+func (l *Life) Applied(d *Desired, now time.Time) { l.s.noteApplied(d, now) }
 
 // Verdict records how the trial t ended, as j says, and acts on it: a good
 // revision is the last known good; a bad one is rolled back to the last
@@ -180,7 +185,7 @@ func (l *Life) Verdict(ctx context.Context, t *Trial, j Judgement) Outcome {
 	if g := s.View().LastGood; g != nil {
 		prev = g.Revision
 	}
-	s.Judge(t, j, j.At)
+	s.judge(t, j, j.At)
 	if j.Verdict == state.Good {
 		o.Phase = PhaseGood
 		l.save(ctx, "save the verdict", t.Revision)
@@ -203,7 +208,7 @@ func (l *Life) Verdict(ctx context.Context, t *Trial, j Judgement) Outcome {
 		}
 		killPoint("verdict-loaded")
 		r := Rollback{To: prev, From: t.Revision, Head: t.Revision, Reason: j.Why()}
-		if err := s.RecordRollback(ctx, r, j.At); err != nil {
+		if err := s.recordRollback(ctx, r, j.At); err != nil {
 			to.Close()
 			o.Why = fmt.Errorf("%w; the rollback to %s could not be recorded (%w), so the host stays on it", bad, prev, err)
 			return o
@@ -237,7 +242,7 @@ func (l *Life) Rollback(ctx context.Context, to, head string, now time.Time) (Ou
 	if cur := s.Desired(); cur != nil {
 		from = cur.Revision()
 	}
-	if err := s.RecordRollback(ctx, Rollback{To: rev, From: from, Head: head, Manual: true}, now); err != nil {
+	if err := s.recordRollback(ctx, Rollback{To: rev, From: from, Head: head, Manual: true}, now); err != nil {
 		d.Close()
 		return Outcome{}, err
 	}
@@ -256,7 +261,7 @@ func (l *Life) Rollback(ctx context.Context, to, head string, now time.Time) (Ou
 // refusal, and the pin, automatic or by hand. It returns that revision;
 // the caller fetches and offers it again.
 func (l *Life) Retry(ctx context.Context) (string, error) {
-	rev, err := l.s.Release(ctx, true)
+	rev, err := l.s.release(ctx, true)
 	if err == nil && rev == "" {
 		err = ErrNothingToRetry
 	}
@@ -275,7 +280,7 @@ func (l *Life) Resume(ctx context.Context) (string, error) {
 		}
 		return "", fmt.Errorf("%w on %s (%s was bad%s) until a newer commit; cortex-sync retry applies %s anyway", ErrAutomaticRollback, pin.Revision, pin.Head, why, pin.Head)
 	}
-	rev, err := l.s.Release(ctx, false)
+	rev, err := l.s.release(ctx, false)
 	if err == nil && rev == "" {
 		err = fmt.Errorf("%w: no rollback by hand holds the host", ErrNothingToResume)
 	}

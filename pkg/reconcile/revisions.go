@@ -117,11 +117,11 @@ type Admission struct {
 	Pin string
 }
 
-// Admit decides whether the source's newest revision, rev, is applied: a
+// admit decides whether the source's newest revision, rev, is applied: a
 // rollback's pin and a refused revision keep it out, and so may the gates
 // added (a revision the host is on already is never asked about). A
 // newer commit than the pinned head is let in.
-func (s *Session) Admit(ctx context.Context, rev string) Admission {
+func (s *Session) admit(ctx context.Context, rev string) Admission {
 	view := s.w.View()
 	pin := view.Pin
 	pinned := ""
@@ -363,14 +363,14 @@ func (s *Session) Await(ctx context.Context, t *Trial, poke <-chan struct{}) Jud
 	}
 }
 
-// Begin notes that d, the source's newest revision, is now what the host
+// begin notes that d, the source's newest revision, is now what the host
 // converges to, and returns its trial: a new line of history, pending, or
 // the pending one of an apply a killed run began (judged on all it holds).
 // keys are the resources it changes; wasOn says the host was on d before
 // (an agent restarted, a sync of the revision it is on): judged before,
 // it is not tried again (nil); nor is a revision without a name (a
 // directory). A newer commit than a pin's head ends the pin.
-func (s *Session) Begin(d *Desired, keys []resource.ID, wasOn bool, now time.Time) *Trial {
+func (s *Session) begin(d *Desired, keys []resource.ID, wasOn bool, now time.Time) *Trial {
 	rev := d.Revision()
 	var t *Trial
 	s.w.Update(func(snap *state.Snapshot) {
@@ -401,10 +401,10 @@ func (s *Session) Begin(d *Desired, keys []resource.ID, wasOn bool, now time.Tim
 	return t
 }
 
-// Note records that d, the source's newest revision, was applied in full
+// noteApplied records that d, the source's newest revision, was applied in full
 // without being judged (a sync without --wait): its line of history,
 // unless the newest line is it already.
-func (s *Session) Note(d *Desired, now time.Time) {
+func (s *Session) noteApplied(d *Desired, now time.Time) {
 	rev := d.Revision()
 	if h := s.w.View().History; rev == "" || len(h) > 0 && h[len(h)-1].Revision == rev {
 		return
@@ -414,10 +414,10 @@ func (s *Session) Note(d *Desired, now time.Time) {
 	})
 }
 
-// Unpin ends a pin once the source's head is no longer the one it holds
+// endPin ends a pin once the source's head is no longer the one it holds
 // the host from (a newer commit, or the head went back to the revision the
 // host is held on); it reports whether it did.
-func (s *Session) Unpin(head string) bool {
+func (s *Session) endPin(head string) bool {
 	if pin := s.w.View().Pin; pin == nil || head == "" || head == pin.Head {
 		return false
 	}
@@ -434,11 +434,11 @@ func unpin(snap *state.Snapshot, head string) bool {
 	return false
 }
 
-// Judge records the verdict of t: a good revision becomes the last known
+// judge records the verdict of t: a good revision becomes the last known
 // good; a bad one keeps its reason. A revision judged before (sync --wait
 // of the revision the host is on) gets a new line only when the verdict
 // changed. The gates hear it. It is saved with the next save.
-func (s *Session) Judge(t *Trial, j Judgement, now time.Time) {
+func (s *Session) judge(t *Trial, j Judgement, now time.Time) {
 	at := now.UTC().Truncate(time.Millisecond)
 	why := ""
 	if j.Verdict == state.Bad {
@@ -471,12 +471,12 @@ type Rollback struct {
 	Reason string
 }
 
-// RecordRollback saves the intent of a rollback before the host is
+// recordRollback saves the intent of a rollback before the host is
 // touched: the host is pinned to r.To while the source's head is r.Head,
 // the revision left is marked rolled back (and, when automatic, refused),
 // and the rollback gets its line of history. A run killed after this
 // finishes the rollback when it starts again (Admit answers with the pin).
-func (s *Session) RecordRollback(ctx context.Context, r Rollback, now time.Time) error {
+func (s *Session) recordRollback(ctx context.Context, r Rollback, now time.Time) error {
 	at := now.UTC().Truncate(time.Millisecond)
 	return s.commit(ctx, func(snap *state.Snapshot) {
 		head := r.Head
@@ -507,10 +507,10 @@ func (s *Session) RecordRollback(ctx context.Context, r Rollback, now time.Time)
 	})
 }
 
-// Release ends a pin, by hand: a manual one (resume), or any, with the
+// release ends a pin, by hand: a manual one (resume), or any, with the
 // refusal of its head (retry, all true). It reports what it released: the
 // revision the pin held the source's head from, "" when nothing.
-func (s *Session) Release(ctx context.Context, all bool) (string, error) {
+func (s *Session) release(ctx context.Context, all bool) (string, error) {
 	released := ""
 	err := s.commit(ctx, func(snap *state.Snapshot) {
 		pin := snap.Pin
