@@ -19,9 +19,9 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/slicepool"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -310,7 +310,7 @@ type treePlanner struct {
 	counted map[shownKey]int
 	// scan, when not nil, finds each desired file's index entry as the
 	// walk meets it (desiredEntry.rec).
-	scan *state.Scan
+	scan *index.Scan
 	// scope, when not nil, narrows the plan to these entries (each with
 	// what is below it) and the directories on the way to them: what a
 	// watch event named (Env.Scope).
@@ -411,7 +411,7 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 // few, where each directory's own cost the collector as much as the rest
 // of the plan.
 var (
-	kidsPool = sync.Pool{New: func() any { return new(state.Kids) }}
+	kidsPool = sync.Pool{New: func() any { return new(index.Kids) }}
 	liveMaps = sync.Pool{New: func() any { return map[string]liveEntry{} }}
 	wantMaps = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
 )
@@ -442,7 +442,7 @@ type desiredEntry struct {
 	seq int
 	// rec is the index's entry for a file, found as the walk met it
 	// (recorded: there is one), when the planner scans the index.
-	rec      state.Found
+	rec      index.Found
 	recorded bool
 }
 
@@ -494,7 +494,7 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 			// As recorded, with what its listing held then.
 			seen.stat, seen.prev = live, prev
 		default:
-			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+			p.ix.set(e.Path, &index.Entry{Stat: *live}, false)
 			seen.stat = live
 		}
 	}
@@ -533,7 +533,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 	// each file's record (when the directory held exactly these names, the
 	// rest was forgotten): each is looked at alone, no map of either side.
 	fast := unlisted && p.scan != nil
-	recorded := kidsPool.Get().(*state.Kids)
+	recorded := kidsPool.Get().(*index.Kids)
 	defer kidsPool.Put(recorded)
 	if fast {
 		recorded.Reset()
@@ -608,12 +608,12 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		switch {
 		case !ok || o.WrongType != "":
 		case e.Mode&fs.ModeSymlink != 0:
-			prev, o.Ours, _ = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) { return r.Target == le.target, nil })
+			prev, o.Ours, _ = claimant(prev, intents, func(r *index.Entry) (bool, error) { return r.Target == le.target, nil })
 			o.Recorded = prev != nil
 			o.Matches = le.target == e.Target
 			o.GitChanged = prev == nil || prev.Target != e.Target
 			if o.Matches {
-				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
+				p.ix.set(e.Path, &index.Entry{Stat: le.Stat, Target: le.target}, false)
 			}
 		default:
 			if converged, err := asRecorded(p.env, e.Entry, le, prev, intents, p.ix); converged || err != nil {
@@ -717,7 +717,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 			// directory's timestamps, as a racily clean file's is.
 			racy := seen.prev != nil && p.ix.racy(seen.prev.Stat)
 			if seen.prev == nil || seen.prev.ContentID != names || racy {
-				p.ix.set(rel, &state.IndexEntry{Stat: *seen.stat, ContentID: names}, racy)
+				p.ix.set(rel, &index.Entry{Stat: *seen.stat, ContentID: names}, racy)
 			}
 		}
 	case p.out != nil:
@@ -731,7 +731,7 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 // recorded is a desired file's index entry: as the walk's scan found
 // it, else as the index holds it now (the scan reads the index as it
 // stood when the walk began).
-func (p *treePlanner) recorded(e *desiredEntry) *state.IndexEntry {
+func (p *treePlanner) recorded(e *desiredEntry) *index.Entry {
 	if e.recorded {
 		return e.rec.Entry()
 	}
@@ -764,7 +764,7 @@ func (p *treePlanner) stands(e *desiredEntry, le liveEntry) bool {
 type seenDir struct {
 	desired bool
 	stat    *hostfs.Stat
-	prev    *state.IndexEntry
+	prev    *index.Entry
 }
 
 // namesDigest names the set of a directory's desired entries. A
@@ -888,7 +888,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 		return true, nil
 	default:
 		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name, le.Size) })
-		_, owned, err := claimant(nil, intents, func(r *state.IndexEntry) (bool, error) {
+		_, owned, err := claimant(nil, intents, func(r *index.Entry) (bool, error) {
 			if le.Mode&fs.ModeSymlink != 0 {
 				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
 			}
@@ -1010,7 +1010,7 @@ func liveAt(d *hostfs.Dir, name string) (liveEntry, bool, error) {
 // recalledWalk walks the desired tree as last written, from its index:
 // what status without a source compares the host with. It goes directory
 // by directory, as a source's walk does.
-func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
+func recalledWalk(old *index.Index, fn func(source.Entry) error) error {
 	var out []source.Entry
 	for rel, prev := range old.All() {
 		e := source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
@@ -1036,7 +1036,7 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 // it as it is (racy: it was verified by its hash and is to be recorded
 // anew). The file's directory is opened only when a file must be read,
 // and the file is hashed at most once.
-func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(hostfs.Stat) bool) (*treeOp, *state.IndexEntry, bool, error) {
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *index.Entry, intents []*index.Entry, isRacy func(hostfs.Stat) bool) (*treeOp, *index.Entry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
 	hashed := false
@@ -1064,7 +1064,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	var err error
 	// An intent holds no stat of the file created: it is judged by content.
 	recorded := prev
-	prev, o.Ours, err = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+	prev, o.Ours, err = claimant(prev, intents, func(r *index.Entry) (bool, error) {
 		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash, fast)
 	})
 	if err != nil {
@@ -1102,7 +1102,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	if op.decide(&o) {
 		return op, nil, false, nil
 	}
-	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
+	entry := &index.Entry{Stat: le.Stat, ContentID: id}
 	if o.Ours {
 		entry.SHA256, entry.XXH3 = prev.SHA256, prev.XXH3
 	}
@@ -1125,7 +1125,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 // it, the desired content and mode included: what planFile would find
 // with nothing to do and the entry standing as it is, decided without
 // the observation's allocations (most files of a converged tree).
-func asRecorded(env *Env, e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, ix *treeIndex) (bool, error) {
+func asRecorded(env *Env, e source.Entry, le liveEntry, prev *index.Entry, intents []*index.Entry, ix *treeIndex) (bool, error) {
 	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev.Stat) {
 		return false, nil
 	}

@@ -1,7 +1,8 @@
 // Package state is the agent's memory on the host: the snapshot of what was
-// last applied (state.json), per-tree fingerprint indexes, and the lock that
-// keeps two writers apart. Everything is written atomically, 0600 in a 0700
-// directory.
+// last applied (state.json) and its serial, the lock that keeps two writers
+// apart, backups, and the state dir's one door (Dir) that other packages
+// keep their files behind (the tree indexes: pkg/index). Everything is
+// written atomically, 0600 in a 0700 directory.
 package state
 
 import (
