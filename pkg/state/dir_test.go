@@ -8,10 +8,6 @@ import (
 	"testing"
 )
 
-// fileAt is the file at the host path p, in a state dir that is its
-// directory.
-func fileAt(p string) File { return At(filepath.Dir(p)).File(filepath.Base(p)) }
-
 // TestPlantedLinksAreRefused puts symlinks to a victim directory where
 // the state dir keeps its trees, caches and logs, and to victim files
 // where it keeps its own files: nothing is ever written through them.

@@ -438,10 +438,6 @@ func syncClose(f *os.File) error {
 	return f.Close()
 }
 
-// tempPrefix starts the names of WriteFile's temporary files; it is
-// hostfs's, so one rule (hostfs.IsTemp) finds every temp file of ours.
-const tempPrefix = ".cortex-sync-"
-
 // RemoveTemps deletes the temporary files killed writes left in the state
 // dir (state.json's, the tree indexes', the source stat cache's, the host
 // key's) and reports how many. A temp file whose writer still runs stays
