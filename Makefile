@@ -55,8 +55,8 @@ test-faults:
 # machine (golang/go#75804, fixed in Go 1.27): that, with no failing input
 # written, is not a finding and does not fail the target; anything else does.
 FUZZTIME ?= 20s
-FUZZ_TARGETS = resource:FuzzLoad diff:FuzzRender diff:FuzzUnified state:FuzzDecodeIndex \
-	state:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook
+FUZZ_TARGETS = resource:FuzzLoad diff:FuzzRender diff:FuzzUnified index:FuzzDecodeIndex \
+	index:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook
 fuzz:
 	@mkdir -p bin; for t in $(FUZZ_TARGETS); do \
 		pkg=./pkg/$${t%%:*}; name=$${t#*:}; log=bin/fuzz-$$name.log; \

@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -38,7 +39,7 @@ func stateCheckRun(g *globals, o *stateCheckOptions, io streams) error {
 	if err := checkOutput(o.output, "text", "json"); err != nil {
 		return err
 	}
-	findings := state.At(g.stateDir).Check()
+	findings := state.At(g.stateDir).Check(index.Check)
 	docs, bad := findingDocs(findings)
 	if o.output == "json" {
 		if err := printJSON(io.Out, checkDoc{StateDir: g.stateDir, Problems: bad, Findings: docs}); err != nil {

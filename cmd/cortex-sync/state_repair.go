@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -36,7 +37,7 @@ func stateRepairRun(cmd *cobra.Command, g *globals, _ *stateRepairOptions, io st
 		return err
 	}
 	defer lock.Unlock()
-	findings := d.Check() // after the lock swept temp files
+	findings := d.Check(index.Check) // after the lock swept temp files
 	done, err := d.Repair(findings)
 	for _, f := range done {
 		fmt.Fprintf(io.Out, "repaired %s: %s\n", f.File, f.Fix)

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
@@ -104,7 +105,7 @@ func mirrorOwned(v *version) func(s *sandbox, snap *state.Snapshot, users map[st
 		if e == nil || !e.Created {
 			return fmt.Errorf("Directory/kb is not in the inventory as created: %+v", e)
 		}
-		x, err := state.LoadIndex(state.At(s.State).File("trees/Directory.kb.idx"))
+		x, err := index.Load(state.At(s.State).File("trees/Directory.kb.idx"))
 		if err != nil {
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -230,7 +231,7 @@ func (s *sandbox) loads() (*state.Snapshot, error) {
 		if hostfs.IsTemp(filepath.Base(p)) {
 			continue // a write's temp file, cut short by the kill: no index
 		}
-		if _, err := state.LoadIndex(state.At(s.State).File("trees/" + filepath.Base(p))); err != nil {
+		if _, err := index.Load(state.At(s.State).File("trees/" + filepath.Base(p))); err != nil {
 			return nil, err
 		}
 	}

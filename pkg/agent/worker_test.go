@@ -13,6 +13,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -269,7 +270,7 @@ func TestAgentIndexesWhatItWasMirroring(t *testing.T) {
 	writeFile(t, filepath.Join(root, "srv/kb/new.md"), "new\n")
 	startAgent(t, repo, root, stateDir)
 	waitFor(t, 30*time.Second, "new.md in the tree index", func() bool {
-		x, err := state.LoadIndex(state.At(stateDir).File("trees/Directory.kb.idx"))
+		x, err := index.Load(state.At(stateDir).File("trees/Directory.kb.idx"))
 		return err == nil && x.Get("new.md") != nil
 	})
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -63,7 +64,7 @@ type directoryDriver struct{}
 type dirWork struct {
 	attrs attrs
 	ops   []treeOp
-	index *state.Index // the tree's index, updated in place as entries are checked and written
+	index *index.Index // the tree's index, updated in place as entries are checked and written
 	// replan: the tree's changes were too many to hold as ops; sync plans
 	// it again, from its index as saved, as it writes it (writeTree).
 	replan bool
@@ -90,13 +91,13 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if d != nil {
 		defer d.Close()
 	}
-	var old *state.Index
+	var old *index.Index
 	if rec != nil {
-		old, err = state.LoadIndex(treeIndexFile(env, rec.ID))
+		old, err = index.Load(treeIndexFile(env, rec.ID))
 	} else {
 		// Not recorded: a new index, or what a write of the tree that ran
 		// since left.
-		old, err = state.LoadUnrecorded(treeIndexFile(env, string(r.ID())))
+		old, err = index.LoadUnrecorded(treeIndexFile(env, string(r.ID())))
 	}
 	if err != nil {
 		return nil, err
@@ -225,9 +226,9 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	defer top.Close()
 	switch {
 	case w.replan:
-		load := state.LoadUnrecorded
+		load := index.LoadUnrecorded
 		if c.Record != nil {
-			load = state.LoadIndex
+			load = index.Load
 		}
 		if w.index, err = load(treeIndexFile(env, string(c.ID))); err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -156,11 +157,11 @@ type fileWork struct {
 }
 
 // fingerprint is a record's live fingerprint in the index's terms.
-func fingerprint(rec *state.Entry) *state.IndexEntry {
+func fingerprint(rec *state.Entry) *index.Entry {
 	if rec == nil || rec.Live == nil {
 		return nil
 	}
-	return &state.IndexEntry{Stat: rec.Live.Stat, SHA256: rec.Live.SHA256}
+	return &index.Entry{Stat: rec.Live.Stat, SHA256: rec.Live.SHA256}
 }
 
 // lstat opens p's parent (if it exists) and describes p.

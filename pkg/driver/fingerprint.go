@@ -7,7 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 )
 
 // hashFile is the SHA-256 of an entry's content, as the fingerprint keeps it.
@@ -23,7 +23,7 @@ func hashFile(d *hostfs.Dir, name string, size int64) (string, error) {
 // the fingerprint has one and fast reads it (as rsync -c reads a file), a
 // changed one by its SHA-256 as ever: nothing is trusted less than without
 // verify, where that file is not read at all.
-func unchanged(live hostfs.Stat, fp *state.IndexEntry, racy, verify bool, hash func() (string, error), fast func() ([16]byte, error)) (bool, error) {
+func unchanged(live hostfs.Stat, fp *index.Entry, racy, verify bool, hash func() (string, error), fast func() ([16]byte, error)) (bool, error) {
 	if fp == nil || !live.Mode.IsRegular() {
 		return false, nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -69,7 +70,7 @@ spec: {command: [sleep, "1400"], restartOn: [File/app, File/inline, Directory/kb
 		t.Fatal(err)
 	}
 	idxFile := state.At(h.stdir).File("trees/Directory.kb.idx")
-	idx, err := state.LoadIndex(idxFile)
+	idx, err := index.Load(idxFile)
 	if err != nil {
 		t.Fatal(err)
 	}

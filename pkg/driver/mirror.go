@@ -6,8 +6,8 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // A mirrored Directory (spec.source) is copied entry by entry, in three
@@ -55,39 +55,39 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirR
 // writer's share it.
 type treeIndex struct {
 	mu   sync.Mutex // guards x
-	x    *state.Index
-	rule state.RacyRule // x's, asked without the lock
+	x    *index.Index
+	rule index.RacyRule // x's, asked without the lock
 }
 
-func newTreeIndex(x *state.Index) *treeIndex { return &treeIndex{x: x, rule: x.RacyRule()} }
+func newTreeIndex(x *index.Index) *treeIndex { return &treeIndex{x: x, rule: x.RacyRule()} }
 
-func (t *treeIndex) get(rel string) *state.IndexEntry {
+func (t *treeIndex) get(rel string) *index.Entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.x.Get(rel)
 }
 
 // records are rel's entry and what stopped writes intended there.
-func (t *treeIndex) records(rel string) (prev *state.IndexEntry, intents []*state.IndexEntry) {
+func (t *treeIndex) records(rel string) (prev *index.Entry, intents []*index.Entry) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.x.Get(rel), t.x.Intents(rel)
 }
 
 // children lists what the index holds directly in rel into k.
-func (t *treeIndex) children(rel string, k *state.Kids) {
+func (t *treeIndex) children(rel string, k *index.Kids) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.x.ChildrenOf(rel, k)
 }
 
 // racy reports whether an entry recorded with stat st may have changed
-// unseen (state.Index.Racy).
+// unseen (index.Index.Racy).
 func (t *treeIndex) racy(st hostfs.Stat) bool { return t.rule.Racy(st) }
 
 // set records an entry that stands; touch records it anew although it did
-// not change (see state.Index.Touch).
-func (t *treeIndex) set(rel string, e *state.IndexEntry, touch bool) {
+// not change (see index.Index.Touch).
+func (t *treeIndex) set(rel string, e *index.Entry, touch bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.x.Set(rel, e)
@@ -98,7 +98,7 @@ func (t *treeIndex) set(rel string, e *state.IndexEntry, touch bool) {
 
 // intend records entries about to be created; syncIntents makes them
 // durable.
-func (t *treeIndex) intend(es ...state.Intended) error {
+func (t *treeIndex) intend(es ...index.Intended) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.x.Intend(es...)
@@ -125,8 +125,8 @@ func (t *treeIndex) forget(rel string, below bool) {
 // saved: the entry while the host holds what it records, else an intent
 // whose creation the host holds, else the entry (nil when none), and then
 // the live entry is not cortex-sync's as it is.
-func claimant(prev *state.IndexEntry, intents []*state.IndexEntry, holds func(*state.IndexEntry) (bool, error)) (*state.IndexEntry, bool, error) {
-	for _, r := range append([]*state.IndexEntry{prev}, intents...) {
+func claimant(prev *index.Entry, intents []*index.Entry, holds func(*index.Entry) (bool, error)) (*index.Entry, bool, error) {
+	for _, r := range append([]*index.Entry{prev}, intents...) {
 		if r == nil {
 			continue
 		}
@@ -137,4 +137,4 @@ func claimant(prev *state.IndexEntry, intents []*state.IndexEntry, holds func(*s
 	return prev, false, nil
 }
 
-func isDir(e *state.IndexEntry) bool { return e.Mode.IsDir() }
+func isDir(e *index.Entry) bool { return e.Mode.IsDir() }

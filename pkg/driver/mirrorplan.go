@@ -19,9 +19,9 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/slicepool"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"golang.org/x/sys/unix"
 )
 
@@ -49,138 +49,141 @@ type treePlan struct {
 //
 // With out set, each directory's changes are carried out as soon as they
 // are decided, and nothing is kept.
+//
+// Its phases: what the plan looks at (the scope, a scan of the index),
+// the comparing goroutines started, the source walked and cut into
+// directories handed to them, the last open directories handed over and
+// the comparisons waited for, and the plan put in order.
 func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
 	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
 	if top != nil && ix.x != nil && ix.x.Len() > 0 {
 		p.scope = env.Scope // what an event named, in a tree written before
 	}
-	// Directories are compared by a few goroutines that live as long as
-	// the plan: one per directory would grow a fresh stack for each (a
-	// comparison runs deep), which cost as much as the comparing. They
-	// are handed directories in batches of about batchEntries entries:
-	// waking a worker for each small directory cost more than comparing it.
-	// A directory handed over holds its host directory, and its source
-	// directory until its files settle, open: at most inFlight(workers)
-	// are handed over and not yet compared, the walk waiting for the
-	// workers beyond that.
-	workers := max(1, env.Concurrency)
-	batches := make(chan []*dirFrame, workers)
-	slots := make(chan struct{}, inFlight(workers))
-	var (
-		wg       sync.WaitGroup
-		failed   atomic.Bool
-		errOnce  sync.Once
-		firstErr error
-	)
+	cs := p.startComparing(ctx)
+	p.scanIndex()
+	w := &treeWalk{p: p, cs: cs, stack: []*dirFrame{{host: top}}}
+	srcErr := p.walkSource(w.add)
+	w.handOver(srcErr == nil)
+	err := cs.wait()
+	switch {
+	case err != nil:
+	case w.err != nil:
+		err = w.err
+	case srcErr != nil:
+		err = fmt.Errorf("read source %s: %w", spec.Source, srcErr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if out != nil {
+		return nil, nil
+	}
+	return p.plan(), nil
+}
+
+// comparers are the goroutines that compare a plan's directories, and the
+// batch of directories being made for them.
+//
+// They live as long as the plan: one per directory would grow a fresh
+// stack for each (a comparison runs deep), which cost as much as the
+// comparing. They are handed directories in batches of about batchEntries
+// entries: waking a worker for each small directory cost more than
+// comparing it. A directory handed over holds its host directory, and its
+// source directory until its files settle, open: at most inFlight(workers)
+// are handed over and not yet compared, the walk waiting for the workers
+// beyond that.
+type comparers struct {
+	batches chan []*dirFrame
+	slots   chan struct{}
+	wg      sync.WaitGroup
+	failed  atomic.Bool
+	errOnce sync.Once
+	err     error // the first comparison's that failed; read after wait
+
+	batch   []*dirFrame // being made, by the walk
+	batched int         // entries in batch
+}
+
+// startComparing starts the goroutines that compare the directories
+// handed to them (env.Concurrency, at least one).
+func (p *treePlanner) startComparing(ctx context.Context) *comparers {
+	workers := max(1, p.env.Concurrency)
+	c := &comparers{batches: make(chan []*dirFrame, workers), slots: make(chan struct{}, inFlight(workers))}
 	for range workers {
-		wg.Go(func() {
-			for batch := range batches {
+		c.wg.Go(func() {
+			for batch := range c.batches {
 				for _, f := range batch {
-					if !failed.Load() {
+					if !c.failed.Load() {
 						if err := p.compare(ctx, f.host, f.rel, f.entries, f.implied, f.seen); err != nil {
-							errOnce.Do(func() { firstErr = err })
-							failed.Store(true)
+							c.errOnce.Do(func() { c.err = err })
+							c.failed.Store(true)
 						}
 					}
-					f.close(top)
-					<-slots
+					f.close(p.top)
+					<-c.slots
 				}
 			}
 		})
 	}
-	var batch []*dirFrame
-	batched := 0
-	flush := func() {
-		if len(batch) > 0 {
-			batches <- batch
-			batch, batched = nil, 0
-		}
+	return c
+}
+
+// hand gives the comparers a complete directory, in the next batch.
+func (c *comparers) hand(f *dirFrame) {
+	select {
+	case c.slots <- struct{}{}:
+	default:
+		c.flush() // what holds the slots is then the workers' to free
+		c.slots <- struct{}{}
 	}
-	dispatch := func(f *dirFrame) {
-		select {
-		case slots <- struct{}{}:
-		default:
-			flush() // what holds the slots is then the workers' to free
-			slots <- struct{}{}
-		}
-		batch = append(batch, f)
-		batched += len(f.entries) + 1
-		if batched >= batchEntries || len(batch) >= batchFrames {
-			flush()
-		}
+	c.batch = append(c.batch, f)
+	c.batched += len(f.entries) + 1
+	if c.batched >= batchEntries || len(c.batch) >= batchFrames {
+		c.flush()
 	}
-	// A tree written before, looked at whole, is read front to back as the
-	// walk meets its files: a directory that turns out unchanged needs no
-	// listing of the index either.
-	if p.scope == nil && top != nil && !env.recalled() && !env.Verify {
-		ix.mu.Lock()
-		if ix.x.Len() > 0 && !ix.x.Intending() {
-			p.scan = ix.x.Scan()
-		}
-		ix.mu.Unlock()
+}
+
+// flush sends the batch being made, if any.
+func (c *comparers) flush() {
+	if len(c.batch) > 0 {
+		c.batches <- c.batch
+		c.batch, c.batched = nil, 0
 	}
-	// The open directories of the walk, top first: a directory is complete
-	// when the walk leaves it.
-	stack := []*dirFrame{{host: top}}
-	seq := 0
-	var walkErr error // the walk's own, deciding a directory
-	add := func(e source.Entry) error {
-		if failed.Load() {
-			return errStopped
-		}
-		if !p.relevant(e.Path) {
-			e.Release()
-			return nil
-		}
-		parent := "" // a walk's paths are clean
-		if i := strings.LastIndexByte(e.Path, '/'); i >= 0 {
-			parent = e.Path[:i]
-		}
-		for len(stack) > 1 && !within(parent, stack[len(stack)-1].rel) {
-			dispatch(stack[len(stack)-1])
-			stack = stack[:len(stack)-1]
-		}
-		for f := stack[len(stack)-1]; f.rel != parent; f = stack[len(stack)-1] {
-			// A directory the walk did not name (an index without its
-			// directory's entry): its entries are compared all the same.
-			next := parent
-			if i := strings.IndexByte(parent[len(f.rel):][min(1, len(f.rel)):], '/'); i >= 0 {
-				next = parent[:len(f.rel)+min(1, len(f.rel))+i]
-			}
-			if f.implied == nil {
-				f.implied = map[string]bool{}
-			}
-			f.implied[path.Base(next)] = true
-			host, err := openSub(f.host, path.Base(next))
-			if err != nil {
-				walkErr = err
-				return errStopped
-			}
-			stack = append(stack, &dirFrame{rel: next, host: host})
-		}
-		f := stack[len(stack)-1]
-		de := desiredEntry{Entry: e, seq: seq}
-		if p.scan != nil && !e.Mode.IsDir() {
-			ix.mu.Lock()
-			de.recorded = p.scan.Find(e.Path, &de.rec)
-			ix.mu.Unlock()
-		}
-		f.entries = append(entrySlices.Grow(f.entries), de)
-		seq++
-		if e.Mode.IsDir() {
-			host, seen, err := p.dirEntry(f.host, de)
-			if err != nil {
-				walkErr = fmt.Errorf("%s: %w", path.Join(spec.Path, e.Path), err)
-				return errStopped
-			}
-			stack = append(stack, &dirFrame{rel: e.Path, host: host, seen: seen})
-		}
-		return nil
+}
+
+// wait sends the last batch, waits for every comparison to end and
+// returns the first that failed.
+func (c *comparers) wait() error {
+	c.flush()
+	close(c.batches)
+	c.wg.Wait()
+	return c.err
+}
+
+// scanIndex sets the planner to read a tree written before, looked at
+// whole, front to back as the walk meets its files: a directory that
+// turns out unchanged needs no listing of the index either.
+func (p *treePlanner) scanIndex() {
+	if p.scope != nil || p.top == nil || p.env.recalled() || p.env.Verify {
+		return
 	}
-	var srcErr error
+	p.ix.mu.Lock()
+	if p.ix.x.Len() > 0 && !p.ix.x.Intending() {
+		p.scan = p.ix.x.Scan()
+	}
+	p.ix.mu.Unlock()
+}
+
+// walkSource walks the desired tree, handing add its directories, files
+// and symlinks: the index's record when the source is recalled, else the
+// source's tree (a walk that leaves the stats to the comparers where the
+// tree can, the scope alone when there is one). A Directory with no
+// source walks nothing.
+func (p *treePlanner) walkSource(add func(source.Entry) error) error {
+	env, spec := p.env, p.spec
 	switch {
 	case spec.sourcePath != "" && env.recalled():
-		srcErr = recalledWalk(ix.x, add)
+		return recalledWalk(p.ix.x, add)
 	case spec.sourcePath != "":
 		walk := env.Tree.Walk
 		if w, ok := env.Tree.(source.StatLaterWalker); ok {
@@ -193,7 +196,7 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 				return source.WalkScope(env.Tree, dir, p.scope, fn)
 			}
 		}
-		srcErr = walk(spec.sourcePath, func(e source.Entry) error {
+		return walk(spec.sourcePath, func(e source.Entry) error {
 			if !e.Mode.IsDir() && !e.Mode.IsRegular() && e.Mode&fs.ModeSymlink == 0 {
 				return nil
 			}
@@ -204,31 +207,104 @@ func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *Directo
 			return err
 		})
 	}
-	for i := len(stack) - 1; i >= 0; i-- {
-		if srcErr == nil {
-			dispatch(stack[i])
+	return nil
+}
+
+// treeWalk cuts the source's walk into its directories: the open
+// directories of the walk, top first. A directory is complete when the
+// walk leaves it, and is then handed to the comparers.
+type treeWalk struct {
+	p     *treePlanner
+	cs    *comparers
+	stack []*dirFrame
+	seq   int   // the next entry's place in the walk
+	err   error // the walk's own, deciding a directory
+}
+
+// add takes the walk's next entry into its directory's frame: the
+// directories the walk left are handed over, those it entered without
+// naming them are opened, and a desired directory is decided at once and
+// opened for what is inside.
+func (w *treeWalk) add(e source.Entry) error {
+	p := w.p
+	if w.cs.failed.Load() {
+		return errStopped
+	}
+	if !p.relevant(e.Path) {
+		e.Release()
+		return nil
+	}
+	parent := "" // a walk's paths are clean
+	if i := strings.LastIndexByte(e.Path, '/'); i >= 0 {
+		parent = e.Path[:i]
+	}
+	w.leave(parent)
+	if err := w.enterImplied(parent); err != nil {
+		w.err = err
+		return errStopped
+	}
+	f := w.stack[len(w.stack)-1]
+	de := desiredEntry{Entry: e, seq: w.seq}
+	if p.scan != nil && !e.Mode.IsDir() {
+		p.ix.mu.Lock()
+		de.recorded = p.scan.Find(e.Path, &de.rec)
+		p.ix.mu.Unlock()
+	}
+	f.entries = append(entrySlices.Grow(f.entries), de)
+	w.seq++
+	if e.Mode.IsDir() {
+		host, seen, err := p.dirEntry(f.host, de)
+		if err != nil {
+			w.err = fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
+			return errStopped
+		}
+		w.stack = append(w.stack, &dirFrame{rel: e.Path, host: host, seen: seen})
+	}
+	return nil
+}
+
+// leave hands over the open directories that parent is not within: the
+// walk is done with them.
+func (w *treeWalk) leave(parent string) {
+	for len(w.stack) > 1 && !within(parent, w.stack[len(w.stack)-1].rel) {
+		w.cs.hand(w.stack[len(w.stack)-1])
+		w.stack = w.stack[:len(w.stack)-1]
+	}
+}
+
+// enterImplied opens a frame for each directory between the innermost
+// open one and parent that the walk did not name (an index without its
+// directory's entry): their entries are compared all the same.
+func (w *treeWalk) enterImplied(parent string) error {
+	for f := w.stack[len(w.stack)-1]; f.rel != parent; f = w.stack[len(w.stack)-1] {
+		next := parent
+		if i := strings.IndexByte(parent[len(f.rel):][min(1, len(f.rel)):], '/'); i >= 0 {
+			next = parent[:len(f.rel)+min(1, len(f.rel))+i]
+		}
+		if f.implied == nil {
+			f.implied = map[string]bool{}
+		}
+		f.implied[path.Base(next)] = true
+		host, err := openSub(f.host, path.Base(next))
+		if err != nil {
+			return err
+		}
+		w.stack = append(w.stack, &dirFrame{rel: next, host: host})
+	}
+	return nil
+}
+
+// handOver ends the walk: the directories still open are handed over,
+// innermost first, when the walk went through (complete); else they are
+// released uncompared.
+func (w *treeWalk) handOver(complete bool) {
+	for i := len(w.stack) - 1; i >= 0; i-- {
+		if complete {
+			w.cs.hand(w.stack[i])
 		} else {
-			stack[i].close(top)
+			w.stack[i].close(w.p.top)
 		}
 	}
-	flush()
-	close(batches)
-	wg.Wait()
-	err := firstErr
-	switch {
-	case err != nil:
-	case walkErr != nil:
-		err = walkErr
-	case srcErr != nil:
-		err = fmt.Errorf("read source %s: %w", spec.Source, srcErr)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if out != nil {
-		return nil, nil
-	}
-	return p.plan(), nil
 }
 
 // plan orders what the planner kept as sync carries it out: desired
@@ -310,7 +386,7 @@ type treePlanner struct {
 	counted map[shownKey]int
 	// scan, when not nil, finds each desired file's index entry as the
 	// walk meets it (desiredEntry.rec).
-	scan *state.Scan
+	scan *index.Scan
 	// scope, when not nil, narrows the plan to these entries (each with
 	// what is below it) and the directories on the way to them: what a
 	// watch event named (Env.Scope).
@@ -411,7 +487,7 @@ func (f *dirFrame) close(top *hostfs.Dir) {
 // few, where each directory's own cost the collector as much as the rest
 // of the plan.
 var (
-	kidsPool = sync.Pool{New: func() any { return new(state.Kids) }}
+	kidsPool = sync.Pool{New: func() any { return new(index.Kids) }}
 	liveMaps = sync.Pool{New: func() any { return map[string]liveEntry{} }}
 	wantMaps = sync.Pool{New: func() any { return map[string]fs.FileMode{} }}
 )
@@ -442,7 +518,7 @@ type desiredEntry struct {
 	seq int
 	// rec is the index's entry for a file, found as the walk met it
 	// (recorded: there is one), when the planner scans the index.
-	rec      state.Found
+	rec      index.Found
 	recorded bool
 }
 
@@ -494,7 +570,7 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 			// As recorded, with what its listing held then.
 			seen.stat, seen.prev = live, prev
 		default:
-			p.ix.set(e.Path, &state.IndexEntry{Stat: *live}, false)
+			p.ix.set(e.Path, &index.Entry{Stat: *live}, false)
 			seen.stat = live
 		}
 	}
@@ -516,145 +592,219 @@ func (p *treePlanner) dirEntry(parent *hostfs.Dir, e desiredEntry) (*hostfs.Dir,
 // as the walk met them): the desired ones against what the host and the
 // index hold, then the host's that are not desired, and forgets recorded
 // entries that are on neither side.
+//
+// Its phases: the source's entries settled; the host and the index looked
+// at (look); each desired entry decided (decideDesired), then each live
+// one that is not (decideUndesired); recorded entries on neither side
+// forgotten (forget); the changes carried out or kept; and the
+// directory's names recorded for the next plan (recordNames).
 func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string, desired []desiredEntry, implied map[string]bool, seen seenDir) error {
 	for i := range desired {
 		if err := desired[i].Settle(); err != nil {
 			return fmt.Errorf("read source %s: %w", p.spec.Source, err)
 		}
 	}
-	var live map[string]liveEntry
-	var err error
-	names := ""
-	if seen.desired && (seen.stat != nil || p.out != nil) && implied == nil && !p.env.Verify {
-		names = namesDigest(desired)
-	}
-	unlisted := p.whole(rel) && names != "" && seen.prev != nil && seen.prev.ContentID == names && !p.ix.racy(seen.prev.Stat)
-	// fast: nothing is here but the desired entries, and the walk found
-	// each file's record (when the directory held exactly these names, the
-	// rest was forgotten): each is looked at alone, no map of either side.
-	fast := unlisted && p.scan != nil
-	recorded := kidsPool.Get().(*state.Kids)
-	defer kidsPool.Put(recorded)
-	if fast {
-		recorded.Reset()
-	} else {
-		p.ix.children(rel, recorded)
-	}
-	switch {
-	case fast:
-	case unlisted:
-		// The directory has not changed since it held exactly the desired
-		// names: those are looked at, and nothing else is there.
-		live, err = statDesired(host, desired)
-	case p.whole(rel):
-		live, err = listHost(host)
-	default:
-		// On the way to the scope: only its names are looked at.
-		names := p.scoped(rel)
-		for _, e := range desired {
-			names = append(names, path.Base(e.Path))
-		}
-		live, err = statHost(host, names)
-		recorded.Keep(func(name string) bool { return p.relevant(path.Join(rel, name)) })
-	}
-	if err != nil {
+	d := &dirCompare{host: host, rel: rel, desired: desired, implied: implied, seen: seen}
+	d.recorded = kidsPool.Get().(*index.Kids)
+	defer kidsPool.Put(d.recorded)
+	if err := p.look(d); err != nil {
 		return err
 	}
-	defer putLive(live)
-	want := wantMaps.Get().(map[string]fs.FileMode)
+	defer putLive(d.live)
+	d.want = wantMaps.Get().(map[string]fs.FileMode)
 	defer func() {
-		if len(want) <= pooledMap {
-			clear(want)
-			wantMaps.Put(want)
+		if len(d.want) <= pooledMap {
+			clear(d.want)
+			wantMaps.Put(d.want)
 		}
 	}()
-	var ops []treeOp
-	for i := range desired {
-		e := &desired[i]
-		name := path.Base(e.Path)
-		if !fast {
-			want[name] = e.Mode
+	if err := p.decideDesired(ctx, d); err != nil {
+		return err
+	}
+	if err := p.decideUndesired(ctx, d); err != nil {
+		return err
+	}
+	p.forget(d)
+	wrote := p.out != nil && len(d.ops)+len(d.gone) > 0
+	if p.out != nil {
+		if err := p.out.writeDir(ctx, host, rel, d.ops, d.gone); err != nil {
+			return err
+		}
+	} else {
+		p.keep(d.ops, d.gone)
+	}
+	p.recordNames(d, wrote)
+	return nil
+}
+
+// dirCompare is one directory's comparison, as its phases share it.
+type dirCompare struct {
+	host    *hostfs.Dir // nil when there is none
+	rel     string
+	desired []desiredEntry
+	implied map[string]bool
+	seen    seenDir
+
+	// names digests the desired names, when the directory's record of
+	// them can be used or written; "" when not.
+	names string
+	// unlisted: the directory has not changed since it held exactly the
+	// desired names, so the host's listing is not read.
+	unlisted bool
+	// fast: unlisted, and the walk found each file's record (when the
+	// directory held exactly these names, the rest was forgotten): each
+	// is looked at alone, no map of either side.
+	fast     bool
+	recorded *index.Kids            // the index's entries here (none when fast)
+	live     map[string]liveEntry   // the host's entries looked at (nil when fast)
+	want     map[string]fs.FileMode // the desired names and modes (empty when fast)
+
+	ops  []treeOp // for desired entries
+	gone []treeOp // for live entries that are not desired
+}
+
+// look reads what the comparison weighs: the index's entries in the
+// directory, and the host's, listed whole, only the desired names (as
+// the directory's record allows), only the names on the way to the
+// scope, or none (fast).
+func (p *treePlanner) look(d *dirCompare) error {
+	seen := d.seen
+	if seen.desired && (seen.stat != nil || p.out != nil) && d.implied == nil && !p.env.Verify {
+		d.names = namesDigest(d.desired)
+	}
+	d.unlisted = p.whole(d.rel) && d.names != "" && seen.prev != nil && seen.prev.ContentID == d.names && !p.ix.racy(seen.prev.Stat)
+	d.fast = d.unlisted && p.scan != nil
+	if d.fast {
+		d.recorded.Reset()
+	} else {
+		p.ix.children(d.rel, d.recorded)
+	}
+	var err error
+	switch {
+	case d.fast:
+	case d.unlisted:
+		// The directory has not changed since it held exactly the desired
+		// names: those are looked at, and nothing else is there.
+		d.live, err = statDesired(d.host, d.desired)
+	case p.whole(d.rel):
+		d.live, err = listHost(d.host)
+	default:
+		// On the way to the scope: only its names are looked at.
+		names := p.scoped(d.rel)
+		for _, e := range d.desired {
+			names = append(names, path.Base(e.Path))
+		}
+		d.live, err = statHost(d.host, names)
+		rel := d.rel
+		d.recorded.Keep(func(name string) bool { return p.relevant(path.Join(rel, name)) })
+	}
+	return err
+}
+
+// decideDesired decides each desired entry other than a directory
+// against the host's and the index's, into d.ops, updating the index
+// with what it finds as recorded.
+func (p *treePlanner) decideDesired(ctx context.Context, d *dirCompare) error {
+	for i := range d.desired {
+		e := &d.desired[i]
+		if !d.fast {
+			d.want[path.Base(e.Path)] = e.Mode
 		}
 		if e.Mode.IsDir() {
 			continue
 		}
-		var le liveEntry
-		var ok bool
-		c, _ := recorded.Find(name)
-		prev, intents := c.Entry, c.Intents
-		if fast {
-			if le, ok, err = liveAt(host, name); err != nil {
+		if err := p.decideEntry(ctx, d, e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// decideEntry decides one desired file or symlink.
+func (p *treePlanner) decideEntry(ctx context.Context, d *dirCompare, e *desiredEntry) error {
+	name := path.Base(e.Path)
+	var le liveEntry
+	var ok bool
+	var err error
+	c, _ := d.recorded.Find(name)
+	prev, intents := c.Entry, c.Intents
+	if d.fast {
+		if le, ok, err = liveAt(d.host, name); err != nil {
+			return err
+		}
+		if ok && p.stands(e, le) {
+			return nil
+		}
+		prev = p.recorded(e)
+	} else {
+		le, ok = d.live[name]
+	}
+	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
+	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
+	if ok && le.Mode.Type() != e.Mode.Type() {
+		o.WrongType = typeName(le.Mode)
+		if le.Mode.IsDir() {
+			// What is inside goes with it: its entries are weighed as
+			// entries that are not desired.
+			if err := p.hostOnly(ctx, d.host, e.Path); err != nil {
 				return err
 			}
-			if ok && p.stands(e, le) {
-				continue
-			}
-			prev = p.recorded(e)
-		} else {
-			le, ok = live[name]
 		}
-		op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
-		o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
-		if ok && le.Mode.Type() != e.Mode.Type() {
-			o.WrongType = typeName(le.Mode)
-			if le.Mode.IsDir() {
-				// What is inside goes with it: its entries are weighed as
-				// entries that are not desired.
-				if err := p.hostOnly(ctx, host, e.Path); err != nil {
-					return err
-				}
-			}
+	}
+	switch {
+	case !ok || o.WrongType != "":
+	case e.Mode&fs.ModeSymlink != 0:
+		prev, o.Ours, _ = claimant(prev, intents, func(r *index.Entry) (bool, error) { return r.Target == le.target, nil })
+		o.Recorded = prev != nil
+		o.Matches = le.target == e.Target
+		o.GitChanged = prev == nil || prev.Target != e.Target
+		if o.Matches {
+			p.ix.set(e.Path, &index.Entry{Stat: le.Stat, Target: le.target}, false)
 		}
-		switch {
-		case !ok || o.WrongType != "":
-		case e.Mode&fs.ModeSymlink != 0:
-			prev, o.Ours, _ = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) { return r.Target == le.target, nil })
-			o.Recorded = prev != nil
-			o.Matches = le.target == e.Target
-			o.GitChanged = prev == nil || prev.Target != e.Target
-			if o.Matches {
-				p.ix.set(e.Path, &state.IndexEntry{Stat: le.Stat, Target: le.target}, false)
-			}
-		default:
-			if converged, err := asRecorded(p.env, e.Entry, le, prev, intents, p.ix); converged || err != nil {
-				if err != nil {
-					return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
-				}
-				continue
-			}
-			fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
+	default:
+		if converged, err := asRecorded(p.env, e.Entry, le, prev, intents, p.ix); converged || err != nil {
 			if err != nil {
 				return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
 			}
-			if fop != nil {
-				fop.seq = e.seq
-				ops = append(ops, *fop)
-			}
-			if entry != nil {
-				p.ix.set(e.Path, entry, racy)
-			}
-			continue
+			return nil
 		}
-		if op.decide(&o) {
-			ops = append(ops, op)
+		host := d.host
+		fop, entry, racy, err := planFile(p.env, p.spec.sourcePath, func() (*hostfs.Dir, error) { return host, nil }, e.Entry, le, prev, intents, p.ix.racy)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path.Join(p.spec.Path, e.Path), err)
 		}
+		if fop != nil {
+			fop.seq = e.seq
+			d.ops = append(d.ops, *fop)
+		}
+		if entry != nil {
+			p.ix.set(e.Path, entry, racy)
+		}
+		return nil
 	}
-	// Live entries that are not desired: what cortex-sync wrote goes, what
-	// it did not goes only with purge, and never what another resource
-	// manages.
-	var gone []treeOp
-	for name, le := range live {
-		if _, ok := want[name]; ok {
+	if op.decide(&o) {
+		d.ops = append(d.ops, op)
+	}
+	return nil
+}
+
+// decideUndesired decides the live entries that are not desired, into
+// d.gone: what cortex-sync wrote goes, what it did not goes only with
+// purge, and never what another resource manages.
+func (p *treePlanner) decideUndesired(ctx context.Context, d *dirCompare) error {
+	for name, le := range d.live {
+		if _, ok := d.want[name]; ok {
 			continue
 		}
-		sub := path.Join(rel, name)
-		c, _ := recorded.Find(name)
+		sub := path.Join(d.rel, name)
+		c, _ := d.recorded.Find(name)
 		prev, intents := c.Entry, c.Intents
 		op := treeOp{rel: sub, action: diff.Delete, typ: le.Mode.Type()}
 		temp := hostfs.IsTemp(name) && le.Mode.IsRegular()
 		owned := false
 		if !temp && (prev != nil || len(intents) > 0) {
-			if owned, err = p.ownedBelow(host, name, sub, le); err != nil {
+			var err error
+			if owned, err = p.ownedBelow(d.host, name, sub, le); err != nil {
 				return err
 			}
 		}
@@ -672,66 +822,69 @@ func (p *treePlanner) compare(ctx context.Context, host *hostfs.Dir, rel string,
 		default:
 			// Not cortex-sync's, and no purge: left alone, and what is
 			// inside is weighed entry by entry.
-			if le.Mode.IsDir() && !implied[name] {
-				if err := p.hostOnly(ctx, host, sub); err != nil {
+			if le.Mode.IsDir() && !d.implied[name] {
+				if err := p.hostOnly(ctx, d.host, sub); err != nil {
 					return err
 				}
 			}
 			continue
 		}
-		if le.Mode.IsDir() && !implied[name] {
+		if le.Mode.IsDir() && !d.implied[name] {
 			p.ix.mu.Lock()
 			p.ix.x.DeleteBelow(sub) // goes with the directory
 			p.ix.mu.Unlock()
 		}
-		gone = append(gone, op)
+		d.gone = append(d.gone, op)
 	}
-	// Recorded entries that are neither desired nor on the host are
-	// forgotten.
+	return nil
+}
+
+// forget deletes from the index the recorded entries that are neither
+// desired nor on the host, and what is recorded below those that are no
+// directory on either side.
+func (p *treePlanner) forget(d *dirCompare) {
 	p.ix.mu.Lock()
-	for i, name := range recorded.Names {
-		c := recorded.Of[i]
-		le, isLive := live[name]
-		mode, isWanted := want[name]
+	defer p.ix.mu.Unlock()
+	for i, name := range d.recorded.Names {
+		c := d.recorded.Of[i]
+		le, isLive := d.live[name]
+		mode, isWanted := d.want[name]
 		if c.Entry != nil && !isLive && !isWanted {
-			p.ix.x.Delete(path.Join(rel, name))
+			p.ix.x.Delete(path.Join(d.rel, name))
 		}
-		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !implied[name] {
-			p.ix.x.DeleteBelow(path.Join(rel, name))
+		if c.Below && !(isWanted && mode.IsDir()) && !(isLive && le.Mode.IsDir()) && !d.implied[name] {
+			p.ix.x.DeleteBelow(path.Join(d.rel, name))
 		}
 	}
-	p.ix.mu.Unlock()
-	wrote := p.out != nil && len(ops)+len(gone) > 0
-	if p.out != nil {
-		if err := p.out.writeDir(ctx, host, rel, ops, gone); err != nil {
-			return err
-		}
-	} else {
-		p.keep(ops, gone)
-	}
+}
+
+// recordNames keeps, as the directory's index entry, the names it holds
+// when they are exactly the desired ones and nothing was written (the
+// next plan then need not list it), or has the writer list it again
+// once its writes are in place.
+func (p *treePlanner) recordNames(d *dirCompare, wrote bool) {
 	switch {
-	case names == "" || unlisted || !p.whole(rel):
-	case !wrote && seen.stat != nil:
-		if len(live) == len(want) && exactly(live, want) {
+	case d.names == "" || d.unlisted || !p.whole(d.rel):
+	case !wrote && d.seen.stat != nil:
+		if len(d.live) == len(d.want) && exactly(d.live, d.want) {
 			// A racily clean record is written again, newer than the
 			// directory's timestamps, as a racily clean file's is.
-			racy := seen.prev != nil && p.ix.racy(seen.prev.Stat)
-			if seen.prev == nil || seen.prev.ContentID != names || racy {
-				p.ix.set(rel, &state.IndexEntry{Stat: *seen.stat, ContentID: names}, racy)
+			racy := d.seen.prev != nil && p.ix.racy(d.seen.prev.Stat)
+			if d.seen.prev == nil || d.seen.prev.ContentID != d.names || racy {
+				p.ix.set(d.rel, &index.Entry{Stat: *d.seen.stat, ContentID: d.names}, racy)
 			}
 		}
 	case p.out != nil:
 		// Made or written here: what it holds is listed again once the
 		// writes are in place.
-		p.out.relistLater(rel, names)
+		p.out.relistLater(d.rel, d.names)
 	}
-	return nil
 }
 
 // recorded is a desired file's index entry: as the walk's scan found
 // it, else as the index holds it now (the scan reads the index as it
 // stood when the walk began).
-func (p *treePlanner) recorded(e *desiredEntry) *state.IndexEntry {
+func (p *treePlanner) recorded(e *desiredEntry) *index.Entry {
 	if e.recorded {
 		return e.rec.Entry()
 	}
@@ -764,7 +917,7 @@ func (p *treePlanner) stands(e *desiredEntry, le liveEntry) bool {
 type seenDir struct {
 	desired bool
 	stat    *hostfs.Stat
-	prev    *state.IndexEntry
+	prev    *index.Entry
 }
 
 // namesDigest names the set of a directory's desired entries. A
@@ -888,7 +1041,7 @@ func (p *treePlanner) ownedBelow(parent *hostfs.Dir, name, rel string, le liveEn
 		return true, nil
 	default:
 		hash := sync.OnceValues(func() (string, error) { return hashFile(parent, name, le.Size) })
-		_, owned, err := claimant(nil, intents, func(r *state.IndexEntry) (bool, error) {
+		_, owned, err := claimant(nil, intents, func(r *index.Entry) (bool, error) {
 			if le.Mode&fs.ModeSymlink != 0 {
 				return r.Mode&fs.ModeSymlink != 0 && r.Target == le.target, nil
 			}
@@ -1010,7 +1163,7 @@ func liveAt(d *hostfs.Dir, name string) (liveEntry, bool, error) {
 // recalledWalk walks the desired tree as last written, from its index:
 // what status without a source compares the host with. It goes directory
 // by directory, as a source's walk does.
-func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
+func recalledWalk(old *index.Index, fn func(source.Entry) error) error {
 	var out []source.Entry
 	for rel, prev := range old.All() {
 		e := source.Entry{Path: rel, Mode: prev.Mode, Size: prev.Size,
@@ -1036,7 +1189,7 @@ func recalledWalk(old *state.Index, fn func(source.Entry) error) error {
 // it as it is (racy: it was verified by its hash and is to be recorded
 // anew). The file's directory is opened only when a file must be read,
 // and the file is hashed at most once.
-func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, isRacy func(hostfs.Stat) bool) (*treeOp, *state.IndexEntry, bool, error) {
+func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e source.Entry, le liveEntry, prev *index.Entry, intents []*index.Entry, isRacy func(hostfs.Stat) bool) (*treeOp, *index.Entry, bool, error) {
 	op := &treeOp{rel: e.Path, mode: mirrorMode(e), entry: e}
 	name := path.Base(e.Path)
 	hashed := false
@@ -1064,7 +1217,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	var err error
 	// An intent holds no stat of the file created: it is judged by content.
 	recorded := prev
-	prev, o.Ours, err = claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+	prev, o.Ours, err = claimant(prev, intents, func(r *index.Entry) (bool, error) {
 		return unchanged(le.Stat, r, r != recorded || racy, env.Verify, hash, fast)
 	})
 	if err != nil {
@@ -1102,7 +1255,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 	if op.decide(&o) {
 		return op, nil, false, nil
 	}
-	entry := &state.IndexEntry{Stat: le.Stat, ContentID: id}
+	entry := &index.Entry{Stat: le.Stat, ContentID: id}
 	if o.Ours {
 		entry.SHA256, entry.XXH3 = prev.SHA256, prev.XXH3
 	}
@@ -1125,7 +1278,7 @@ func planFile(env *Env, srcDir string, opened func() (*hostfs.Dir, error), e sou
 // it, the desired content and mode included: what planFile would find
 // with nothing to do and the entry standing as it is, decided without
 // the observation's allocations (most files of a converged tree).
-func asRecorded(env *Env, e source.Entry, le liveEntry, prev *state.IndexEntry, intents []*state.IndexEntry, ix *treeIndex) (bool, error) {
+func asRecorded(env *Env, e source.Entry, le liveEntry, prev *index.Entry, intents []*index.Entry, ix *treeIndex) (bool, error) {
 	if prev == nil || len(intents) > 0 || env.Verify || le.Stat != prev.Stat || le.Mode.Perm() != mirrorMode(e) || ix.racy(prev.Stat) {
 		return false, nil
 	}

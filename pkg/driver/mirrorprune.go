@@ -11,7 +11,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,13 +61,13 @@ func walkHost(d *hostfs.Dir, rel string, out map[string]liveEntry) error {
 // before it recorded it, or a temporary file such a write left), children
 // before parents; one changed on the host since is backed up first; what
 // it did not write stays.
-func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.FileChange, error) {
+func pruneTree(env *Env, top *hostfs.Dir, old *index.Index, w *dirWork) ([]diff.FileChange, error) {
 	live := map[string]liveEntry{}
 	if err := walkHost(top, "", live); err != nil {
 		return nil, err
 	}
 	var out []diff.FileChange
-	prune := func(rel string, prev *state.IndexEntry, intents []*state.IndexEntry) error {
+	prune := func(rel string, prev *index.Entry, intents []*index.Entry) error {
 		le, ok := live[rel]
 		if !ok {
 			return nil
@@ -84,7 +84,7 @@ func pruneTree(env *Env, top *hostfs.Dir, old *state.Index, w *dirWork) ([]diff.
 			}
 			return hashFile(d, name, le.Size)
 		})
-		rec, ours, err := claimant(prev, intents, func(r *state.IndexEntry) (bool, error) {
+		rec, ours, err := claimant(prev, intents, func(r *index.Entry) (bool, error) {
 			switch {
 			case le.Mode.IsDir():
 				return r == prev || r.Mode.IsDir(), nil

@@ -12,10 +12,10 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // The writer carries out a tree's changes directory by directory, whether
@@ -133,7 +133,7 @@ func (t *treeWriter) relist() error {
 		same := names.String() == r.names
 		names.reset()
 		if same {
-			t.ix.set(r.rel, &state.IndexEntry{Stat: st, ContentID: r.names}, false)
+			t.ix.set(r.rel, &index.Entry{Stat: st, ContentID: r.names}, false)
 		}
 	}
 	t.relists = nil
@@ -314,7 +314,7 @@ func (t *treeWriter) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
 	if op.chmod {
 		return d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}) // its index entry stands
 	}
-	if err := t.ix.intend(state.Intended{Path: op.rel, Entry: &state.IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeDir | op.mode}}}); err != nil {
+	if err := t.ix.intend(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeDir | op.mode}}}); err != nil {
 		return err
 	}
 	e, err := mkdirInPlace(d, name, op, a)
@@ -358,7 +358,7 @@ func (t *treeWriter) writeDir(ctx context.Context, host *hostfs.Dir, rel string,
 			}
 			t.ix.set(op.rel, e, false)
 		case op.typ == fs.ModeSymlink:
-			if err := t.ix.intend(state.Intended{Path: op.rel, Entry: &state.IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: op.target}}); err != nil {
+			if err := t.ix.intend(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: op.target}}); err != nil {
 				return err
 			}
 			e, err := symlinkInPlace(t.env, host, name, op)
@@ -448,7 +448,7 @@ func (t *treeWriter) flush() error {
 		return nil
 	}
 	env := t.env
-	intents := make([]state.Intended, len(t.pending))
+	intents := make([]index.Intended, len(t.pending))
 	for i := range t.pending {
 		s := &t.pending[i]
 		var err error
@@ -460,7 +460,7 @@ func (t *treeWriter) flush() error {
 		// an intent is matched by content, never by its stat.
 		st := s.wrote
 		st.Ctime = 0
-		intents[i] = state.Intended{Path: s.rel, Entry: &state.IndexEntry{Stat: st, SHA256: s.sums.SHA256, ContentID: s.id}}
+		intents[i] = index.Intended{Path: s.rel, Entry: &index.Entry{Stat: st, SHA256: s.sums.SHA256, ContentID: s.id}}
 	}
 	if err := t.ix.intend(intents...); err != nil {
 		t.cleanupLocked()
@@ -503,7 +503,7 @@ func (t *treeWriter) flush() error {
 		if err != nil {
 			return err
 		}
-		t.ix.set(s.rel, &state.IndexEntry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sums.SHA256, ContentID: s.id, XXH3: s.sums.XXH3}, false)
+		t.ix.set(s.rel, &index.Entry{Stat: fingerprintAfter(s.wrote, st), SHA256: s.sums.SHA256, ContentID: s.id, XXH3: s.sums.XXH3}, false)
 		return nil
 	})
 	clear(t.pending)
@@ -574,7 +574,7 @@ func (t *treeWriter) closeDirs() {
 
 // mkdirInPlace makes a directory (or finds it made), with the desired
 // owner, and returns its index entry.
-func mkdirInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.IndexEntry, error) {
+func mkdirInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*index.Entry, error) {
 	if err := d.Mkdir(name, op.mode); err != nil && !errors.Is(err, fs.ErrExist) {
 		return nil, err
 	}
@@ -587,12 +587,12 @@ func mkdirInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	return &state.IndexEntry{Stat: st}, nil
+	return &index.Entry{Stat: st}, nil
 }
 
 // chmodInPlace gives a file that holds the desired content its desired
 // mode and owner, and returns its index entry.
-func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.IndexEntry, error) {
+func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*index.Entry, error) {
 	if err := d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}); err != nil {
 		return nil, err
 	}
@@ -608,12 +608,12 @@ func chmodInPlace(d *hostfs.Dir, name string, op *treeOp, a attrs) (*state.Index
 	if err != nil {
 		return nil, err
 	}
-	return &state.IndexEntry{Stat: st, SHA256: sums.SHA256, ContentID: id, XXH3: sums.XXH3}, nil
+	return &index.Entry{Stat: st, SHA256: sums.SHA256, ContentID: id, XXH3: sums.XXH3}, nil
 }
 
 // symlinkInPlace makes a symlink (what was in its way gone already, backed
 // up first when it was not ours), and returns its index entry.
-func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*state.IndexEntry, error) {
+func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*index.Entry, error) {
 	if op.backup && !op.replace {
 		if _, err := env.Backups.Save(d, name); err != nil {
 			return nil, err
@@ -626,7 +626,7 @@ func symlinkInPlace(env *Env, d *hostfs.Dir, name string, op *treeOp) (*state.In
 	if err != nil {
 		return nil, err
 	}
-	return &state.IndexEntry{Stat: st, Target: op.target}, nil
+	return &index.Entry{Stat: st, Target: op.target}, nil
 }
 
 // contentIDOf names an entry's content after it was copied with the given

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -31,16 +32,16 @@ func TestMirrorVerify(t *testing.T) {
 		t.Fatalf("sync: %+v", rep.Results[0])
 	}
 	idxFile := state.At(h.stdir).File("trees/Directory.kb.idx")
-	index := func() *state.Index {
+	loaded := func() *index.Index {
 		t.Helper()
-		x, err := state.LoadIndex(idxFile)
+		x, err := index.Load(idxFile)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return x
 	}
 	for p, want := range map[string]string{"a.md": "alpha\n", "d/b.md": "beta\n"} {
-		if e := index().Get(p); e == nil || e.XXH3 != xxh3.HashString128(want).Bytes() {
+		if e := loaded().Get(p); e == nil || e.XXH3 != xxh3.HashString128(want).Bytes() {
 			t.Fatalf("%s recorded %+v, want the XXH3 of what was written", p, e)
 		}
 	}
@@ -71,7 +72,7 @@ func TestMirrorVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := index()
+		x := loaded()
 		e := *x.Get("a.md")
 		e.Stat = st
 		if !withXXH3 {
@@ -110,7 +111,7 @@ func TestMirrorVerify(t *testing.T) {
 		t.Fatalf("sync --verify: %v %+v", err, rep)
 	}
 	s.Close()
-	if e := index().Get("a.md"); e == nil || e.XXH3 != xxh3.HashString128("alpha\n").Bytes() {
+	if e := loaded().Get("a.md"); e == nil || e.XXH3 != xxh3.HashString128("alpha\n").Bytes() {
 		t.Fatalf("after sync --verify a.md recorded %+v", e)
 	}
 }

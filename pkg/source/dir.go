@@ -20,6 +20,7 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/slicepool"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -62,11 +63,11 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 		// dir2-: content IDs became Git blob IDs; a cache of the old
 		// ones (dir-) is left to rot, never read.
 		t.cacheFile = d.Cache.File("dir2-" + hex.EncodeToString(sum[:8]) + ".idx")
-		if t.cache, err = state.LoadIndex(t.cacheFile); err != nil {
-			t.cache = state.NewIndexAt(t.cacheFile) // a cache is only a cache
+		if t.cache, err = index.Load(t.cacheFile); err != nil {
+			t.cache = index.NewAt(t.cacheFile) // a cache is only a cache
 		}
 	} else {
-		t.cache = state.NewIndex()
+		t.cache = index.New()
 	}
 	t.racy = t.cache.RacyRule()
 	p := cleanPath(d.Path)
@@ -84,8 +85,8 @@ func (d *Dir) Fetch(ctx context.Context) (*Checkout, error) {
 type dirTree struct {
 	root      *hostfs.Root
 	mu        sync.Mutex
-	cache     *state.Index
-	racy      state.RacyRule // cache's, asked without the lock
+	cache     *index.Index
+	racy      index.RacyRule // cache's, asked without the lock
 	cacheFile state.File     // the zero File: none
 	// held are the directories of walks that files not yet settled hold
 	// (WalkStatLater).
@@ -178,7 +179,7 @@ func (t *dirTree) walkTop(dir string, later bool, fn func(Entry) error) error {
 // walker is one walk of a dirTree.
 type walker struct {
 	t     *dirTree
-	scan  *state.Scan // the stat cache, read as the walk meets its files
+	scan  *index.Scan // the stat cache, read as the walk meets its files
 	later bool        // regular files' stats are left to Settle
 	top   string      // the directory walked
 	fn    func(Entry) error
@@ -330,7 +331,7 @@ type dirFile struct {
 	held *heldDir
 	name string
 	// prev is the stat cache's entry when the walk listed it, if cached.
-	prev   state.Found
+	prev   index.Found
 	cached bool
 
 	mu   sync.Mutex
@@ -487,7 +488,7 @@ func (h *heldDir) release() {
 // SameContent reports whether the file holds the content rec records,
 // as the stat cache knows it without reading the file or spelling either
 // ID out; known is false when only ContentID can tell.
-func (f *dirFile) SameContent(rec *state.Found) (same, known bool) {
+func (f *dirFile) SameContent(rec *index.Found) (same, known bool) {
 	if !f.standing() {
 		return false, false
 	}
@@ -531,7 +532,7 @@ func (f *dirFile) Digested(sum string) string {
 		return id
 	}
 	f.t.mu.Lock()
-	f.t.cache.Set(f.full, &state.IndexEntry{Stat: f.st, ContentID: id, SHA256: sum})
+	f.t.cache.Set(f.full, &index.Entry{Stat: f.st, ContentID: id, SHA256: sum})
 	f.t.mu.Unlock()
 	return id
 }
@@ -609,7 +610,7 @@ func (t *dirTree) legacyID(full string, st hostfs.Stat) (string, error) {
 }
 
 // stands is e when it names the content of a file with stat st (trusted).
-func (t *dirTree) stands(e *state.IndexEntry, st hostfs.Stat) *state.IndexEntry {
+func (t *dirTree) stands(e *index.Entry, st hostfs.Stat) *index.Entry {
 	if e == nil || !t.trusted(e.Stat, e.SHA256 != "", st) {
 		return nil
 	}
@@ -625,7 +626,7 @@ func (t *dirTree) trusted(rec hostfs.Stat, hasSHA bool, st hostfs.Stat) bool {
 
 // cached is the cache's entry for a file with stat st: its Git blob ID
 // and SHA-256, hashed afresh when the stat moved.
-func (t *dirTree) cached(full string, st hostfs.Stat) (*state.IndexEntry, error) {
+func (t *dirTree) cached(full string, st hostfs.Stat) (*index.Entry, error) {
 	t.mu.Lock()
 	e := t.cache.Get(full)
 	t.mu.Unlock()
@@ -641,7 +642,7 @@ func (t *dirTree) cached(full string, st hostfs.Stat) (*state.IndexEntry, error)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", full, err)
 	}
-	e = &state.IndexEntry{Stat: st, ContentID: id, SHA256: sum}
+	e = &index.Entry{Stat: st, ContentID: id, SHA256: sum}
 	t.mu.Lock()
 	t.cache.Set(full, e)
 	t.cache.Touch(full) // hashed afresh: no longer racy once saved

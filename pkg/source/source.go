@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -88,7 +89,7 @@ type File interface {
 // itself, whether it holds the content an index entry records, without
 // spelling either content ID out.
 type ContentComparer interface {
-	SameContent(rec *state.Found) (same, known bool)
+	SameContent(rec *index.Found) (same, known bool)
 }
 
 // StatLaterWalker is a Tree that can walk without a stat per regular file

@@ -51,14 +51,14 @@ func (d Dir) String() string { return d.Path() }
 // Sub is the directory name (slash-separated) below d.
 func (d Dir) Sub(name string) Dir { return Dir{top: d.top, rel: path.Join(d.rel, name)} }
 
-// none reports the zero Dir: nowhere.
-func (d Dir) none() bool { return d.top == "" }
+// IsZero reports the zero Dir (or a Sub of it): nowhere.
+func (d Dir) IsZero() bool { return d.top == "" }
 
 // Open opens the directory as a hostfs.Dir, whose methods never follow a
 // symlink; with create, it and what is missing above it are made (0700).
 // The caller closes it.
 func (d Dir) Open(create bool) (*hostfs.Dir, error) {
-	if d.none() {
+	if d.IsZero() {
 		return nil, errors.New("no state dir")
 	}
 	top, err := hostfs.OpenOwned(d.top)
@@ -211,14 +211,14 @@ func (d Dir) Rename(from, to string) error {
 // WriteFile writes data to name atomically and durably (temp, fsync,
 // rename, fsync dir), 0600 in 0700 directories.
 func (d Dir) WriteFile(name string, data []byte) error {
-	return d.writeFunc(name, func(f *os.File) error {
+	return d.WriteFunc(name, func(f *os.File) error {
 		_, err := f.Write(data)
 		return err
 	})
 }
 
-// writeFunc is WriteFile with the content written by write.
-func (d Dir) writeFunc(name string, write func(*os.File) error) error {
+// WriteFunc is WriteFile with the content written by write.
+func (d Dir) WriteFunc(name string, write func(*os.File) error) error {
 	h, base, err := d.parent(name, true)
 	if err != nil {
 		return err
@@ -272,14 +272,20 @@ func (f File) Path() string { return filepath.Join(f.dir.Path(), f.name) }
 
 func (f File) String() string { return f.Path() }
 
-// with is the file whose name is f's and suffix.
-func (f File) with(suffix string) File { return File{dir: f.dir, name: f.name + suffix} }
+// Dir is the directory that holds the file.
+func (f File) Dir() Dir { return f.dir }
 
-// open opens the file for reading.
-func (f File) open() (*os.File, error) { return f.dir.OpenFile(f.name, os.O_RDONLY, 0) }
+// Name is the file's name in Dir: one path element.
+func (f File) Name() string { return f.name }
 
-// stat describes the file itself, never what a symlink there names.
-func (f File) stat() (fs.FileInfo, error) {
+// With is the file whose name is f's and suffix, beside f.
+func (f File) With(suffix string) File { return File{dir: f.dir, name: f.name + suffix} }
+
+// Open opens the file for reading.
+func (f File) Open() (*os.File, error) { return f.dir.OpenFile(f.name, os.O_RDONLY, 0) }
+
+// Stat describes the file itself, never what a symlink there names.
+func (f File) Stat() (fs.FileInfo, error) {
 	h, err := f.dir.Open(false)
 	if err != nil {
 		return nil, err
@@ -297,3 +303,18 @@ func (f File) stat() (fs.FileInfo, error) {
 // at once), for data that must not stay in memory: gone once closed,
 // whatever happens to the process.
 func (d Dir) Scratch() (*os.File, error) { return unnamedFile(d) }
+
+// namedThenRemoved is a temp file in dir whose name is removed at once; a
+// name left by a kill in between is swept with the state dir's other
+// temp files.
+func namedThenRemoved(dir *hostfs.Dir) (*os.File, error) {
+	f, tmp, err := dir.CreateTemp("spill")
+	if err != nil {
+		return nil, err
+	}
+	if err := dir.Remove(tmp); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}

@@ -1,7 +1,8 @@
 // Package state is the agent's memory on the host: the snapshot of what was
-// last applied (state.json), per-tree fingerprint indexes, and the lock that
-// keeps two writers apart. Everything is written atomically, 0600 in a 0700
-// directory.
+// last applied (state.json) and its serial, the lock that keeps two writers
+// apart, backups, and the state dir's one door (Dir) that other packages
+// keep their files behind (the tree indexes: pkg/index). Everything is
+// written atomically, 0600 in a 0700 directory.
 package state
 
 import (
@@ -436,10 +437,6 @@ func syncClose(f *os.File) error {
 	}
 	return f.Close()
 }
-
-// tempPrefix starts the names of WriteFile's temporary files; it is
-// hostfs's, so one rule (hostfs.IsTemp) finds every temp file of ours.
-const tempPrefix = ".cortex-sync-"
 
 // RemoveTemps deletes the temporary files killed writes left in the state
 // dir (state.json's, the tree indexes', the source stat cache's, the host

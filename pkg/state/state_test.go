@@ -191,33 +191,6 @@ func FuzzLoadSnapshot(f *testing.F) {
 	})
 }
 
-func TestIndexRoundTrip(t *testing.T) {
-	x := NewIndex()
-	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
-	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
-	p := filepath.Join(t.TempDir(), "trees", "x.idx")
-	if err := x.Save(fileAt(p)); err != nil {
-		t.Fatal(err)
-	}
-	y, err := LoadIndex(fileAt(p))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if y.Len() != 2 || *y.Get("a/b.md") != *x.Get("a/b.md") || *y.Get("c") != *x.Get("c") {
-		t.Fatalf("round trip: %+v", entries(y))
-	}
-	// Entries as new as the index are racily clean; older ones are not.
-	old := &IndexEntry{Stat: hostfs.Stat{Mtime: y.ref - 1e9, Ctime: y.ref - 1e9}}
-	fresh := &IndexEntry{Stat: hostfs.Stat{Mtime: y.ref - 1e9, Ctime: y.ref}}
-	if y.Racy(old.Stat) || !y.Racy(fresh.Stat) {
-		t.Fatalf("racy: old %v fresh %v", y.Racy(old.Stat), y.Racy(fresh.Stat))
-	}
-	os.WriteFile(p, []byte("CSIX\x01\xff"), 0o600)
-	if _, err := LoadIndex(fileAt(p)); err == nil {
-		t.Fatal("a truncated index loaded without error")
-	}
-}
-
 func TestLockNamesHolder(t *testing.T) {
 	d := At(t.TempDir())
 	ctx := context.Background()
@@ -266,68 +239,4 @@ func TestLockHolderFormats(t *testing.T) {
 			t.Errorf("lock file %q: %v, want %q", tc.content, err, tc.want)
 		}
 	}
-}
-
-// BenchmarkLoadIndex loads the index of an 11,500-file tree, the size of
-// GOROOT/src, as a process that loaded it before does: the base is known
-// to be whole (JSON for as many entries costs about 35 ms).
-func BenchmarkLoadIndex(b *testing.B) {
-	p := benchIndex(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := LoadIndex(fileAt(p)); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkLoadIndexCold loads it as a one-shot command did before a
-// check was noted (and as the first after a save does), the base checked
-// whole (checksums, rows, strings, order).
-func BenchmarkLoadIndexCold(b *testing.B) {
-	p := benchIndex(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := loadIndex(fileAt(p), trust{whole: true}); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkLoadIndexNoted loads it as each one-shot command does: in a
-// fresh process, trusting the note of the last check.
-func BenchmarkLoadIndexNoted(b *testing.B) {
-	p := benchIndex(b)
-	time.Sleep(2 * racyMargin)
-	if _, err := LoadIndex(fileAt(p)); err != nil { // checks and notes
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	for b.Loop() {
-		forgetChecks()
-		if _, err := LoadIndex(fileAt(p)); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-func benchIndex(b *testing.B) string {
-	x := NewIndex()
-	for i := range 11500 {
-		x.Set("src/pkg"+strconv.Itoa(i/40)+"/file"+strconv.Itoa(i)+".go", &IndexEntry{
-			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1 << 60, Ctime: 1 << 60, Mode: 0o644},
-			SHA256:    strings.Repeat("ab", 32),
-			ContentID: "git:" + strings.Repeat("cd", 20),
-		})
-	}
-	p := filepath.Join(b.TempDir(), "x.idx")
-	if err := x.Save(fileAt(p)); err != nil {
-		b.Fatal(err)
-	}
-	// Older than the racy margin, as an index loaded by the next command is.
-	old := time.Now().Add(-time.Hour)
-	if err := os.Chtimes(p, old, old); err != nil {
-		b.Fatal(err)
-	}
-	return p
 }

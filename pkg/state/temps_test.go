@@ -3,7 +3,6 @@ package state
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -11,16 +10,6 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/tempwriter"
 )
-
-// deadPID is the pid of a process that has ended and been reaped.
-func deadPID(t *testing.T) int {
-	t.Helper()
-	cmd := exec.Command("true")
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	return cmd.Process.Pid
-}
 
 // TestHelperTempWriter is no test: tempwriter runs it as a writer.
 func TestHelperTempWriter(t *testing.T) { tempwriter.Helper() }

@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"errors"
@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // oddPaths sort around '/' and each other: a name and the names that
@@ -45,19 +46,19 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 			}
 			fix := func(x *Index) {
 				if spill == "fails" {
-					x.spill = At(dir).Sub("file/sub") // below a file: making it fails
+					x.spill = state.At(dir).Sub("file/sub") // below a file: making it fails
 				}
 			}
 			rng := rand.New(rand.NewPCG(3, 4))
-			want := map[string]IndexEntry{}
-			x := NewIndexAt(fileAt(p))
+			want := map[string]Entry{}
+			x := NewAt(fileAt(p))
 			fix(x)
 			dirs := []string{"", "a", "a/b", "a.b", "a\x00", "\xff", "x", strings.Repeat("x/", 2999) + "x"}
 			for step := range 3000 {
 				k := oddPaths[rng.IntN(len(oddPaths))]
 				switch r := rng.IntN(20); {
 				case r < 10:
-					e := IndexEntry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644}, SHA256: fmt.Sprintf("%064x", rng.Uint64()), ContentID: "git:" + strings.Repeat("0a", 20)}
+					e := Entry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644}, SHA256: fmt.Sprintf("%064x", rng.Uint64()), ContentID: "git:" + strings.Repeat("0a", 20)}
 					x.Set(k, &e)
 					want[k] = e
 				case r < 14:
@@ -74,7 +75,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					var err error
-					if x, err = LoadIndex(fileAt(p)); err != nil {
+					if x, err = Load(fileAt(p)); err != nil {
 						t.Fatalf("step %d: %v", step, err)
 					}
 					fix(x)
@@ -87,7 +88,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 			if err := x.Save(fileAt(p)); err != nil {
 				t.Fatal(err)
 			}
-			y, err := LoadIndex(fileAt(p))
+			y, err := Load(fileAt(p))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -99,7 +100,7 @@ func TestIndexMatchesMapOddPaths(t *testing.T) {
 }
 
 // TestIndexBitFlips flips a bit of every byte of a saved base, one at a
-// time: each load refuses with ErrCorruptIndex naming the file, and never
+// time: each load refuses with ErrCorrupt naming the file, and never
 // panics.
 func TestIndexBitFlips(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
@@ -116,9 +117,9 @@ func TestIndexBitFlips(t *testing.T) {
 		if err := os.WriteFile(p, bad, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err := LoadIndex(fileAt(p))
-		if !errors.Is(err, ErrCorruptIndex) || !strings.Contains(err.Error(), p) {
-			t.Fatalf("bit %d of byte %d flipped: err = %v, want ErrCorruptIndex naming %s", i%8, i, err, p)
+		_, err := Load(fileAt(p))
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), p) {
+			t.Fatalf("bit %d of byte %d flipped: err = %v, want ErrCorrupt naming %s", i%8, i, err, p)
 		}
 	}
 }
@@ -131,13 +132,13 @@ func TestIndexBaseReplacedWhileMapped(t *testing.T) {
 	if err := sampleIndex().Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	x, err := LoadIndex(fileAt(p))
+	x, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := entries(sampleIndex())
-	other := NewIndex()
-	other.Set("z", &IndexEntry{SHA256: "00"})
+	other := New()
+	other.Set("z", &Entry{SHA256: "00"})
 	if err := other.Save(fileAt(filepath.Join(dir, "other.idx"))); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
 	p := filepath.Join(dir, "Directory.kb.idx")
 	want := writeFormat1WithLog(t, p)
 	readOnly(t, dir)
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatalf("format 1 in a read-only dir: %v", err)
 	}
@@ -190,7 +191,7 @@ func TestIndexOfFormat1InReadOnlyDir(t *testing.T) {
 		t.Fatalf("format 1 in a read-only dir:\n got %+v\nwant %+v", entries(z), want)
 	}
 	for i := range 100 {
-		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)}
+		e := Entry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)}
 		k := fmt.Sprintf("d/f%03d", i)
 		z.Set(k, &e)
 		want[k] = e
@@ -250,21 +251,21 @@ func TestIndexOnFullDisk(t *testing.T) {
 	checkpointAt = 16
 	dir, fill := smallDisk(t, 256<<10)
 	p := filepath.Join(dir, "Directory.kb.idx")
-	x := NewIndex()
+	x := New()
 	for i := range 500 {
-		x.Set(fmt.Sprintf("d/f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)})
+		x.Set(fmt.Sprintf("d/f%04d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: fmt.Sprintf("%064x", i)})
 	}
 	if err := os.WriteFile(p, encodeV1(x), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	want := entries(x)
 	fill()
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatalf("format 1 on a full disk: %v", err)
 	}
 	for i := range 300 {
-		e := IndexEntry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: "new"}
+		e := Entry{Stat: hostfs.Stat{Ino: uint64(i)}, SHA256: "new"}
 		k := fmt.Sprintf("e/f%04d", i)
 		y.Set(k, &e)
 		want[k] = e
@@ -280,7 +281,7 @@ func TestIndexOnFullDisk(t *testing.T) {
 	if !reflect.DeepEqual(entries(y), want) {
 		t.Fatal("after a failed save, entries differ")
 	}
-	if z, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), entries(x)) {
+	if z, err := Load(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), entries(x)) {
 		t.Fatalf("after a failed save, the index on disk is not as it was: %v", err)
 	}
 	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
@@ -289,7 +290,7 @@ func TestIndexOnFullDisk(t *testing.T) {
 	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	if z, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), want) {
+	if z, err := Load(fileAt(p)); err != nil || !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("saved once there was room: %v", err)
 	}
 	if left := beside(dir); len(left) != 1 {
@@ -317,10 +318,10 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 	const n, perDir = 45000, 40
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.idx")
-	x := NewIndexAt(fileAt(p))
+	x := NewAt(fileAt(p))
 	path := func(i int) string { return fmt.Sprintf("src/pkg%d/file%d.go", i/perDir, i) }
-	entry := func(i int) *IndexEntry {
-		return &IndexEntry{
+	entry := func(i int) *Entry {
+		return &Entry{
 			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1, Ctime: 1, Mode: 0o644},
 			SHA256:    fmt.Sprintf("%064x", i),
 			ContentID: fmt.Sprintf("git:%040x", i),
@@ -330,7 +331,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 		x.Set(path(i), entry(i))
 	}
 	for d := range n / perDir {
-		x.Set(fmt.Sprintf("src/pkg%d", d), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(d), Mtime: 1, Ctime: 1, Mode: fs.ModeDir | 0o755}})
+		x.Set(fmt.Sprintf("src/pkg%d", d), &Entry{Stat: hostfs.Stat{Ino: uint64(d), Mtime: 1, Ctime: 1, Mode: fs.ModeDir | 0o755}})
 	}
 	if err := os.WriteFile(p, x.encode(), 0o600); err != nil {
 		t.Fatal(err)
@@ -341,7 +342,7 @@ func TestIndexReadsInBoundedMemory(t *testing.T) {
 	}
 	x = nil
 	before := heapInUse()
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,11 +412,11 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	z.Set("c", &IndexEntry{SHA256: "02"}) // undoes the log's deletion
+	z.Set("c", &Entry{SHA256: "02"}) // undoes the log's deletion
 	want := entries(z)
 	if err := z.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
@@ -423,16 +424,16 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 	if err := os.WriteFile(p+logSuffix, stale, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	got, err := LoadIndex(fileAt(p))
+	got, err := Load(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(got), want) {
 		t.Fatalf("a stale log of format 1 was replayed: %v\n got %+v\nwant %+v", err, entries(got), want)
 	}
-	got.Set("later", &IndexEntry{SHA256: "03"})
-	want["later"] = IndexEntry{SHA256: "03"}
+	got.Set("later", &Entry{SHA256: "03"})
+	want["later"] = Entry{SHA256: "03"}
 	if err := got.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	if again, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(again), want) {
+	if again, err := Load(fileAt(p)); err != nil || !reflect.DeepEqual(entries(again), want) {
 		t.Fatalf("after an append over a stale log: %v\n got %+v\nwant %+v", err, entries(again), want)
 	}
 }
@@ -443,13 +444,13 @@ func TestIndexStaleLogOfFormat1(t *testing.T) {
 // repair does not delete it: the next sync would no longer know which
 // files are cortex-sync's.
 func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
-	d, _ := saved(t, 1)
+	d := saved(t)
 	p := filepath.Join(d.Sub("trees").Path(), "Directory.kb.idx")
 	if err := os.MkdirAll(p, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var found *Finding
-	for _, f := range d.Check() {
+	var found *state.Finding
+	for _, f := range d.Check(Check) {
 		if f.File == filepath.Join("trees", "Directory.kb.idx") {
 			found = &f
 		}
@@ -457,7 +458,7 @@ func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
 	if found == nil || found.OK || found.Repairable || strings.Contains(found.Fix, "delete") {
 		t.Fatalf("finding: %+v, want a problem that repair leaves alone", found)
 	}
-	if _, err := d.Repair(d.Check()); err != nil {
+	if _, err := d.Repair(d.Check(Check)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(p); err != nil {
@@ -470,14 +471,14 @@ func TestCheckOffersToDeleteOnlyDamagedIndexes(t *testing.T) {
 // build on them fails, naming the file; the base on disk is left as it is.
 func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	x := NewIndexAt(fileAt(p))
+	x := NewAt(fileAt(p))
 	for i := range 50000 {
-		x.Set(fmt.Sprintf("f%05d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Mode: 0o644}, SHA256: strings.Repeat("ab", 32)})
+		x.Set(fmt.Sprintf("f%05d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i), Mode: 0o644}, SHA256: strings.Repeat("ab", 32)})
 	}
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +488,7 @@ func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 	if e := y.Get("f49999"); e != nil {
 		t.Errorf("read past the cut: %+v", e)
 	}
-	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Mode: 0o644}})
+	y.Set("new", &Entry{Stat: hostfs.Stat{Mode: 0o644}})
 	err = y.Save(fileAt(p))
 	if err == nil || !strings.Contains(err.Error(), p) {
 		t.Fatalf("save over a base cut short: %v, want an error naming %s", err, p)
@@ -502,16 +503,16 @@ func TestIndexBaseCutShortWhileOpen(t *testing.T) {
 // once, as a temp file to delete, not as a corrupt index that costs the
 // tree's ownership (the crash suite's kill found it so).
 func TestCheckCallsAnIndexTempFileATempFile(t *testing.T) {
-	d, _ := saved(t, 1)
-	name := tempPrefix + strconv.Itoa(deadPID(t)) + "-rv-Directory.kb.idx"
+	d := saved(t)
+	name := ".cortex-sync-" + strconv.Itoa(deadPID(t)) + "-rv-Directory.kb.idx"
 	if err := os.MkdirAll(d.Sub("trees").Path(), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(d.Sub("trees").Path(), name), []byte("CSIX half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var found []Finding
-	for _, f := range d.Check() {
+	var found []state.Finding
+	for _, f := range d.Check(Check) {
 		if f.File == filepath.Join("trees", name) {
 			found = append(found, f)
 		}

@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"encoding/json"
@@ -18,9 +18,9 @@ import (
 // its identity to be trusted (settled).
 func cacheFile(t *testing.T, p string, n int) {
 	t.Helper()
-	x := NewIndexAt(fileAt(p))
+	x := NewAt(fileAt(p))
 	for i := range n {
-		x.Set(fmt.Sprintf("f%05d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 10, Mode: 0o644}, SHA256: strings.Repeat("ab", 32), ContentID: "git:1"})
+		x.Set(fmt.Sprintf("f%05d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: 10, Mode: 0o644}, SHA256: strings.Repeat("ab", 32), ContentID: "git:1"})
 	}
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
@@ -50,7 +50,7 @@ func loadAt(t *testing.T, p string, fresh bool) *Index {
 	if fresh {
 		loaded.forget(fileAt(p))
 	}
-	x, err := LoadIndex(fileAt(p))
+	x, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestIndexLoadAgainSkipsTheLog(t *testing.T) {
 	const events = 300
 	for i := range events {
 		y := loadAt(t, p, false)
-		y.Set(fmt.Sprintf("f%05d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 11, Mode: 0o644}, SHA256: strings.Repeat("cd", 32), ContentID: fmt.Sprintf("git:%d", i)})
+		y.Set(fmt.Sprintf("f%05d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: 11, Mode: 0o644}, SHA256: strings.Repeat("cd", 32), ContentID: fmt.Sprintf("git:%d", i)})
 		if err := y.Save(fileAt(p)); err != nil {
 			t.Fatal(err)
 		}
@@ -131,8 +131,8 @@ func TestIndexWriterProcess(t *testing.T) {
 	}
 }
 
-func otherEntry(p string) *IndexEntry {
-	return &IndexEntry{Stat: hostfs.Stat{Ino: 7, Size: int64(len(p)), Mode: 0o600}, SHA256: strings.Repeat("ef", 32), ContentID: "git:other " + p}
+func otherEntry(p string) *Entry {
+	return &Entry{Stat: hostfs.Stat{Ino: 7, Size: int64(len(p)), Mode: 0o600}, SHA256: strings.Repeat("ef", 32), ContentID: "git:other " + p}
 }
 
 // TestIndexSeesAnotherWriter: an index this process keeps is loaded again
@@ -146,7 +146,7 @@ func TestIndexSeesAnotherWriter(t *testing.T) {
 		t.Helper()
 		x := loadAt(t, p, false)
 		k := fmt.Sprintf("f%05d", i)
-		e := &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 12, Mode: 0o644}, SHA256: strings.Repeat("12", 32), ContentID: "git:ours"}
+		e := &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: 12, Mode: 0o644}, SHA256: strings.Repeat("12", 32), ContentID: "git:ours"}
 		x.Set(k, e)
 		if err := x.Save(fileAt(p)); err != nil {
 			t.Fatal(err)
@@ -209,7 +209,7 @@ func TestIndexSeesAnotherWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := func() map[string]IndexEntry { return entries(loadAt(t, p, true)) }
+	fresh := func() map[string]Entry { return entries(loadAt(t, p, true)) }
 	data[len(data)-10] ^= 0xff // inside the last frame
 	if err := os.WriteFile(logPath, data, 0o600); err != nil {
 		t.Fatal(err)

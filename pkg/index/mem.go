@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
 )
 
-// The index in memory is its base, read in place (indexbase.go), and two
+// The index in memory is its base, read in place (base.go), and two
 // small layers over it, sorted by path: the records of the log replayed
 // at load (logged), and what was set, touched or deleted since (added);
 // a nil entry in a layer is a deletion. Once the layers outgrow a share of
@@ -27,7 +27,7 @@ type layer []lent
 
 type lent struct {
 	p string
-	e *IndexEntry
+	e *Entry
 }
 
 func (l layer) find(p string) (int, bool) {
@@ -37,7 +37,7 @@ func (l layer) find(p string) (int, bool) {
 
 // put sets p's entry. Entries mostly come in path order, so the end is
 // tried first.
-func (l *layer) put(p string, e *IndexEntry) {
+func (l *layer) put(p string, e *Entry) {
 	s := *l
 	if n := len(s); n == 0 || s[n-1].p < p {
 		*l = append(s, lent{p, e})
@@ -63,7 +63,7 @@ func (l *layer) drop(p string) {
 var checkpointAt = 4096 // a variable for tests
 
 // Get returns p's entry, a copy; nil when there is none.
-func (x *Index) Get(p string) *IndexEntry {
+func (x *Index) Get(p string) *Entry {
 	if i, ok := x.added.find(p); ok {
 		return copyEntry(x.added[i].e)
 	}
@@ -73,7 +73,7 @@ func (x *Index) Get(p string) *IndexEntry {
 	return x.inBase(p) // made afresh: no copy needed
 }
 
-func copyEntry(e *IndexEntry) *IndexEntry {
+func copyEntry(e *Entry) *Entry {
 	if e == nil {
 		return nil
 	}
@@ -82,7 +82,7 @@ func copyEntry(e *IndexEntry) *IndexEntry {
 }
 
 // inBase is p's entry in the base, made afresh; nil when there is none.
-func (x *Index) inBase(p string) *IndexEntry {
+func (x *Index) inBase(p string) *Entry {
 	if b := x.base; b != nil {
 		if i, ok := b.find(p); ok {
 			if r := b.row(i); r.flags&fDead == 0 {
@@ -94,7 +94,7 @@ func (x *Index) inBase(p string) *IndexEntry {
 }
 
 // lookup is p's entry, not a copy; nil when there is none.
-func (x *Index) lookup(p string) *IndexEntry {
+func (x *Index) lookup(p string) *Entry {
 	if i, ok := x.added.find(p); ok {
 		return x.added[i].e
 	}
@@ -102,7 +102,7 @@ func (x *Index) lookup(p string) *IndexEntry {
 }
 
 // below is p's entry beneath what was added since the load.
-func (x *Index) below(p string) *IndexEntry {
+func (x *Index) below(p string) *Entry {
 	if i, ok := x.logged.find(p); ok {
 		return x.logged[i].e
 	}
@@ -112,7 +112,7 @@ func (x *Index) below(p string) *IndexEntry {
 // holds reports whether p has an entry, and whether it is e: what Set
 // asks of every entry a converged check finds as recorded, answered
 // without making the entry.
-func (x *Index) holds(p string, e *IndexEntry) (exists, same bool) {
+func (x *Index) holds(p string, e *Entry) (exists, same bool) {
 	if i, ok := x.added.find(p); ok {
 		cur := x.added[i].e
 		return cur != nil, cur != nil && *cur == *e
@@ -136,8 +136,8 @@ func (x *Index) Len() int { return x.n }
 
 // All yields the entries in path order. The index must not change while
 // it runs.
-func (x *Index) All() iter.Seq2[string, *IndexEntry] {
-	return func(yield func(string, *IndexEntry) bool) {
+func (x *Index) All() iter.Seq2[string, *Entry] {
+	return func(yield func(string, *Entry) bool) {
 		for it := range x.items("") {
 			if it.r.flags&fDead == 0 && !yield(it.path, it.entry()) {
 				return
@@ -147,7 +147,7 @@ func (x *Index) All() iter.Seq2[string, *IndexEntry] {
 }
 
 // Set records p's entry; Save writes it unless it equals the one there.
-func (x *Index) Set(p string, e *IndexEntry) {
+func (x *Index) Set(p string, e *Entry) {
 	if e.Mode&fs.ModeSymlink != 0 && e.XXH3 != [16]byte{} {
 		c := *e
 		c.XXH3 = [16]byte{} // a symlink's content is its target: no row keeps one
@@ -227,12 +227,12 @@ func (x *Index) changed() bool {
 
 // changes yields the paths Save is to write, in order, with their entries
 // (nil: deleted).
-func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
-	return func(yield func(string, *IndexEntry) bool) {
+func (x *Index) changes() iter.Seq2[string, *Entry] {
+	return func(yield func(string, *Entry) bool) {
 		if x.base == nil || x.base.changed == 0 {
 			// Only what was added since the load: no need to read the base.
 			for _, l := range x.added {
-				var e *IndexEntry
+				var e *Entry
 				if l.e != nil {
 					c := *l.e
 					e = &c
@@ -247,7 +247,7 @@ func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 			if it.r.flags&fChanged == 0 {
 				continue
 			}
-			var e *IndexEntry
+			var e *Entry
 			if it.r.flags&fDead == 0 {
 				e = it.entry()
 			}
@@ -262,8 +262,8 @@ func (x *Index) changes() iter.Seq2[string, *IndexEntry] {
 // entries below it are recorded; the entries stopped writes intended
 // there; and whether there are entries or intents below.
 type Child struct {
-	Entry   *IndexEntry
-	Intents []*IndexEntry
+	Entry   *Entry
+	Intents []*Entry
 	Below   bool
 }
 
@@ -274,7 +274,7 @@ type Child struct {
 type Kids struct {
 	Names []string
 	Of    []Child
-	ents  []IndexEntry
+	ents  []Entry
 	list  childList
 }
 
@@ -413,12 +413,12 @@ type childList struct {
 
 type child struct {
 	name, cid, sha, target span
-	e                      IndexEntry // its strings set at the end
+	e                      Entry // its strings set at the end
 }
 
 // entry sets e to the child's entry, its strings cut from all (the
 // buffer as a string).
-func (k *child) entry(e *IndexEntry, all string) {
+func (k *child) entry(e *Entry, all string) {
 	*e = k.e
 	cut := func(sp span) string { return all[sp.from:sp.to] }
 	if k.cid != (span{}) {
@@ -621,7 +621,7 @@ func layerItem(l lent, marks uint16) item {
 
 // grew checkpoints the layers once they are large.
 func (x *Index) grew() {
-	if x.replaying || x.spill.none() {
+	if x.replaying || x.spill.IsZero() {
 		return
 	}
 	k := len(x.added) + len(x.logged)
@@ -646,7 +646,7 @@ func (x *Index) checkpoint() error {
 	for range x.items("") {
 		n++
 	}
-	f, err := unnamedFile(x.spill)
+	f, err := x.spill.Scratch()
 	if err != nil {
 		return err
 	}
@@ -673,7 +673,7 @@ func (x *Index) checkpoint() error {
 
 // encodeEntry is an entry as a row (its strings apart). A symlink keeps
 // its Target and a file its SHA256, as the log's encoding does.
-func encodeEntry(e *IndexEntry) (r row, str, cid string) {
+func encodeEntry(e *Entry) (r row, str, cid string) {
 	r, str, cid, raw := encodeRow(e)
 	if r.flags&fCidGit != 0 {
 		cid = string(raw[:])
@@ -683,7 +683,7 @@ func encodeEntry(e *IndexEntry) (r row, str, cid string) {
 
 // encodeRow is encodeEntry without an allocation: a Git content ID's
 // bytes are in raw.
-func encodeRow(e *IndexEntry) (r row, str, cid string, raw [20]byte) {
+func encodeRow(e *Entry) (r row, str, cid string, raw [20]byte) {
 	r.ino, r.size, r.mtime, r.ctime, r.mode = int64(e.Ino), e.Size, e.Mtime, e.Ctime, e.Mode
 	r.uid, r.gid = e.UID, e.GID
 	sumFree := true
@@ -736,7 +736,7 @@ func unhex(c byte) byte {
 
 // entry rebuilds an item's entry. A SHA-256 that is also the content ID
 // shares its string.
-func (it *item) entry() *IndexEntry {
+func (it *item) entry() *Entry {
 	var raw []byte
 	if it.r.flags&fCidGit != 0 {
 		raw = []byte(it.cid)
@@ -745,9 +745,9 @@ func (it *item) entry() *IndexEntry {
 }
 
 // entryWith is entry with a Git content ID's bytes given.
-func (it *item) entryWith(raw []byte) *IndexEntry {
+func (it *item) entryWith(raw []byte) *Entry {
 	r := &it.r
-	e := &IndexEntry{Stat: r.stat(), ContentID: r.contentID(raw, it.cid), XXH3: r.xxh3()}
+	e := &Entry{Stat: r.stat(), ContentID: r.contentID(raw, it.cid), XXH3: r.xxh3()}
 	var buf [64]byte
 	switch {
 	case r.flags&fSHA != 0 && r.flags&fCidSum != 0:

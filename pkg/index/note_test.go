@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // beside lists dir's files but the notes of checks, which a load writes
@@ -34,7 +35,7 @@ func forgetChecks() {
 // short, one of a checker that checked less, and one of a base since
 // replaced are not trusted. Removing the index removes its note.
 func TestIndexCheckNote(t *testing.T) {
-	d := At(t.TempDir())
+	d := state.At(t.TempDir())
 	p := d.File("trees/Directory.kb.idx")
 	notePath := p.Path() + checkedSuffix
 	x := sampleIndex()
@@ -45,7 +46,7 @@ func TestIndexCheckNote(t *testing.T) {
 	load := func() (int, error) {
 		t.Helper()
 		forgetChecks()
-		x, err := LoadIndex(p)
+		x, err := Load(p)
 		if err != nil {
 			return 0, err
 		}
@@ -104,8 +105,8 @@ func TestIndexCheckNote(t *testing.T) {
 	}
 	f.Close()
 	time.Sleep(2 * racyMargin)
-	if _, err := load(); !errors.Is(err, ErrCorruptIndex) {
-		t.Fatalf("damaged after its note: %v, want ErrCorruptIndex", err)
+	if _, err := load(); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged after its note: %v, want ErrCorrupt", err)
 	}
 	// A note made for the damaged file is trusted: the load does not
 	// check it (which is why only cortex-sync's checks write notes).
@@ -118,7 +119,7 @@ func TestIndexCheckNote(t *testing.T) {
 	}
 	// state check goes by the base alone.
 	found := false
-	for _, f := range d.Check() {
+	for _, f := range d.Check(Check) {
 		if f.File == "trees/Directory.kb.idx" {
 			found = true
 			if f.OK || !strings.Contains(f.What, "checksum mismatch") {
@@ -136,7 +137,7 @@ func TestIndexCheckNote(t *testing.T) {
 		if err := os.WriteFile(notePath, note, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := load(); !errors.Is(err, ErrCorruptIndex) {
+		if _, err := load(); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("with a note %s: %v, want the base checked whole", name, err)
 		}
 	}
@@ -144,8 +145,8 @@ func TestIndexCheckNote(t *testing.T) {
 	if err := os.WriteFile(notePath, forged, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	other := NewIndex()
-	other.Set("only/file", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 1, Mode: 0o644}, ContentID: "git:1"})
+	other := New()
+	other.Set("only/file", &Entry{Stat: hostfs.Stat{Ino: 1, Size: 1, Mode: 0o644}, ContentID: "git:1"})
 	q := d.File("trees/other.idx")
 	if err := other.Save(q); err != nil {
 		t.Fatal(err)
@@ -157,7 +158,7 @@ func TestIndexCheckNote(t *testing.T) {
 	if got, err := load(); err != nil || got != 1 {
 		t.Errorf("a base replaced under its note: %d entries, %v; want 1", got, err)
 	}
-	x, err = LoadIndex(p)
+	x, err = Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}

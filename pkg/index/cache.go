@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"hash/crc32"
@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // What a load of an index read from its log is kept in this process,
@@ -56,7 +58,7 @@ type loadedIndex struct {
 }
 
 // loaded are the indexes loaded last, by file.
-var loaded = loadedIndexes{m: map[File]*loadedIndex{}}
+var loaded = loadedIndexes{m: map[state.File]*loadedIndex{}}
 
 // maxLoaded bounds the indexes kept: a state dir has one a tree, and a
 // source stat cache.
@@ -64,16 +66,16 @@ const maxLoaded = 256
 
 type loadedIndexes struct {
 	mu sync.Mutex
-	m  map[File]*loadedIndex
+	m  map[state.File]*loadedIndex
 }
 
-func (c *loadedIndexes) get(f File) *loadedIndex {
+func (c *loadedIndexes) get(f state.File) *loadedIndex {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.m[f]
 }
 
-func (c *loadedIndexes) put(f File, l *loadedIndex) {
+func (c *loadedIndexes) put(f state.File, l *loadedIndex) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.m) >= maxLoaded {
@@ -82,7 +84,7 @@ func (c *loadedIndexes) put(f File, l *loadedIndex) {
 	c.m[f] = l
 }
 
-func (c *loadedIndexes) forget(f File) {
+func (c *loadedIndexes) forget(f state.File) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.m, f)

@@ -1,8 +1,10 @@
-package state
+package index
 
 import (
 	"encoding/binary"
 	"hash/crc32"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // A base checked whole is noted beside it (<index>.checked) by the same
@@ -33,11 +35,11 @@ const (
 
 // noted reports whether the note at note says the base of identity id
 // was checked whole.
-func noted(note File, id baseIdentity) bool {
-	if note == (File{}) || id.marked {
+func noted(note state.File, id baseIdentity) bool {
+	if note == (state.File{}) || id.marked {
 		return false
 	}
-	f, err := note.open()
+	f, err := note.Open()
 	if err != nil {
 		return false
 	}
@@ -50,11 +52,12 @@ func noted(note File, id baseIdentity) bool {
 
 // writeCheckNote notes that the base of identity id was checked whole; a
 // failure (a state dir this process cannot write) leaves no note.
-func writeCheckNote(note File, id baseIdentity) {
-	if note == (File{}) || id.marked {
+func writeCheckNote(note state.File, id baseIdentity) {
+	if note == (state.File{}) || id.marked {
 		return
 	}
-	h, name, err := note.dir.parent(note.name, false)
+	h, err := note.Dir().Open(false)
+	name := note.Name()
 	if err != nil {
 		return
 	}

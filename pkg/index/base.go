@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"bufio"
@@ -19,7 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // An index's base file, format 3, is read in place rather than decoded:
@@ -402,7 +402,7 @@ func (b *base) item(i int) item {
 
 // entry is row r's entry, its strings read into place without the copies
 // an item makes.
-func (b *base) entry(r *row) *IndexEntry {
+func (b *base) entry(r *row) *Entry {
 	it := item{r: *r}
 	if r.flags&fStr != 0 {
 		it.str = b.str(r.str)
@@ -422,7 +422,7 @@ func (b *base) entry(r *row) *IndexEntry {
 
 // same reports whether row r's entry (as entry would make it) is e,
 // reading its strings in place: no allocation.
-func (b *base) same(r *row, e *IndexEntry) bool {
+func (b *base) same(r *row, e *Entry) bool {
 	if uint64(r.ino) != e.Ino || r.size != e.Size || r.mtime != e.Mtime || r.ctime != e.Ctime ||
 		r.mode != e.Mode || r.uid != e.UID || r.gid != e.GID {
 		return false
@@ -483,7 +483,7 @@ func hexIs(s, prefix string, raw []byte) bool {
 
 // parseBase checks a base whole (checksums, every offset a row names, the
 // order of the paths) so that reading it later cannot fail; any fault is
-// an error wrapping ErrCorruptIndex. Only a checkpoint may carry marks.
+// an error wrapping ErrCorrupt. Only a checkpoint may carry marks.
 func parseBase(f *os.File, mem []byte, size int64, marked bool, by trust) (_ *base, err error) {
 	b, err := newBase(f, mem, size, marked)
 	if err != nil {
@@ -493,7 +493,7 @@ func parseBase(f *os.File, mem []byte, size int64, marked bool, by trust) (_ *ba
 	if known && !by.whole {
 		c, ok := checked.get(id)
 		if !ok && noted(by.note, id) {
-			c, ok = checkedBase{live: b.n}, true // no row marked (indexnote.go)
+			c, ok = checkedBase{live: b.n}, true // no row marked (note.go)
 		}
 		if ok {
 			// This very file was checked whole before: a base is written
@@ -585,7 +585,7 @@ func validFlags(flags uint16, mode fs.FileMode, allowed uint16) bool {
 }
 
 func corrupt(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrCorruptIndex, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, args...))
 }
 
 // sum is the CRC-32C of the bytes from off to end, read straight from the
@@ -707,25 +707,10 @@ func (m *memFile) WriteAt(p []byte, off int64) (int, error) {
 	return copy(m.b[off:], p), nil
 }
 
-// namedThenRemoved is a temp file in dir whose name is removed at once; a
-// name left by a kill in between is swept with the state dir's other
-// temp files.
-func namedThenRemoved(dir *hostfs.Dir) (*os.File, error) {
-	f, tmp, err := dir.CreateTemp("spill")
-	if err != nil {
-		return nil, err
-	}
-	if err := dir.Remove(tmp); err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
-}
-
 // trust is what a load may take a base to be checked by already.
 type trust struct {
-	note  File // a note beside the base (indexnote.go); none when zero
-	whole bool // nothing: the base is checked whole (state check)
+	note  state.File // a note beside the base (note.go); none when zero
+	whole bool       // nothing: the base is checked whole (state check)
 }
 
 // A base checked whole is remembered by its file's identity, so loading

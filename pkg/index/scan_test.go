@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"fmt"
@@ -15,9 +15,9 @@ import (
 // never set; entries of the base compare their content IDs as the IDs
 // spelled out do, without spelling them.
 func TestIndexScan(t *testing.T) {
-	x := NewIndex()
-	entry := func(i int) *IndexEntry {
-		return &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: int64(i), Mode: 0o644},
+	x := New()
+	entry := func(i int) *Entry {
+		return &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: int64(i), Mode: 0o644},
 			SHA256: fmt.Sprintf("%064x", i), ContentID: fmt.Sprintf("git:%040x", i/2)}
 	}
 	var paths []string
@@ -29,8 +29,8 @@ func TestIndexScan(t *testing.T) {
 		paths = append(paths, p)
 		x.Set(p, entry(i))
 	}
-	x.Set("d3", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeDir | 0o755}})
-	x.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "../t"})
+	x.Set("d3", &Entry{Stat: hostfs.Stat{Mode: fs.ModeDir | 0o755}})
+	x.Set("l", &Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "../t"})
 	paths = append(paths, "l")
 	p := filepath.Join(t.TempDir(), "x.idx")
 	y := reloaded(t, x, p)
@@ -82,7 +82,7 @@ func reloaded(t *testing.T, x *Index, p string) *Index {
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}

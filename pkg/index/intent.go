@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"bufio"
@@ -11,6 +11,8 @@ import (
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // A tree's writer names what it is about to create on the host (a file
@@ -49,14 +51,14 @@ const (
 // content.
 type Intended struct {
 	Path  string
-	Entry *IndexEntry
+	Entry *Entry
 }
 
 // intentLog is an intent log open: unread, the log as the index was
 // loaded, whose intents are not yet read; else the log this index
 // appends to.
 type intentLog struct {
-	dir    Dir // where it is
+	dir    state.Dir // where it is
 	f      *os.File
 	end    int64 // where the whole frames end: the next frame goes there
 	unread bool
@@ -70,18 +72,18 @@ func (x *Index) Intend(es ...Intended) error {
 	if len(es) == 0 {
 		return nil
 	}
-	if x.file == (File{}) {
+	if x.file == (state.File{}) {
 		return errors.New("record intents: the index is kept in memory")
 	}
 	x.readIntents() // those of stopped writes, never this one's
 	if x.ilog == nil {
-		l, err := openIntentLog(x.file.with(intentSuffix))
+		l, err := openIntentLog(x.file.With(intentSuffix))
 		if err != nil {
 			return fmt.Errorf("record intents: %w", err)
 		}
 		x.ilog = l
 	}
-	frame := encodeFrame(func(yield func(string, *IndexEntry) bool) {
+	frame := encodeFrame(func(yield func(string, *Entry) bool) {
 		for _, e := range es {
 			if !yield(e.Path, e.Entry) {
 				return
@@ -117,12 +119,12 @@ func (x *Index) SyncIntents() error {
 
 // openIntentLog opens the intent log path to append to, after its last
 // whole frame; one that is missing, or not an intent log, starts anew.
-func openIntentLog(path File) (*intentLog, error) {
-	l := &intentLog{dir: path.dir, made: true}
-	f, err := path.dir.OpenFile(path.name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+func openIntentLog(path state.File) (*intentLog, error) {
+	l := &intentLog{dir: path.Dir(), made: true}
+	f, err := path.Dir().OpenFile(path.Name(), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		l.made = false
-		f, err = path.dir.OpenFile(path.name, os.O_RDWR, 0)
+		f, err = path.Dir().OpenFile(path.Name(), os.O_RDWR, 0)
 	}
 	if err != nil {
 		return nil, err
@@ -188,8 +190,8 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // whole frames end, and keeps it open, unread (see readIntents); a
 // damaged one holds what it holds up to the damage, and never fails the
 // load.
-func (x *Index) loadIntents(path File) error {
-	f, err := path.with(intentSuffix).open()
+func (x *Index) loadIntents(path state.File) error {
+	f, err := path.With(intentSuffix).Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -252,11 +254,11 @@ func (x *Index) readIntents() {
 // tree): then the index as that write left it, with its intents. An
 // index left by a tree of the same name that was pruned, or forgotten
 // (prune disabled), is not loaded.
-func LoadUnrecorded(path File) (*Index, error) {
-	if _, err := path.with(intentSuffix).stat(); errors.Is(err, fs.ErrNotExist) {
-		return NewIndexAt(path), nil
+func LoadUnrecorded(path state.File) (*Index, error) {
+	if _, err := path.With(intentSuffix).Stat(); errors.Is(err, fs.ErrNotExist) {
+		return NewAt(path), nil
 	}
-	return LoadIndex(path)
+	return Load(path)
 }
 
 // ClearIntents forgets the intents, judged: every path they named is
@@ -266,17 +268,17 @@ func LoadUnrecorded(path File) (*Index, error) {
 func (x *Index) ClearIntents(recorded bool) error {
 	x.closeIntents()
 	x.intents, x.intentLog = nil, false
-	if x.file == (File{}) {
+	if x.file == (state.File{}) {
 		return nil
 	}
-	p := x.file.with(intentSuffix)
+	p := x.file.With(intentSuffix)
 	var err error
 	if recorded {
-		if err = p.dir.Remove(p.name); errors.Is(err, fs.ErrNotExist) {
+		if err = p.Dir().Remove(p.Name()); errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}
 	} else {
-		err = p.dir.WriteFile(p.name, []byte(intentMagic))
+		err = p.Dir().WriteFile(p.Name(), []byte(intentMagic))
 	}
 	if err != nil {
 		return fmt.Errorf("clear intents: %w", err)
@@ -288,8 +290,8 @@ func (x *Index) ClearIntents(recorded bool) error {
 // check: its tree is gone.
 func (x *Index) Remove() error {
 	x.closeIntents()
-	for _, p := range []File{x.file, x.file.with(logSuffix), x.file.with(intentSuffix), x.file.with(checkedSuffix)} {
-		if err := p.dir.Remove(p.name); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, p := range []state.File{x.file, x.file.With(logSuffix), x.file.With(intentSuffix), x.file.With(checkedSuffix)} {
+		if err := p.Dir().Remove(p.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("remove index: %w", err)
 		}
 	}
@@ -306,9 +308,9 @@ func (x *Index) closeIntents() {
 }
 
 // Intents are the entries stopped writes intended at p, copies.
-func (x *Index) Intents(p string) []*IndexEntry {
+func (x *Index) Intents(p string) []*Entry {
 	x.readIntents()
-	var out []*IndexEntry
+	var out []*Entry
 	for i, _ := x.intents.find(p); i < len(x.intents) && x.intents[i].p == p; i++ {
 		c := *x.intents[i].e
 		out = append(out, &c)
@@ -318,8 +320,8 @@ func (x *Index) Intents(p string) []*IndexEntry {
 
 // AllIntents yields the entries stopped writes intended, in path order (a
 // path as often as it has intents).
-func (x *Index) AllIntents() iter.Seq2[string, *IndexEntry] {
-	return func(yield func(string, *IndexEntry) bool) {
+func (x *Index) AllIntents() iter.Seq2[string, *Entry] {
+	return func(yield func(string, *Entry) bool) {
 		x.readIntents()
 		for _, l := range x.intents {
 			c := *l.e
@@ -344,6 +346,6 @@ func (x *Index) intendedChildren(prefix string, k *Kids) {
 		}
 		c := *x.intents[i].e
 		k.Names = append(k.Names, rest)
-		k.Of = append(k.Of, Child{Intents: []*IndexEntry{&c}})
+		k.Of = append(k.Of, Child{Intents: []*Entry{&c}})
 	}
 }

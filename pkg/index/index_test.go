@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -19,22 +20,23 @@ import (
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // sampleIndex has entries of a few shapes: a file, a directory, a symlink,
 // negative and large numbers, empty and long strings.
 func sampleIndex() *Index {
-	x := NewIndex()
-	x.Set("a/b.md", &IndexEntry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc", XXH3: [16]byte{1, 2, 3, 15: 16}})
-	x.Set("c", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
-	x.Set("link", &IndexEntry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"})
-	x.Set(strings.Repeat("d/", 200)+"e", &IndexEntry{SHA256: strings.Repeat("ab", 32)})
+	x := New()
+	x.Set("a/b.md", &Entry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc", XXH3: [16]byte{1, 2, 3, 15: 16}})
+	x.Set("c", &Entry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
+	x.Set("link", &Entry{Stat: hostfs.Stat{Ino: 1 << 62, Mode: os.ModeSymlink | 0o777, UID: 1<<32 - 1, Mtime: 1 << 62, Ctime: -1 << 62}, Target: "../target"})
+	x.Set(strings.Repeat("d/", 200)+"e", &Entry{SHA256: strings.Repeat("ab", 32)})
 	return x
 }
 
 // entries is an index's entries as a map, to compare.
-func entries(x *Index) map[string]IndexEntry {
-	out := map[string]IndexEntry{}
+func entries(x *Index) map[string]Entry {
+	out := map[string]Entry{}
 	for p, e := range x.All() {
 		out[p] = *e
 	}
@@ -70,10 +72,10 @@ func TestCorruptIndexIsAnError(t *testing.T) {
 		}
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		_, err := LoadIndex(fileAt(p))
+		_, err := Load(fileAt(p))
 		runtime.ReadMemStats(&after)
-		if !errors.Is(err, ErrCorruptIndex) || !strings.Contains(err.Error(), p) {
-			t.Errorf("%s: err = %v, want ErrCorruptIndex naming %s", name, err, p)
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), p) {
+			t.Errorf("%s: err = %v, want ErrCorrupt naming %s", name, err, p)
 		}
 		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 1<<20 {
 			t.Errorf("%s: decoding %d bytes allocated %d", name, len(data), alloc)
@@ -93,12 +95,12 @@ func TestIndexShapesRoundTrip(t *testing.T) {
 }
 
 // FuzzDecodeIndex feeds the decoder damaged indexes: it must return
-// ErrCorruptIndex or an index that survives a round trip, never panic or
+// ErrCorrupt or an index that survives a round trip, never panic or
 // allocate more than the input justifies. The seed corpus under
 // testdata/fuzz/FuzzDecodeIndex holds valid indexes of a few shapes,
 // truncations, and the 10-byte file that once asked for 2 GB.
 func FuzzDecodeIndex(f *testing.F) {
-	f.Add(NewIndex().encode())
+	f.Add(New().encode())
 	f.Add(sampleIndex().encode())
 	f.Add(append([]byte("F"), sampleIndex().encode()...))
 	if v2, err := os.ReadFile("testdata/index-v2.idx"); err == nil {
@@ -112,8 +114,8 @@ func FuzzDecodeIndex(f *testing.F) {
 		}
 		x, err := decodeIndex(data)
 		if err != nil {
-			if !errors.Is(err, ErrCorruptIndex) {
-				t.Fatalf("error does not wrap ErrCorruptIndex: %v", err)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error does not wrap ErrCorrupt: %v", err)
 			}
 			return
 		}
@@ -158,9 +160,9 @@ func fixSums(data []byte) []byte {
 // outgrows its share of the base is folded into a new base.
 func TestIndexLog(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
-	x := NewIndex()
+	x := New()
 	for i := range 1000 {
-		x.Set(fmt.Sprintf("f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 10, Mode: 0o644}, SHA256: strings.Repeat("ab", 32), ContentID: "git:1"})
+		x.Set(fmt.Sprintf("f%04d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: 10, Mode: 0o644}, SHA256: strings.Repeat("ab", 32), ContentID: "git:1"})
 	}
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
@@ -171,16 +173,16 @@ func TestIndexLog(t *testing.T) {
 	}
 	load := func() *Index {
 		t.Helper()
-		y, err := LoadIndex(fileAt(p))
+		y, err := Load(fileAt(p))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return y
 	}
 	y := load()
-	y.Set("f0001", &IndexEntry{Stat: hostfs.Stat{Ino: 99, Size: 11, Mode: 0o644}, SHA256: "cd", ContentID: "git:2"})
+	y.Set("f0001", &Entry{Stat: hostfs.Stat{Ino: 99, Size: 11, Mode: 0o644}, SHA256: "cd", ContentID: "git:2"})
 	y.Delete("f0002")
-	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
+	y.Set("new", &Entry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
 	y.Set("f0003", y.Get("f0003")) // unchanged: not written
 	if err := y.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
@@ -233,7 +235,7 @@ func TestIndexLog(t *testing.T) {
 	}
 	w := load()
 	for i := range 1000 { // more than a quarter of the base: compacted
-		w.Set(fmt.Sprintf("f%04d", i), &IndexEntry{Stat: hostfs.Stat{Ino: uint64(i), Size: 12, Mode: 0o644}, SHA256: strings.Repeat("ef", 32), ContentID: "git:3"})
+		w.Set(fmt.Sprintf("f%04d", i), &Entry{Stat: hostfs.Stat{Ino: uint64(i), Size: 12, Mode: 0o644}, SHA256: strings.Repeat("ef", 32), ContentID: "git:3"})
 	}
 	if err := w.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
@@ -254,7 +256,7 @@ func TestIndexLog(t *testing.T) {
 // whole frames.
 func FuzzIndexLog(f *testing.F) {
 	x := sampleIndex()
-	x.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
+	x.Set("new", &Entry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	x.Delete("c")
 	frame := encodeFrame(x.changes(), math.MaxInt64)
 	f.Add(frame)
@@ -292,8 +294,8 @@ func TestIndexMatchesMap(t *testing.T) {
 			dir := t.TempDir()
 			p := filepath.Join(dir, "Directory.kb.idx")
 			rng := rand.New(rand.NewPCG(1, 2))
-			want, saved := map[string]IndexEntry{}, map[string]IndexEntry{}
-			x := NewIndexAt(fileAt(p))
+			want, saved := map[string]Entry{}, map[string]Entry{}
+			x := NewAt(fileAt(p))
 			ids := []string{"", "git:" + strings.Repeat("0a", 20), "sha256:" + strings.Repeat("1b", 32), "other"}
 			for step := range 20000 {
 				k := fmt.Sprintf("d%d/f%03d", rng.IntN(8), rng.IntN(300))
@@ -302,7 +304,7 @@ func TestIndexMatchesMap(t *testing.T) {
 				}
 				switch r := rng.IntN(20); {
 				case r < 12:
-					e := IndexEntry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644, UID: uint32(rng.IntN(3))}, ContentID: ids[rng.IntN(len(ids))]}
+					e := Entry{Stat: hostfs.Stat{Ino: rng.Uint64(), Size: int64(rng.IntN(9)), Mode: 0o644, UID: uint32(rng.IntN(3))}, ContentID: ids[rng.IntN(len(ids))]}
 					switch rng.IntN(3) {
 					case 0:
 						e.SHA256 = fmt.Sprintf("%064x", rng.Uint64())
@@ -336,7 +338,7 @@ func TestIndexMatchesMap(t *testing.T) {
 						}
 						saved = maps.Clone(want)
 						var err error
-						if x, err = LoadIndex(fileAt(p)); err != nil {
+						if x, err = Load(fileAt(p)); err != nil {
 							t.Fatal(err)
 						}
 					}
@@ -358,7 +360,7 @@ func TestIndexMatchesMap(t *testing.T) {
 }
 
 // deleteBelow deletes what is below d from the index and from the map.
-func deleteBelow(x *Index, want map[string]IndexEntry, d string) {
+func deleteBelow(x *Index, want map[string]Entry, d string) {
 	x.DeleteBelow(d)
 	for w := range want {
 		if strings.HasPrefix(w, d+"/") {
@@ -368,7 +370,7 @@ func deleteBelow(x *Index, want map[string]IndexEntry, d string) {
 }
 
 // checkGet compares Get(k) and Len with what the map holds.
-func checkGet(t *testing.T, step int, x *Index, want map[string]IndexEntry, k string) {
+func checkGet(t *testing.T, step int, x *Index, want map[string]Entry, k string) {
 	t.Helper()
 	w, ok := want[k]
 	if got := x.Get(k); (got != nil) != ok || ok && *got != w {
@@ -380,7 +382,7 @@ func checkGet(t *testing.T, step int, x *Index, want map[string]IndexEntry, k st
 }
 
 // checkChildren compares Children(dir) with what the map holds.
-func checkChildren(t *testing.T, step int, x *Index, want map[string]IndexEntry, dir string) {
+func checkChildren(t *testing.T, step int, x *Index, want map[string]Entry, dir string) {
 	t.Helper()
 	exp := map[string]Child{}
 	prefix := dir + "/"
@@ -419,9 +421,9 @@ func checkChildren(t *testing.T, step int, x *Index, want map[string]IndexEntry,
 // per entry.
 func TestIndexBytesPerEntry(t *testing.T) {
 	const n = 45000
-	x := NewIndex()
+	x := New()
 	for i := range n {
-		x.Set(fmt.Sprintf("src/pkg%d/file%d.go", i/40, i), &IndexEntry{
+		x.Set(fmt.Sprintf("src/pkg%d/file%d.go", i/40, i), &Entry{
 			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1 << 60, Ctime: 1 << 60, Mode: 0o644},
 			SHA256:    fmt.Sprintf("%064x", i),
 			ContentID: fmt.Sprintf("git:%040x", i),
@@ -435,7 +437,7 @@ func TestIndexBytesPerEntry(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,8 +460,8 @@ func TestIndexBytesPerEntry(t *testing.T) {
 // its two strings, nothing more. (A count of allocations, not of time: it
 // is the same on any machine.)
 func TestIndexConvergedLookups(t *testing.T) {
-	x := NewIndex()
-	kinds := []*IndexEntry{
+	x := New()
+	kinds := []*Entry{
 		{Stat: hostfs.Stat{Ino: 1, Size: 5, Mtime: 7, Ctime: 8, Mode: 0o644}, SHA256: fmt.Sprintf("%064x", 1), ContentID: fmt.Sprintf("git:%040x", 2)},
 		{Stat: hostfs.Stat{Ino: 2, Size: 5, Mode: 0o644}, SHA256: fmt.Sprintf("%064x", 3), ContentID: "sha256:" + fmt.Sprintf("%064x", 3)},
 		{Stat: hostfs.Stat{Ino: 3, Mode: fs.ModeSymlink | 0o777}, Target: "../elsewhere", ContentID: fmt.Sprintf("git:%040x", 4)},
@@ -498,7 +500,7 @@ func TestIndexConvergedLookups(t *testing.T) {
 	if few > 2 {
 		t.Errorf("ChildrenOf: %.0f allocations for 40 entries, want the cursor and the strings (2)", few)
 	}
-	big := NewIndex()
+	big := New()
 	for i := range n {
 		big.Set(fmt.Sprintf("dir/file%d", i), kinds[i%len(kinds)])
 	}
@@ -537,16 +539,16 @@ func encodeV1(x *Index) []byte {
 // writeFormat1WithLog writes sampleIndex at p in format 1, and a log
 // beside it that sets "new" and deletes "c"; it returns the entries both
 // make.
-func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
+func writeFormat1WithLog(t *testing.T, p string) map[string]Entry {
 	t.Helper()
 	if err := os.WriteFile(p, encodeV1(sampleIndex()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	y.Set("new", &IndexEntry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
+	y.Set("new", &Entry{Stat: hostfs.Stat{Ino: 7, Mode: 0o644}, SHA256: "ef", ContentID: "git:9"})
 	y.Delete("c")
 	if err := y.appendLog(fileAt(p+logSuffix), encodeFrame(y.changes(), math.MaxInt64)); err != nil {
 		t.Fatal(err)
@@ -559,7 +561,7 @@ func writeFormat1WithLog(t *testing.T, p string) map[string]IndexEntry {
 func TestIndexOfFormat1(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "Directory.kb.idx")
 	want := writeFormat1WithLog(t, p)
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -583,7 +585,7 @@ func TestIndexOfFormat1(t *testing.T) {
 	if _, err := os.Stat(p + logSuffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the log outlived the rewrite: %v", err)
 	}
-	if got, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) || got.Dirty() {
+	if got, err := Load(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) || got.Dirty() {
 		t.Fatalf("format 2: %v, %+v", err, got)
 	}
 }
@@ -603,11 +605,11 @@ func TestIndexOfFormat2(t *testing.T) {
 	if err := os.WriteFile(p, old, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	x, err := LoadIndex(fileAt(p))
+	x, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]IndexEntry{
+	want := map[string]Entry{
 		"a/file.md": {Stat: hostfs.Stat{Ino: 7, Size: 5, Mtime: 1700000000000000000, Ctime: 1700000000000000001, Mode: 0o644, UID: 1000, GID: 1000}, SHA256: strings.Repeat("ab", 32), ContentID: "git:" + strings.Repeat("cd", 20)},
 		"a/link":    {Stat: hostfs.Stat{Ino: 8, Size: 4, Mtime: 1700000000000000000, Ctime: 1700000000000000000, Mode: fs.ModeSymlink | 0o777}, Target: "file.md"},
 		"a":         {Stat: hostfs.Stat{Ino: 9, Mode: fs.ModeDir | 0o755}, ContentID: "names:0123"},
@@ -617,12 +619,12 @@ func TestIndexOfFormat2(t *testing.T) {
 		t.Fatalf("format 2:\n got %+v\nwant %+v", got, want)
 	}
 	// A log as an older cortex-sync appends it (no XXH3: flag 0).
-	logged := IndexEntry{Stat: hostfs.Stat{Ino: 11, Size: 2, Mode: 0o644}, SHA256: strings.Repeat("12", 32)}
-	if err := x.appendLog(fileAt(p).with(logSuffix), encodeFrame(maps.All(map[string]*IndexEntry{"c.md": &logged}), 1<<20)); err != nil {
+	logged := Entry{Stat: hostfs.Stat{Ino: 11, Size: 2, Mode: 0o644}, SHA256: strings.Repeat("12", 32)}
+	if err := x.appendLog(fileAt(p).With(logSuffix), encodeFrame(maps.All(map[string]*Entry{"c.md": &logged}), 1<<20)); err != nil {
 		t.Fatal(err)
 	}
 	want["c.md"] = logged
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(y), want) {
 		t.Fatalf("format 2 and an older log: %v\n got %+v\nwant %+v", err, entries(y), want)
 	}
@@ -639,7 +641,7 @@ func TestIndexOfFormat2(t *testing.T) {
 	if _, err := os.Stat(p + logSuffix); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("the log outlived the rewrite: %v", err)
 	}
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil || !reflect.DeepEqual(entries(z), want) {
 		t.Fatalf("format 3: %v\n got %+v\nwant %+v", err, entries(z), want)
 	}
@@ -654,7 +656,7 @@ func TestIndexOfFormat2(t *testing.T) {
 	if after, _ := os.ReadFile(p); !bytes.Equal(before, after) {
 		t.Error("a base of format 3 was rewritten for one entry: the log should hold it")
 	}
-	if got, err := LoadIndex(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) {
+	if got, err := Load(fileAt(p)); err != nil || !reflect.DeepEqual(entries(got), want) {
 		t.Fatalf("format 3 and its log: %v\n got %+v\nwant %+v", err, entries(got), want)
 	}
 }
@@ -663,19 +665,19 @@ func TestIndexOfFormat2(t *testing.T) {
 // that it reads the same before a save and after.
 func TestIndexSymlinkKeepsNoXXH3(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "x.idx")
-	x := NewIndexAt(fileAt(p))
-	x.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
+	x := NewAt(fileAt(p))
+	x.Set("l", &Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
 	if e := x.Get("l"); e.XXH3 != [16]byte{} {
 		t.Fatalf("set: %+v", e)
 	}
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
-	y.Set("l", &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
+	y.Set("l", &Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "t", XXH3: [16]byte{1}})
 	if y.Dirty() {
 		t.Error("setting a symlink as it is recorded, but for an XXH3, changed the index")
 	}
@@ -688,13 +690,13 @@ func TestIndexWrittenWholeStaysFlat(t *testing.T) {
 	const n = 45000
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.idx")
-	x := NewIndexAt(fileAt(p))
+	x := NewAt(fileAt(p))
 	var before, ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	peak := int64(0)
 	for i := range n {
-		x.Set(fmt.Sprintf("src/pkg%d/file%d.go", i/40, i), &IndexEntry{
+		x.Set(fmt.Sprintf("src/pkg%d/file%d.go", i/40, i), &Entry{
 			Stat:      hostfs.Stat{Ino: uint64(i), Size: 12345, Mtime: 1 << 60, Ctime: 1 << 60, Mode: 0o644},
 			SHA256:    fmt.Sprintf("%064x", i),
 			ContentID: fmt.Sprintf("git:%040x", i),
@@ -730,7 +732,7 @@ func TestIndexDamagedAfterLoad(t *testing.T) {
 	}
 	time.Sleep(2 * racyMargin) // old enough to be remembered
 	for range 2 {
-		if _, err := LoadIndex(fileAt(p)); err != nil {
+		if _, err := Load(fileAt(p)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -745,8 +747,8 @@ func TestIndexDamagedAfterLoad(t *testing.T) {
 	// Both just after the damage and once it is old.
 	for _, wait := range []time.Duration{0, 2 * racyMargin} {
 		time.Sleep(wait)
-		if _, err := LoadIndex(fileAt(p)); !errors.Is(err, ErrCorruptIndex) {
-			t.Fatalf("index damaged in place, %v after: err = %v, want ErrCorruptIndex", wait, err)
+		if _, err := Load(fileAt(p)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("index damaged in place, %v after: err = %v, want ErrCorrupt", wait, err)
 		}
 	}
 }
@@ -760,4 +762,60 @@ func (x *Index) Children(dir string) map[string]Child {
 		out[name] = k.Of[i]
 	}
 	return out
+}
+
+func TestIndexRoundTrip(t *testing.T) {
+	x := New()
+	x.Set("a/b.md", &Entry{Stat: hostfs.Stat{Ino: 1, Size: 2, Mtime: -3, Ctime: 4, Mode: 0o644, UID: 5, GID: 6}, SHA256: "abc", ContentID: "sha256:abc"})
+	x.Set("c", &Entry{Stat: hostfs.Stat{Mode: os.ModeDir | 0o755}})
+	p := filepath.Join(t.TempDir(), "trees", "x.idx")
+	if err := x.Save(fileAt(p)); err != nil {
+		t.Fatal(err)
+	}
+	y, err := Load(fileAt(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y.Len() != 2 || *y.Get("a/b.md") != *x.Get("a/b.md") || *y.Get("c") != *x.Get("c") {
+		t.Fatalf("round trip: %+v", entries(y))
+	}
+	// Entries as new as the index are racily clean; older ones are not.
+	old := &Entry{Stat: hostfs.Stat{Mtime: y.ref - 1e9, Ctime: y.ref - 1e9}}
+	fresh := &Entry{Stat: hostfs.Stat{Mtime: y.ref - 1e9, Ctime: y.ref}}
+	if y.Racy(old.Stat) || !y.Racy(fresh.Stat) {
+		t.Fatalf("racy: old %v fresh %v", y.Racy(old.Stat), y.Racy(fresh.Stat))
+	}
+	os.WriteFile(p, []byte("CSIX\x01\xff"), 0o600)
+	if _, err := Load(fileAt(p)); err == nil {
+		t.Fatal("a truncated index loaded without error")
+	}
+}
+
+// fileAt is the file at the host path p, in a state dir that is its
+// directory.
+func fileAt(p string) state.File { return state.At(filepath.Dir(p)).File(filepath.Base(p)) }
+
+// deadPID is the pid of a process that has ended and been reaped.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// saved is a state dir holding a snapshot with one entry.
+func saved(t *testing.T) state.Dir {
+	t.Helper()
+	d := state.At(filepath.Join(t.TempDir(), "state"))
+	s, err := d.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Put(&state.Entry{ID: "File/a", Kind: "File", Path: "/a", Created: true})
+	if err := d.Save(s); err != nil {
+		t.Fatal(err)
+	}
+	return d
 }

@@ -1,4 +1,4 @@
-package state
+package index
 
 import (
 	"errors"
@@ -19,14 +19,14 @@ import (
 // loads its index only while an intent log says a write of it ran.
 func TestIndexIntents(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "trees", "Directory.kb.idx")
-	file := func(sum string) *IndexEntry {
-		return &IndexEntry{Stat: hostfs.Stat{Size: 3, Mode: 0o644}, SHA256: sum, ContentID: "git:" + sum[:40]}
+	file := func(sum string) *Entry {
+		return &Entry{Stat: hostfs.Stat{Size: 3, Mode: 0o644}, SHA256: sum, ContentID: "git:" + sum[:40]}
 	}
-	dir := &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeDir | 0o755}}
-	link := &IndexEntry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "d/a"}
+	dir := &Entry{Stat: hostfs.Stat{Mode: fs.ModeDir | 0o755}}
+	link := &Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: "d/a"}
 	sumA, sumB := "aa00000000000000000000000000000000000000000000000000000000000000", "bb00000000000000000000000000000000000000000000000000000000000000"
 
-	x, err := LoadIndex(fileAt(p))
+	x, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestIndexIntents(t *testing.T) {
 		t.Helper()
 		type rec struct {
 			p string
-			e IndexEntry
+			e Entry
 		}
 		want := []rec{{"d/a", *file(sumB)}, {"d/new", *dir}, {"d/new/f", *file(sumA)}, {"d/new/f", *file(sumB)}, {"link", *link}}
 		var got []rec
@@ -75,7 +75,7 @@ func TestIndexIntents(t *testing.T) {
 			t.Errorf("%s: an index with intents is not dirty: nothing would clear them", what)
 		}
 	}
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestIndexIntents(t *testing.T) {
 	}
 	f.Write([]byte{0x40, 1, 2, 3})
 	f.Close()
-	y, err = LoadIndex(fileAt(p))
+	y, err = Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestIndexIntents(t *testing.T) {
 	if err := y.Intend(Intended{"z", dir}); err != nil {
 		t.Fatal(err)
 	}
-	if z, err := LoadIndex(fileAt(p)); err != nil || len(z.Intents("z")) != 1 {
+	if z, err := Load(fileAt(p)); err != nil || len(z.Intents("z")) != 1 {
 		t.Fatalf("an intent after a torn tail is lost (%v)", err)
 	}
 
@@ -127,7 +127,7 @@ func TestIndexIntents(t *testing.T) {
 		t.Fatal(err)
 	}
 	unrecorded("cleared, unrecorded", true, false)
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +141,7 @@ func TestIndexIntents(t *testing.T) {
 		t.Fatalf("the intent log is still there after ClearIntents (%v)", err)
 	}
 	unrecorded("cleared, recorded", false, false)
-	if z, err = LoadIndex(fileAt(p)); err != nil {
+	if z, err = Load(fileAt(p)); err != nil {
 		t.Fatal(err)
 	}
 	if z.Intents("link") != nil || z.Dirty() || z.Get("d/b") == nil {
@@ -159,7 +159,7 @@ func TestIndexIntents(t *testing.T) {
 // TestIndexIntentsInMemory: an index kept in memory has nowhere to record
 // intents, and says so.
 func TestIndexIntentsInMemory(t *testing.T) {
-	if err := NewIndex().Intend(Intended{"a", &IndexEntry{}}); err == nil {
+	if err := New().Intend(Intended{"a", &Entry{}}); err == nil {
 		t.Fatal("an index in memory recorded an intent")
 	}
 }
@@ -172,10 +172,10 @@ func TestIndexIntentsInMemory(t *testing.T) {
 // loaded.
 func TestIndexIntentsReadWhenAsked(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "trees", "Directory.kb.idx")
-	file := func(rel string) *IndexEntry {
-		return &IndexEntry{Stat: hostfs.Stat{Size: int64(len(rel)), Mode: 0o644}, SHA256: "sum of " + rel, ContentID: "id of " + rel}
+	file := func(rel string) *Entry {
+		return &Entry{Stat: hostfs.Stat{Size: int64(len(rel)), Mode: 0o644}, SHA256: "sum of " + rel, ContentID: "id of " + rel}
 	}
-	x := NewIndexAt(fileAt(p))
+	x := NewAt(fileAt(p))
 	const batches, batch = 4, 1000
 	for b := range batches {
 		es := make([]Intended, batch)
@@ -203,7 +203,7 @@ func TestIndexIntentsReadWhenAsked(t *testing.T) {
 		t.Fatal("a saved index beside an intent log is not dirty: nothing would clear the log")
 	}
 
-	y, err := LoadIndex(fileAt(p))
+	y, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ func TestIndexIntentsReadWhenAsked(t *testing.T) {
 	if err := x.ClearIntents(true); err != nil {
 		t.Fatal(err)
 	}
-	z, err := LoadIndex(fileAt(p))
+	z, err := Load(fileAt(p))
 	if err != nil {
 		t.Fatal(err)
 	}

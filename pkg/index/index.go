@@ -1,4 +1,9 @@
-package state
+// Package index is the quick drift check's memory, like git's index: the
+// fingerprint of every file of a mirrored tree (trees/<id>.idx) and a
+// directory source's stat cache (cache/*.idx), kept in the state dir behind
+// its door (state.File). An index is a binary base read in place, a log of
+// what changed since, and an intent log of what a write is about to create.
+package index
 
 import (
 	"bufio"
@@ -17,11 +22,12 @@ import (
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
+	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
 // Index maps relative paths to fingerprints: the per-file memory of a
 // mirrored tree, or the stat cache of a directory source. It is a compact
-// binary file read in place (indexbase.go), because decoding ten thousand
+// binary file read in place (base.go), because decoding ten thousand
 // entries costs more than the drift check they serve, and holding them
 // costs more memory than the check needs.
 //
@@ -33,14 +39,14 @@ import (
 type Index struct {
 	// The entries, read with Get, ChildrenOf, Scan and All, changed with Set,
 	// Touch and Delete so that Save can write only what changed (see
-	// indexmem.go).
+	// mem.go).
 	base          *base // nil: none
 	logged, added layer
-	n             int  // entries
-	spill         Dir  // where checkpoints go; none: the layers stay in memory
-	spillFailed   int  // the layers' size when a checkpoint last failed
-	replaying     bool // the log is being replayed: no checkpoint
-	rewrite       bool // the base is of an older format: Save writes a new one
+	n             int       // entries
+	spill         state.Dir // where checkpoints go; none: the layers stay in memory
+	spillFailed   int       // the layers' size when a checkpoint last failed
+	replaying     bool      // the log is being replayed: no checkpoint
+	rewrite       bool      // the base is of an older format: Save writes a new one
 	// format2 is set when the base on disk is of format 2: the next save
 	// writes it whole, in format 3, rather than log what an older
 	// cortex-sync would read as the torn end of its log (frames that
@@ -54,15 +60,15 @@ type Index struct {
 	// disk is the base file the log extends, as loaded; zero when there
 	// was none.
 	disk     baseID
-	diskFile fileID // the base file as loaded (indexcache.go)
+	diskFile fileID // the base file as loaded (cache.go)
 	logValid int64  // bytes of the log that decoded; a torn tail is cut off
 	logSum   uint32 // the CRC-32C of those bytes
 	logOK    bool   // the log exists, extends the base, and can be appended to
 	// file is where the index is saved; the zero File: it is kept in
 	// memory.
-	file File
+	file state.File
 	// intents are what writes that were stopped before they saved the
-	// index were about to create, as loaded (indexintent.go); intentLog:
+	// index were about to create, as loaded (intent.go); intentLog:
 	// an intent log was there; ilog is the one this index appends to,
 	// once it did.
 	intents   layer
@@ -70,8 +76,8 @@ type Index struct {
 	ilog      *intentLog
 }
 
-// IndexEntry is one file's fingerprint.
-type IndexEntry struct {
+// Entry is one file's fingerprint.
+type Entry struct {
 	hostfs.Stat
 	SHA256    string // of the content written, hex
 	Target    string // a symlink's target (kept where a file keeps its SHA256)
@@ -84,12 +90,12 @@ type IndexEntry struct {
 	XXH3 [16]byte
 }
 
-// NewIndex is an empty index that keeps what is set in memory.
-func NewIndex() *Index { return &Index{} }
+// New is an empty index that keeps what is set in memory.
+func New() *Index { return &Index{} }
 
-// NewIndexAt is an empty index to be saved as f: a large one spills
+// NewAt is an empty index to be saved as f: a large one spills
 // beside it.
-func NewIndexAt(f File) *Index { return &Index{spill: f.dir, file: f} }
+func NewAt(f state.File) *Index { return &Index{spill: f.Dir(), file: f} }
 
 // Racy reports whether a file whose stat matches st, as recorded, may
 // still have changed unseen: its timestamps are as new as the index itself.
@@ -113,28 +119,28 @@ func (r RacyRule) Racy(st hostfs.Stat) bool {
 // varints, which is read and rewritten as format 2 by the next save.
 const indexMagic = "CSIX\x01"
 
-// ErrCorruptIndex reports an index file that is truncated or damaged.
-var ErrCorruptIndex = errors.New("index is corrupt")
+// ErrCorrupt reports an index file that is truncated or damaged.
+var ErrCorrupt = errors.New("index is corrupt")
 
-// LoadIndex opens an index, replays its log and reads its intents; a
+// Load opens an index, replays its log and reads its intents; a
 // missing file is an empty index. A log this process loaded or saved last
-// is not replayed again (indexcache.go). A damaged base is an error wrapping
-// ErrCorruptIndex and naming the file; a damaged log ends where the
+// is not replayed again (cache.go). A damaged base is an error wrapping
+// ErrCorrupt and naming the file; a damaged log ends where the
 // damage starts (it only ever loses the last writes, as a torn append
 // would), and so does the intent log. The base stays open, read as it is
 // used. A base checked whole before, and not written since, is trusted
-// by the note of that check beside it (indexnote.go).
-func LoadIndex(path File) (*Index, error) {
-	return loadIndex(path, trust{note: path.with(checkedSuffix)})
+// by the note of that check beside it (note.go).
+func Load(path state.File) (*Index, error) {
+	return load(path, trust{note: path.With(checkedSuffix)})
 }
 
-// loadIndex is LoadIndex, taking the base to be checked by what by says.
-func loadIndex(path File, by trust) (*Index, error) {
-	x := NewIndexAt(path)
+// loadIndex is Load, taking the base to be checked by what by says.
+func load(path state.File, by trust) (*Index, error) {
+	x := NewAt(path)
 	if err := x.loadIntents(path); err != nil {
 		return nil, err
 	}
-	f, err := path.open()
+	f, err := path.Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		loaded.forget(path)
 		return x, nil
@@ -169,27 +175,27 @@ func loadIndex(path File, by trust) (*Index, error) {
 	x.n = x.base.live
 	x.disk, x.diskFile = baseOf(fi), fileIDOf(fi)
 	x.ref = fi.ModTime().UnixNano()
-	if err := x.replay(path.with(logSuffix)); err != nil {
+	if err := x.replay(path.With(logSuffix)); err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
 // loadError names the index; only a damaged one is to be deleted.
-func loadError(path File, err error) error {
-	if errors.Is(err, ErrCorruptIndex) {
+func loadError(path state.File, err error) error {
+	if errors.Is(err, ErrCorrupt) {
 		return fmt.Errorf("%s: %w; delete it and run with --verify", path, err)
 	}
 	return fmt.Errorf("read index %s: %w", path, err)
 }
 
 // decodeIndex reads an index file's bytes in memory; any fault is an
-// error wrapping ErrCorruptIndex.
+// error wrapping ErrCorrupt.
 func decodeIndex(data []byte) (*Index, error) {
-	x := NewIndex()
+	x := New()
 	var err error
 	if bytes.HasPrefix(data, []byte(indexMagic)) {
-		x.base, err = convertIndex(data, Dir{})
+		x.base, err = convertIndex(data, state.Dir{})
 		x.rewrite = true
 	} else {
 		x.base, err = parseBase(nil, data, int64(len(data)), false, trust{})
@@ -203,8 +209,8 @@ func decodeIndex(data []byte) (*Index, error) {
 
 // readBounded reads a file whole: its real size, never a count inside it,
 // bounds what decoding allocates.
-func readBounded(path File) ([]byte, fs.FileInfo, error) {
-	f, err := path.open()
+func readBounded(path state.File) ([]byte, fs.FileInfo, error) {
+	f, err := path.Open()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -228,11 +234,11 @@ const minIndexEntry = 10
 // unnamed file in dir; in memory when dir is "", or cannot take the file
 // (a state dir its reader cannot write, as for a diff by another user, or
 // a full disk): it is held there until the next save.
-func convertIndex(data []byte, dir Dir) (*base, error) {
-	if !dir.none() {
-		if f, err := unnamedFile(dir); err == nil {
+func convertIndex(data []byte, dir state.Dir) (*base, error) {
+	if !dir.IsZero() {
+		if f, err := dir.Scratch(); err == nil {
 			size, err := convertTo(f, data)
-			if errors.Is(err, ErrCorruptIndex) {
+			if errors.Is(err, ErrCorrupt) {
 				f.Close()
 				return nil, err
 			}
@@ -293,8 +299,8 @@ func convertTo(out io.WriterAt, data []byte) (int64, error) {
 }
 
 // indexEntry decodes an entry's fields after its path.
-func (d *indexDecoder) indexEntry() *IndexEntry {
-	e := &IndexEntry{}
+func (d *indexDecoder) indexEntry() *Entry {
+	e := &Entry{}
 	e.Ino = d.uvarint("inode")
 	e.Mode = fs.FileMode(d.uint32("mode"))
 	e.UID = d.uint32("uid")
@@ -328,7 +334,7 @@ func (d *indexDecoder) fail(format string, args ...any) {
 	if d.entry > 0 {
 		msg = fmt.Sprintf("entry %d: %s", d.entry, msg)
 	}
-	d.err = fmt.Errorf("%w: %s", ErrCorruptIndex, msg)
+	d.err = fmt.Errorf("%w: %s", ErrCorrupt, msg)
 }
 
 func (d *indexDecoder) uvarint(what string) uint64 {
@@ -392,12 +398,12 @@ func (d *indexDecoder) str(what string) string {
 // log extends the base on disk and stays small beside it, else as a new
 // base (atomically) that makes the log stale. The index then reads what
 // was saved, and the intents still beside it.
-func (x *Index) Save(path File) error {
+func (x *Index) Save(path state.File) error {
 	if err := x.save(path); err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
 	x.closeIntents()
-	y, err := LoadIndex(path)
+	y, err := Load(path)
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
@@ -405,16 +411,16 @@ func (x *Index) Save(path File) error {
 	return nil
 }
 
-func (x *Index) save(path File) error {
+func (x *Index) save(path state.File) error {
 	if err := x.readErr(); err != nil {
 		return err // what was read of the base cannot be trusted
 	}
 	if !x.changed() && x.disk != (baseID{}) {
 		return nil // as loaded
 	}
-	logPath := path.with(logSuffix)
+	logPath := path.With(logSuffix)
 	if x.disk != (baseID{}) && !x.rewrite && !x.format2 {
-		fi, err := path.stat()
+		fi, err := path.Stat()
 		if err == nil && baseOf(fi) == x.disk {
 			limit := max(minLogCap, x.disk.size/4)
 			if frame := encodeFrame(x.changes(), limit-x.logValid); frame != nil {
@@ -424,24 +430,24 @@ func (x *Index) save(path File) error {
 	}
 	// A new base, written whole; the log it replaces names the old base, so
 	// should the removal below not happen, the next load ignores it.
-	err := path.dir.writeFunc(path.name, func(f *os.File) error { return x.writeBase(f) })
+	err := path.Dir().WriteFunc(path.Name(), func(f *os.File) error { return x.writeBase(f) })
 	if err != nil {
 		return err
 	}
-	return logPath.dir.Remove(logPath.name)
+	return logPath.Dir().Remove(logPath.Name())
 }
 
 // appendLog adds a frame to the log and fsyncs it; a log that does not yet
 // extend the base is started anew, atomically, with its header.
-func (x *Index) appendLog(logPath File, frame []byte) error {
+func (x *Index) appendLog(logPath state.File, frame []byte) error {
 	if !x.logOK {
 		data := append(x.disk.header(), frame...)
-		if err := logPath.dir.WriteFile(logPath.name, data); err != nil {
+		if err := logPath.Dir().WriteFile(logPath.Name(), data); err != nil {
 			return err
 		}
 		x.logValid, x.logOK, x.logSum = int64(len(data)), true, logSumOf(0, data)
 	} else {
-		f, err := logPath.dir.OpenFile(logPath.name, os.O_WRONLY, 0)
+		f, err := logPath.Dir().OpenFile(logPath.Name(), os.O_WRONLY, 0)
 		if err != nil {
 			return err
 		}
@@ -460,7 +466,7 @@ func (x *Index) appendLog(logPath File, frame []byte) error {
 		x.logValid += int64(len(frame))
 		x.logSum = logSumOf(x.logSum, frame)
 	}
-	fi, err := logPath.stat()
+	fi, err := logPath.Stat()
 	if err != nil {
 		loaded.forget(x.file)
 		return nil
@@ -506,7 +512,7 @@ func (b baseID) header() []byte {
 // deleted, 2: set with an XXH3) and, when set, the entry as in an index
 // of format 1, then with flag 2 the XXH3's 16 bytes. It is nil when the
 // frame would exceed limit bytes.
-func encodeFrame(recs iter.Seq2[string, *IndexEntry], limit int64) []byte {
+func encodeFrame(recs iter.Seq2[string, *Entry], limit int64) []byte {
 	count := 0
 	for range recs {
 		count++
@@ -547,12 +553,12 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 // (a torn last append); nothing in a log can make loading fail. What this
 // process loaded of the same base and log before is taken as it was, and
 // of a log that grew since, only the frames after it are replayed.
-func (x *Index) replay(logPath File) error {
+func (x *Index) replay(logPath state.File) error {
 	was := loaded.get(x.file)
 	if was != nil && (was.base != x.diskFile || !was.settled) {
 		was = nil
 	}
-	f, err := logPath.open()
+	f, err := logPath.Open()
 	if errors.Is(err, fs.ErrNotExist) {
 		x.keep(x.diskFile, fileID{}) // nothing to replay
 		return nil
@@ -709,7 +715,7 @@ func decodeFrame(payload []byte) ([]lent, error) {
 		}
 		flag := payload[d.off]
 		d.off++
-		var e *IndexEntry
+		var e *Entry
 		switch flag {
 		case 0:
 			e = d.indexEntry()
@@ -781,7 +787,7 @@ func (w *entryWriter) str(s string) {
 }
 
 // entry writes an entry's fields after its path.
-func (w *entryWriter) entry(e *IndexEntry) {
+func (w *entryWriter) entry(e *Entry) {
 	w.uv(e.Ino)
 	w.uv(uint64(e.Mode))
 	w.uv(uint64(e.UID))
@@ -795,4 +801,25 @@ func (w *entryWriter) entry(e *IndexEntry) {
 		w.str(e.SHA256)
 	}
 	w.str(e.ContentID)
+}
+
+// readAll reads f whole: its real size, never a count inside it, bounds
+// what is allocated up front (as state.Dir.ReadFile does).
+func readAll(f *os.File) ([]byte, error) {
+	var buf bytes.Buffer
+	if fi, err := f.Stat(); err == nil {
+		buf.Grow(int(min(max(fi.Size(), 0), 64<<20)) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(f)
+	return buf.Bytes(), err
+}
+
+// syncClose makes what was written to f durable, then closes it; f is
+// closed whatever fails.
+func syncClose(f *os.File) error {
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -1,4 +1,4 @@
-package state
+package index
 
 import "github.com/cortex-sync/cortex-sync/pkg/hostfs"
 
@@ -70,7 +70,7 @@ type Found struct {
 	// whole is the entry spelled out where its strings are not the row's
 	// and git alone: a layer's entry, a target, a content ID of another
 	// kind.
-	whole *IndexEntry
+	whole *Entry
 }
 
 // set reads the entry at a into f.
@@ -85,7 +85,7 @@ func (f *Found) set(b *base, a at, l *childList) {
 	// Spelled out, as ChildrenOf would.
 	l.buf, l.kids = l.buf[:0], l.kids[:0]
 	l.add(b, a, nil)
-	e := new(IndexEntry)
+	e := new(Entry)
 	l.kids[0].entry(e, string(l.buf))
 	*f = Found{whole: e}
 }
@@ -99,7 +99,7 @@ func (f *Found) Stat() hostfs.Stat {
 }
 
 // Entry is the entry spelled out.
-func (f *Found) Entry() *IndexEntry {
+func (f *Found) Entry() *Entry {
 	if f.whole != nil {
 		return f.whole
 	}
