@@ -245,28 +245,13 @@ func isTempOf(entry, name string) bool {
 // that are gone (Abandoned): another live process's write stays. Call it
 // when this process writes no temp file of name.
 func (d *Dir) RemoveTemps(name string) (int, error) {
-	entries, err := d.ReadDir()
-	if err != nil {
-		return 0, err
-	}
-	removed := 0
-	var errs []error
-	for _, e := range entries {
-		if t := e.Type(); !isTempOf(e.Name(), name) || (!t.IsRegular() && t&fs.ModeSymlink == 0) {
-			continue
+	return d.removeTemps(func(entry string) bool {
+		if !isTempOf(entry, name) {
+			return false
 		}
-		if w, _, _ := parseTemp(e.Name()); !w.mine() && !w.gone() {
-			continue
-		}
-		switch err := unix.Unlinkat(d.fd, e.Name(), 0); err {
-		case nil:
-			removed++
-		case unix.ENOENT:
-		default:
-			errs = append(errs, d.pathErr("remove", e.Name(), err))
-		}
-	}
-	return removed, errors.Join(errs...)
+		w, _, _ := parseTemp(entry)
+		return w.mine() || w.gone()
+	})
 }
 
 // Attrs are the attributes cortex-sync sets on what it writes. A negative

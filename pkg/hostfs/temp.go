@@ -159,6 +159,12 @@ func readProc(pid int) (proc, bool) {
 // other processes, and is how a directory's owner sweeps it when it opens
 // it.
 func (d *Dir) RemoveAbandoned() (int, error) {
+	return d.removeTemps(Abandoned)
+}
+
+// removeTemps removes the regular files and symlinks of the directory
+// whose names sweep says to, and reports how many it removed.
+func (d *Dir) removeTemps(sweep func(name string) bool) (int, error) {
 	entries, err := d.ReadDir()
 	if err != nil {
 		return 0, err
@@ -166,7 +172,7 @@ func (d *Dir) RemoveAbandoned() (int, error) {
 	removed := 0
 	var errs []error
 	for _, e := range entries {
-		if t := e.Type(); !Abandoned(e.Name()) || (!t.IsRegular() && t&fs.ModeSymlink == 0) {
+		if t := e.Type(); (!t.IsRegular() && t&fs.ModeSymlink == 0) || !sweep(e.Name()) {
 			continue
 		}
 		switch err := unix.Unlinkat(d.fd, e.Name(), 0); err {
