@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -154,6 +155,41 @@ type fileWork struct {
 	contentID string
 	attrs     attrs
 	same      bool // the live content is the desired content
+	// dir is where the path's parent resolved when it was observed (""
+	// when it did not exist), and live what was at the path (nil: none):
+	// what the change was decided on (stale).
+	dir  string
+	live *hostfs.Stat
+}
+
+// errStale: the host moved under a planned change between its look and
+// its apply.
+var errStale = errors.New("changed since it was planned; not touched: the next pass looks again")
+
+// stale refuses to act on a look the host no longer matches: the path now
+// resolves through another directory (a symlink swapped in on the way,
+// by a resource applied before it in the same sync), or something came,
+// went or changed at it. Acting would write over or delete what the plan
+// never looked at, with no backup.
+func (w *fileWork) stale(d *hostfs.Dir, base string) error {
+	if w.dir != "" && d.Path() != w.dir {
+		return fmt.Errorf("%s: it resolves to %s now, not %s: %w", path.Join(w.dir, base), d.Path(), w.dir, errStale)
+	}
+	st, err := d.Lstat(base)
+	switch {
+	case missing(err):
+		if w.live != nil {
+			return fmt.Errorf("%s is gone: %w", path.Join(d.Path(), base), errStale)
+		}
+		return nil
+	case err != nil:
+		return err
+	case w.live == nil:
+		return fmt.Errorf("%s came to be: %w", path.Join(d.Path(), base), errStale)
+	case st.Ino != w.live.Ino || st.Size != w.live.Size || st.Mtime != w.live.Mtime || st.Mode != w.live.Mode:
+		return fmt.Errorf("%s was changed: %w", path.Join(d.Path(), base), errStale)
+	}
+	return nil
 }
 
 // fingerprint is a record's live fingerprint in the index's terms.
@@ -225,7 +261,10 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 			return nil, err
 		}
 	}
-	w := &fileWork{}
+	w := &fileWork{live: live}
+	if d != nil {
+		w.dir = d.Path()
+	}
 	c.Work = w
 	if spec == nil || spec.absent() {
 		o.Declared = spec != nil
@@ -369,7 +408,7 @@ func contentDiff(d *hostfs.Dir, name string, live *hostfs.Stat, open func() (io.
 func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	w, o := c.Work.(*fileWork), &c.Observed
 	if c.Action == diff.Delete {
-		return nil, removeEntry(env, c.Path, !o.Ours, false)
+		return nil, removeEntry(env, c.Path, !o.Ours, false, w.stale)
 	}
 	spec := c.Desired.Spec.(*FileSpec)
 	if spec.absent() {
@@ -380,6 +419,9 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 		return nil, err
 	}
 	defer d.Close()
+	if err := w.stale(d, base); err != nil {
+		return nil, err
+	}
 	if _, err := d.RemoveTemps(base); err != nil {
 		return nil, err // left beside it by a write that was killed
 	}
@@ -473,8 +515,9 @@ func fingerprintAfter(wrote, now hostfs.Stat) hostfs.Stat {
 }
 
 // removeEntry deletes p, keeping a backup first when asked. A directory is
-// removed whole only when tree says so.
-func removeEntry(env *Env, p string, backup, tree bool) error {
+// removed whole only when tree says so. check, when set, refuses a host
+// that moved since p was looked at.
+func removeEntry(env *Env, p string, backup, tree bool, check func(*hostfs.Dir, string) error) error {
 	d, base, err := env.Root.Parent(p, false)
 	if missing(err) {
 		return nil
@@ -485,6 +528,11 @@ func removeEntry(env *Env, p string, backup, tree bool) error {
 	defer d.Close()
 	if _, err := d.Lstat(base); missing(err) {
 		return nil
+	}
+	if check != nil {
+		if err := check(d, base); err != nil {
+			return err
+		}
 	}
 	if backup {
 		if _, err := env.Backups.Save(d, base); err != nil {

@@ -97,7 +97,7 @@ func recordedTarget(rec *state.Entry) string {
 func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	o := &c.Observed
 	if c.Action == diff.Delete {
-		return nil, removeEntry(env, c.Path, !o.Ours, false)
+		return nil, removeEntry(env, c.Path, !o.Ours, false, nil)
 	}
 	spec := c.Desired.Spec.(*SymlinkSpec)
 	if spec.Ensure.Absent() {
