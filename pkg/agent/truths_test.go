@@ -200,3 +200,32 @@ func TestDriftJudgedOnTheLookThatActs(t *testing.T) {
 		t.Errorf("fighting %v: the correction did not reach the fight detector", f)
 	}
 }
+
+// TestNoWatchInsideTheStateDir: a File whose path leads into the state dir
+// through a symlink on the host (to state.json itself) is refused where it
+// is written; the agent
+// does not watch the state dir for it, so its own saves (one after each
+// failure) do not set the key off again: it is retried on its backoff, a
+// few times in a few seconds, not ~45 times a second as before.
+func TestNoWatchInsideTheStateDir(t *testing.T) {
+	repo, root := t.TempDir(), t.TempDir()
+	stateDir := filepath.Join(root, "var/lib/cortex-sync")
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/var/lib/cortex-sync", filepath.Join(root, "alias")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(repo, "f.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: x}\nspec: {path: /alias/state.json, content: \"{}\"}\n")
+	reg := agent.NewRegistry()
+	runAgent(t, repo, agent.Options{Metrics: agent.NewMetrics(reg), RetryBase: 500 * time.Millisecond,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	waitFor(t, 30*time.Second, "the first refusal", func() bool { return gathered(t, reg, "cortexsync_apply_total") >= 1 })
+	time.Sleep(3 * time.Second)
+	if n := gathered(t, reg, "cortexsync_apply_total"); n > 10 {
+		t.Fatalf("%v applies of a refused File in 3 s: its own saves set it off", n)
+	}
+	if b, err := os.ReadFile(filepath.Join(stateDir, "state.json")); err != nil || string(b) == "{}" {
+		t.Fatalf("the snapshot was written over: %q %v", b, err)
+	}
+}

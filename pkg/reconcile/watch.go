@@ -103,8 +103,15 @@ func (s *Session) resolve(p string) (dir, real string) {
 	p = path.Clean("/" + p)
 	for parent := path.Dir(p); ; parent = path.Dir(parent) {
 		if d, err := s.Root.OpenDir(parent); err == nil {
-			dir = s.hostPath(d.Path())
+			in := d.Path()
 			d.Close()
+			if _, ok := resource.ReservedBy(s.reserved, in); ok {
+				// Resolved into what cortex-sync owns (through a link on
+				// the host): its own saves would set the key off again
+				// and again; what is refused there is reported anyway.
+				return "", ""
+			}
+			dir = s.hostPath(in)
 			if parent == path.Dir(p) {
 				real = filepath.Join(dir, path.Base(p))
 			}
