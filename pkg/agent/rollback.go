@@ -167,7 +167,11 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 		a.revs.followFails = 0
 		a.revs.mu.Unlock()
 		a.retire(old)
-		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), w, nil)
+		trigger := TriggerRollback // the revision a rollback holds the host on
+		if out.To == "" {
+			trigger = TriggerRevision // the one the host is on, healed while a gate holds the new one
+		}
+		a.adopt(ctx, old, out.Desired, nil, trigger, time.Now(), w, nil)
 	case errors.Is(out.Why, reconcile.ErrUnloadable):
 		// Tried again soon, then less and less often, up to the poll
 		// interval: a rollback must not wait an hour for a hiccup.
