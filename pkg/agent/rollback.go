@@ -135,7 +135,6 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 	case reconcile.PhaseRolledBack:
 		log.Error("revision bad; rolling back to the last good revision", "to", out.To, "failing", j.Failing, "reason", j.Reason)
 		a.opts.Metrics.RolledBack(j.Cause)
-		a.retire(old)
 		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
 		a.settle()
 	}
@@ -166,7 +165,6 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 		a.revs.mu.Lock()
 		a.revs.followFails = 0
 		a.revs.mu.Unlock()
-		a.retire(old)
 		trigger := TriggerRollback // the revision a rollback holds the host on
 		if out.To == "" {
 			trigger = TriggerRevision // the one the host is on, healed while a gate holds the new one
@@ -190,17 +188,6 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 // followRetry is the first wait before a revision the host is held on is
 // loaded again, after a failure.
 const followRetry = time.Second
-
-// retire keeps d, a revision the host converged to, until no key is in
-// flight: then it is closed.
-func (a *Agent) retire(d *reconcile.Desired) {
-	if d == nil {
-		return
-	}
-	a.keys.mu.Lock()
-	a.keys.retired = append(a.keys.retired, d)
-	a.keys.mu.Unlock()
-}
 
 // unpin ends a rollback's hold once the source's head is the revision the
 // host is on.
@@ -234,7 +221,6 @@ func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
 		a.opts.Metrics.RolledBack(reconcile.CauseManual)
 		a.log.Warn("rolling back by hand; held there until a newer commit or cortex-sync resume", "revision", out.Revision, "to", out.To)
 		if out.Desired != nil {
-			a.retire(old)
 			a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
 			a.settle()
 		}
