@@ -31,7 +31,7 @@ func TestCrashRevisionSteps(t *testing.T) {
 				t.Run(caller+"-killed-at-"+step+"-then-"+next, func(t *testing.T) {
 					s, good, bad := newLifeSandbox(t)
 					s.killedAt(step, caller)
-					s.next(next)
+					s.next(next, heldOnRollback(good))
 					s.heldOn(good, bad, false)
 				})
 			}
@@ -45,11 +45,12 @@ func TestCrashRevisionSteps(t *testing.T) {
 				newer = s.head()
 				s.mustRun("sync", "--wait", "--min-ready", "300ms", "--wait-timeout", "20s")
 				s.killedAt(step, "rollback", "--to", good)
-				s.next(next)
 				if step == "rollback-loaded" {
+					s.next(next, on(newer, "version newer\n"))
 					s.on(newer, "version newer\n") // nothing was recorded: no rollback
 					return
 				}
+				s.next(next, heldOnRollback(good))
 				s.heldOn(good, newer, true)
 			})
 		}
@@ -115,11 +116,11 @@ func runFor(cmd *exec.Cmd, limit time.Duration) (string, error) {
 	return out.String(), err
 }
 
-// next runs what comes after the kill: an agent, until the host is held
-// on a rollback's revision and serving it; or a sync --wait
-// --rollback-on-failure, as from cron (its exit code is not judged: it
-// says 1 for a bad revision it rolled back).
-func (s *lifeSandbox) next(what string) {
+// next runs what comes after the kill: an agent, until done says the host
+// is where it should be; or a sync --wait --rollback-on-failure, as from
+// cron (its exit code is not judged: it says 1 for a bad revision it
+// rolled back).
+func (s *lifeSandbox) next(what string, done func(st *lkgStatus, conf string) bool) {
 	s.t.Helper()
 	if what == "sync" {
 		s.run("sync", "--prune", "--wait", "--rollback-on-failure", "--min-ready", "300ms", "--wait-timeout", "2s")
@@ -128,9 +129,22 @@ func (s *lifeSandbox) next(what string) {
 	a := s.startLKG(2 * time.Second)
 	s.waitLKG(a, "converged after the kill", func(st *lkgStatus) bool {
 		conf, _ := os.ReadFile(filepath.Join(s.Root, "etc/app.conf"))
-		return st.Revision != "" && st.healthy("Process/web") && (st.OnRollback != nil && st.Revision == st.OnRollback.Revision || string(conf) == "version newer\n")
+		return st.healthy("Process/web") && done(st, string(conf))
 	})
 	a.kill()
+}
+
+// heldOnRollback: the host is on good, held there by a rollback, serving
+// its file.
+func heldOnRollback(good string) func(*lkgStatus, string) bool {
+	return func(st *lkgStatus, conf string) bool {
+		return st.OnRollback != nil && st.OnRollback.Revision == good && st.Revision == good && conf == "version good\n"
+	}
+}
+
+// on: the host is on rev, its file holding conf.
+func on(rev, conf string) func(*lkgStatus, string) bool {
+	return func(st *lkgStatus, c string) bool { return st.Revision == rev && c == conf }
 }
 
 // heldOn checks the host is on good, held there from from (by hand, or
