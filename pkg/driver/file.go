@@ -152,14 +152,28 @@ type fileDriver struct{}
 
 // fileWork is what an observation of a File learned that its apply uses.
 type fileWork struct {
+	look
 	contentID string
 	attrs     attrs
 	same      bool // the live content is the desired content
-	// dir is where the path's parent resolved when it was observed (""
-	// when it did not exist), and live what was at the path (nil: none):
-	// what the change was decided on (stale).
+}
+
+// look is what a change of one path was decided on: where the path's
+// parent resolved when it was observed ("" when it did not exist), and
+// what was at the path (nil: nothing).
+type look struct {
 	dir  string
 	live *hostfs.Stat
+}
+
+// lookAt is the look of an observation: the parent d (nil: missing) and
+// what lstat found in it.
+func lookAt(d *hostfs.Dir, live *hostfs.Stat) look {
+	l := look{live: live}
+	if d != nil {
+		l.dir = d.Path()
+	}
+	return l
 }
 
 // errStale: the host moved under a planned change between its look and
@@ -171,7 +185,10 @@ var errStale = errors.New("changed since it was planned; not touched: the next p
 // by a resource applied before it in the same sync), or something came,
 // went or changed at it. Acting would write over or delete what the plan
 // never looked at, with no backup.
-func (w *fileWork) stale(d *hostfs.Dir, base string) error {
+func (w *look) stale(d *hostfs.Dir, base string) error {
+	if w == nil {
+		return nil
+	}
 	if w.dir != "" && d.Path() != w.dir {
 		return fmt.Errorf("%s: it resolves to %s now, not %s: %w", path.Join(w.dir, base), d.Path(), w.dir, errStale)
 	}
@@ -261,10 +278,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 			return nil, err
 		}
 	}
-	w := &fileWork{live: live}
-	if d != nil {
-		w.dir = d.Path()
-	}
+	w := &fileWork{look: lookAt(d, live)}
 	c.Work = w
 	if spec == nil || spec.absent() {
 		o.Declared = spec != nil

@@ -55,6 +55,8 @@ func (symlinkDriver) Observe(ctx context.Context, env *Env, r *resource.Resource
 	}
 	o := &c.Observed
 	o.Recorded, o.Exists = rec != nil, live != nil
+	l := lookAt(d, live)
+	c.Work = &l
 	target := ""
 	switch {
 	case live == nil:
@@ -96,8 +98,9 @@ func recordedTarget(rec *state.Entry) string {
 
 func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.Entry, error) {
 	o := &c.Observed
+	l, _ := c.Work.(*look) // nil: nothing to hold the host to
 	if c.Action == diff.Delete {
-		return nil, removeEntry(env, c.Path, !o.Ours, false, nil)
+		return nil, removeEntry(env, c.Path, !o.Ours, false, l.stale)
 	}
 	spec := c.Desired.Spec.(*SymlinkSpec)
 	if spec.Ensure.Absent() {
@@ -109,6 +112,9 @@ func (symlinkDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*stat
 	}
 	defer d.Close()
 	if c.Action != diff.NoOp {
+		if err := l.stale(d, base); err != nil {
+			return nil, err
+		}
 		if o.Exists && !o.Ours {
 			if _, err := env.Backups.Save(d, base); err != nil {
 				return nil, err
