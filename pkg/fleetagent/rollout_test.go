@@ -419,15 +419,12 @@ func TestRefusedHeadIsNotConverged(t *testing.T) {
 	}
 }
 
-// TestNextRevisionWaitsForVerdict (issue 30, 5c): in a 3-host fleet, v3
-// arrives while the canary h1 is still judging v2. h1 judges v2 first
-// (v3 is held back, saying so); only then does it take v3, as its canary
-// (h2 and h3 are held); v3 is bad, and h1 rolls back to v2, its newest
-// good revision — not to v1, which taking v3 mid-trial left it with.
-func TestNextRevisionWaitsForVerdict(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, etcdtest.Shared(t).Endpoints(), "{maxUnavailable: 1, canary: 1, minReady: 3s, progressDeadline: 4s}")
-	v1 := f.version("v1", true, false)
+// canaryAlone is a 3-host fleet under rollout, all good on v1, with h2 and
+// h3 held: h1 takes every new revision alone.
+func canaryAlone(t *testing.T, rollout string) (f *fixture, h1 *host, v1 string) {
+	t.Helper()
+	f = newFixture(t, etcdtest.Shared(t).Endpoints(), rollout)
+	v1 = f.version("v1", true, false)
 	hosts := []*host{f.start("h1"), f.start("h2"), f.start("h3")}
 	for _, h := range hosts {
 		h.good(v1, time.Minute)
@@ -438,7 +435,17 @@ func TestNextRevisionWaitsForVerdict(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h1 := hosts[0]
+	return f, hosts[0], v1
+}
+
+// TestNextRevisionWaitsForVerdict (issue 30, 5c): in a 3-host fleet, v3
+// arrives while the canary h1 is still judging v2. h1 judges v2 first
+// (v3 is held back, saying so); only then does it take v3, as its canary
+// (h2 and h3 are held); v3 is bad, and h1 rolls back to v2, its newest
+// good revision — not to v1, which taking v3 mid-trial left it with.
+func TestNextRevisionWaitsForVerdict(t *testing.T) {
+	t.Parallel()
+	f, h1, v1 := canaryAlone(t, "{maxUnavailable: 1, canary: 1, minReady: 3s, progressDeadline: 4s}")
 	v2 := f.version("v2", true, false)
 	h1.fetch()
 	h1.waitFor(30*time.Second, "v2 applied, on trial", func() bool { return len(f.starts("v2")) == 1 && h1.status().Revision == v2 })
@@ -482,19 +489,7 @@ func TestNextRevisionWaitsForVerdict(t *testing.T) {
 // than what was bad) is taken next and is good.
 func TestBadVerdictLetsWaitingRevisionIn(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, etcdtest.Shared(t).Endpoints(), "{maxUnavailable: 1, canary: 1, minReady: 500ms, progressDeadline: 4s}")
-	v1 := f.version("v1", true, false)
-	hosts := []*host{f.start("h1"), f.start("h2"), f.start("h3")}
-	for _, h := range hosts {
-		h.good(v1, time.Minute)
-	}
-	c := f.client()
-	for _, n := range []string{"h2", "h3"} {
-		if err := c.Hold(context.Background(), n, "test", "h1 alone"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	h1 := hosts[0]
+	f, h1, _ := canaryAlone(t, "{maxUnavailable: 1, canary: 1, minReady: 500ms, progressDeadline: 4s}")
 	v2 := f.version("v2", false, false)
 	h1.fetch()
 	h1.waitFor(30*time.Second, "v2 applied, on trial", func() bool { return len(f.starts("v2")) == 1 && h1.status().Revision == v2 })
