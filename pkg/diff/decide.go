@@ -31,6 +31,9 @@ type Observation struct {
 	// SecretChanged: it does only because the content of a secretEnv file
 	// changed on the host (a rotated secret), not in Git.
 	SecretChanged bool
+	// VarsChanged names the variables whose values alone changed the
+	// desired state (substitute: true): the template is as last applied.
+	VarsChanged []string `json:",omitempty"`
 	// InputsChanged: its spec is as last applied, and what it restarts on
 	// (restartOn) changed.
 	InputsChanged bool
@@ -122,6 +125,9 @@ func Decide(o *Observation, v Verbs) (Action, Reason) {
 func changed(o *Observation) Reason {
 	if o.SecretChanged {
 		return SecretChanged
+	}
+	if len(o.VarsChanged) > 0 {
+		return VarsChanged
 	}
 	return ChangedInGit
 }

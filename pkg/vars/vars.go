@@ -37,8 +37,18 @@ func (v Value) Shown() string {
 // Set is every variable a host has. The first definition of a name wins
 // (Add): callers add the strongest source first.
 type Set struct {
-	host   string
-	values map[string]Value
+	host    string
+	values  map[string]Value
+	lenient bool
+}
+
+// Lenient is s where every name is defined: a name s does not define
+// renders as "". It checks a template's syntax where the host, and so
+// its variables, are not known (validating every rule of a fleet).
+func (s *Set) Lenient() *Set {
+	cp := *s
+	cp.lenient = true
+	return &cp
 }
 
 // NewSet is an empty set for the host named host (named in errors).
@@ -62,7 +72,7 @@ func (s *Set) Lookup(name string) (Value, bool) {
 		return Value{}, false
 	}
 	v, ok := s.values[name]
-	return v, ok
+	return v, ok || s.lenient
 }
 
 // Names are the defined names, sorted.
