@@ -155,7 +155,8 @@ func (c *Change) decide(v Verbs) {
 	}
 }
 
-// treeReason sums up why a tree changes: drift first, then Git, then purge.
+// treeReason sums up why a tree changes: drift first, then Git, then a
+// variable, then purge.
 func treeReason(files []FileChange) Reason {
 	best := Unmanaged
 	for _, f := range files {
@@ -163,6 +164,10 @@ func treeReason(files []FileChange) Reason {
 		case Drifted, MissingOnHost:
 			return Drifted
 		case Unmanaged:
+		case VarsChanged:
+			if best == Unmanaged {
+				best = VarsChanged
+			}
 		default:
 			best = ChangedInGit
 		}

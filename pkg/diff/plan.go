@@ -40,16 +40,16 @@ type Reason string
 // The reasons.
 const (
 	NoReason       Reason = ""
-	AddedInGit     Reason = "addedInGit"     // desired, never applied
-	ChangedInGit   Reason = "changedInGit"   // desired differs from last applied
-	Drifted        Reason = "driftedOnHost"  // live differs from last applied
-	MissingOnHost  Reason = "missingOnHost"  // last applied, now gone from the host
-	RemovedFromGit Reason = "removedFromGit" // in the inventory, no longer desired
-	DeclaredAbsent Reason = "declaredAbsent" // ensure: absent
-	Unmanaged      Reason = "unmanaged"      // an entry purge removes
-	Crashed        Reason = "crashed"        // a process ended that should run
-	Retry          Reason = "failedLastTime" // a command that failed is tried again
-	SecretChanged  Reason = "secretChanged"  // a secretEnv file's content changed on the host
+	AddedInGit     Reason = "addedInGit"      // desired, never applied
+	ChangedInGit   Reason = "changedInGit"    // desired differs from last applied
+	Drifted        Reason = "driftedOnHost"   // live differs from last applied
+	MissingOnHost  Reason = "missingOnHost"   // last applied, now gone from the host
+	RemovedFromGit Reason = "removedFromGit"  // in the inventory, no longer desired
+	DeclaredAbsent Reason = "declaredAbsent"  // ensure: absent
+	Unmanaged      Reason = "unmanaged"       // an entry purge removes
+	Crashed        Reason = "crashed"         // a process ended that should run
+	Retry          Reason = "failedLastTime"  // a command that failed is tried again
+	SecretChanged  Reason = "secretChanged"   // a secretEnv file's content changed on the host
 	VarsChanged    Reason = "variableChanged" // a variable it is rendered with changed, not its template
 )
 

@@ -140,8 +140,8 @@ func (h Host) Observe(ctx context.Context, desired *resource.Resource, rec *stat
 		return nil, err
 	}
 	c, err := d.Observe(ctx, h.Env, desired, rec)
-	if c != nil && c.Observed.GitChanged {
-		c.Observed.VarsChanged = varsChanged(h.Env, desired, rec)
+	if c != nil {
+		markVarsChanged(c, varsChanged(h.Env, desired, rec))
 	}
 	return c, err
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -206,4 +207,19 @@ func varsChanged(env *Env, r *resource.Resource, rec *state.Entry) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// markVarsChanged says a change is owed to the variables names, when only
+// they changed: the resource's desired state, and the files of a tree
+// that changed in Git, changed because of them.
+func markVarsChanged(c *diff.Change, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	c.Observed.VarsChanged = names
+	for i := range c.Files {
+		if c.Files[i].Reason == diff.ChangedInGit {
+			c.Files[i].Reason = diff.VarsChanged
+		}
+	}
 }
