@@ -117,7 +117,7 @@ func TestFleetVarsProblems(t *testing.T) {
 		{"      varsFiles: [\"vars/{host}.yaml\"]\n", `{host} is not a placeholder`},
 	} {
 		tree := mapFS(map[string]string{
-			"fleet.yaml": "apiVersion: cortex-sync/v1alpha1\nkind: Fleet\nmetadata: {name: prod}\nspec:\n  hosts:\n    - paths: [base]\n" + tc.fleet,
+			"fleet.yaml":  "apiVersion: cortex-sync/v1alpha1\nkind: Fleet\nmetadata: {name: prod}\nspec:\n  hosts:\n    - paths: [base]\n" + tc.fleet,
 			"base/x.yaml": header + "kind: File\nmetadata: {name: x}\nspec: {path: /x, content: x}\n",
 		})
 		_, err := resource.ReadFleet(tree)
@@ -283,4 +283,3 @@ func TestSubstituteBounds(t *testing.T) {
 		})
 	}
 }
-
