@@ -178,3 +178,16 @@ func FuzzRender(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkRender renders a 1 MiB template with a reference every 64 bytes.
+func BenchmarkRender(b *testing.B) {
+	line := strings.Repeat("x", 40) + " ${db.host} $HOME $${y}\n"
+	text := strings.Repeat(line, (1<<20)/len(line))
+	s := testSet()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, _, err := Render(text, s); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
