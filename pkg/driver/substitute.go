@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"bytes"
 	"io"
 	"io/fs"
 	"maps"
@@ -9,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -32,7 +30,7 @@ func (s *FileSpec) substitute(v *resource.Validation) {
 	if !v.Substitutes() {
 		return
 	}
-	v.Substitute("spec.substitute", "") // a File can be substituted, even one declared absent
+	v.Substitutable() // even a File declared absent
 	switch {
 	case s.Ensure.Absent():
 	case s.Content != nil:
@@ -76,7 +74,7 @@ func (s *DirectorySpec) substitute(v *resource.Validation) {
 		return
 	}
 	if s.sourcePath == "" {
-		v.Substitute("spec.substitute", "")
+		v.Substitutable() // refused below, or declared absent
 		if !s.Ensure.Absent() && s.Source == "" {
 			v.Errorf("spec.substitute", "a Directory without a source has nothing to substitute")
 		}
@@ -113,11 +111,31 @@ type renderedTree struct {
 }
 
 func (t *renderedTree) Open(name string) (fs.File, error) {
-	if text, ok := t.files[path.Clean(name)]; ok {
-		return &renderedFile{Reader: bytes.NewReader([]byte(text)), name: path.Base(name), size: int64(len(text))}, nil
+	text, ok := t.files[path.Clean(name)]
+	if !ok {
+		return t.Tree.Open(name)
 	}
-	return t.Tree.Open(name)
+	fi, err := fs.Stat(t.Tree, name)
+	if err != nil {
+		return nil, err
+	}
+	return &renderedFile{Reader: strings.NewReader(text), info: renderedInfo{fi, int64(len(text))}}, nil
 }
+
+// Lstat is the tree's, with a rendered file's size.
+func (t *renderedTree) Lstat(name string) (fs.FileInfo, error) {
+	fi, err := fs.Lstat(t.Tree, name)
+	if err != nil {
+		return nil, err
+	}
+	if text, ok := t.files[path.Clean(name)]; ok && fi.Mode().IsRegular() {
+		return renderedInfo{fi, int64(len(text))}, nil
+	}
+	return fi, nil
+}
+
+// ReadLink is the tree's: a scoped walk reads links through it.
+func (t *renderedTree) ReadLink(name string) (string, error) { return fs.ReadLink(t.Tree, name) }
 
 func (t *renderedTree) ContentID(name string) (string, error) {
 	if text, ok := t.files[path.Clean(name)]; ok {
@@ -143,25 +161,20 @@ func (t *renderedTree) Walk(dir string, fn func(source.Entry) error) error {
 
 // renderedFile is a rendered file opened through the tree's fs.FS.
 type renderedFile struct {
-	*bytes.Reader
-	name string
-	size int64
+	*strings.Reader
+	info renderedInfo
 }
 
-func (f *renderedFile) Stat() (fs.FileInfo, error) { return renderedInfo{f.name, f.size}, nil }
+func (f *renderedFile) Stat() (fs.FileInfo, error) { return f.info, nil }
 func (f *renderedFile) Close() error               { return nil }
 
+// renderedInfo is a template's stat with the rendered size.
 type renderedInfo struct {
-	name string
+	fs.FileInfo
 	size int64
 }
 
-func (i renderedInfo) Name() string       { return i.name }
-func (i renderedInfo) Size() int64        { return i.size }
-func (i renderedInfo) Mode() fs.FileMode  { return 0o644 }
-func (i renderedInfo) ModTime() time.Time { return time.Time{} }
-func (i renderedInfo) IsDir() bool        { return false }
-func (i renderedInfo) Sys() any           { return nil }
+func (i renderedInfo) Size() int64 { return i.size }
 
 // renderedRecord is what the record keeps of a substituted resource's
 // rendering: the template's digest and each variable's (keyed for a

@@ -40,6 +40,14 @@ func (v *Validation) Substitutes() bool {
 // the resource holds must then be treated as sensitive.
 func (v *Validation) Secret() bool { return v.subst != nil && v.subst.Used.Secret() }
 
+// Substitutable says the kind has something to render, though this
+// spec may not (a File declared absent): substitute: true is not refused.
+func (v *Validation) Substitutable() {
+	if v.Substitutes() {
+		v.begin()
+	}
+}
+
 // begin starts the record of a rendering.
 func (v *Validation) begin() *Substitution {
 	v.asked = true
