@@ -15,6 +15,7 @@ import (
 type fleetTargetsOptions struct {
 	src    sourceFlags
 	output string
+	vars   bool
 }
 
 func newFleetTargetsCmd(g *globals, io streams) *cobra.Command {
@@ -26,9 +27,12 @@ func newFleetTargetsCmd(g *globals, io streams) *cobra.Command {
 prints its rules in order — the host pattern and labels each matches, and
 the paths it gives — then what this host gets (--host-name, default the
 hostname, and --label). It needs no etcd: targeting is decided from Git,
-on the host.`,
+on the host. --vars adds the variables this host's resources are rendered
+with (substitute: true): its facts, then what the rules give it; a value
+from an encrypted vars file shows as (secret).`,
 		Example: `  cortex-sync fleet targets ./infra
   cortex-sync fleet targets --dir ./infra --host-name web3 --label role=web
+  cortex-sync fleet targets ./infra --host-name web3 --vars
   cortex-sync fleet targets --repo https://git.example.com/infra.git --branch main -o json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -40,6 +44,7 @@ on the host.`,
 	}
 	o.src.add(cmd)
 	addOutputFlag(cmd, &o.output)
+	cmd.Flags().BoolVar(&o.vars, "vars", false, "show this host's variables for substitution (secret values redacted)")
 	return cmd
 }
 
@@ -63,6 +68,10 @@ type hostTargetDoc struct {
 	Rule   int               `json:"rule"` // 1-based; 0 when none matches
 	Paths  []string          `json:"paths"`
 	Error  string            `json:"error,omitempty"`
+	// Vars are the host's variables (--vars); VarsError why they cannot
+	// be read.
+	Vars      []varDoc `json:"vars,omitempty"`
+	VarsError string   `json:"varsError,omitempty"`
 }
 
 func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io streams) error {
@@ -85,11 +94,17 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 	} else {
 		doc.Host.Error = terr.Error()
 	}
+	var verr error
+	if o.vars {
+		if doc.Host.Vars, verr = hostVarDocs(f, co, host, g.engine().Decrypt); verr != nil {
+			doc.Host.VarsError = verr.Error()
+		}
+	}
 	if o.output == "json" {
 		if err := printJSON(io.Out, doc); err != nil {
 			return err
 		}
-		if terr != nil && hostGiven(cmd) {
+		if terr != nil && hostGiven(cmd) || verr != nil {
 			return &exitError{code: exitFailure}
 		}
 		return nil
@@ -115,11 +130,20 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 	} else {
 		fmt.Fprintf(&b, "rule %d: %s\n", t.Rule+1, strings.Join(t.Paths, ", "))
 	}
+	if o.vars && verr != nil {
+		fmt.Fprintf(&b, "\nVariables: cannot be read:\n  %s\n", strings.ReplaceAll(verr.Error(), "\n", "\n  "))
+	} else if o.vars {
+		b.WriteString("\nVariables (substitute: true):\n")
+		varsText(&b, doc.Host.Vars)
+	}
 	if _, err := fmt.Fprint(io.Out, b.String()); err != nil {
 		return err
 	}
 	if terr != nil && hostGiven(cmd) {
 		return &exitError{code: exitFailure} // the host named gets nothing
+	}
+	if verr != nil {
+		return &exitError{code: exitFailure}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/vars"
 )
 
 // hostGiven reports whether the command line or config named this host.
@@ -72,7 +73,9 @@ func validateFleet(g *globals, o *validateOptions, io streams, co *checkout, f *
 			if err == nil {
 				t.Paths = paths
 				var set *resource.Set
-				if set, err = opts.LoadPaths(co.Tree, paths, driver.Kinds()); err == nil {
+				copts := opts
+				copts.Vars = caseVars(g, co, f, c, func(err error) { add(what, err) })
+				if set, err = copts.LoadPaths(co.Tree, paths, driver.Kinds()); err == nil {
 					t.Resources, t.Valid = set.Len(), true
 				}
 			}
@@ -111,4 +114,33 @@ func validateFleet(g *globals, o *validateOptions, io streams, co *checkout, f *
 	}
 	_, err := fmt.Fprint(io.Out, b.String())
 	return err
+}
+
+// caseVars are the variables to check a desired set of the fleet with: its
+// host is not known (a host folder gives at most its name), so every name
+// is taken as defined and only each template's syntax is checked; the
+// vars files the rule names are read, and their problems reported (an
+// encrypted one this machine has no key for is left unread). validate
+// --host-name checks one host strictly.
+func caseVars(g *globals, co *checkout, f *resource.Fleet, c resource.Case, report func(error)) *vars.Set {
+	h := resource.Host{Name: c.Host}
+	for k, v := range f.Spec.Hosts[c.Rule].Match.Labels {
+		if h.Labels == nil {
+			h.Labels = map[string]string{}
+		}
+		h.Labels[k] = v // a host this rule matches has these
+	}
+	s, err := f.Vars(co.Tree, h, g.engine().Decrypt)
+	var p resource.Problems
+	if errors.As(err, &p) {
+		for _, e := range p {
+			if !errors.Is(e, vars.ErrNoDecrypt) {
+				report(e)
+			}
+		}
+	}
+	if s == nil {
+		s = resource.HostVars(h)
+	}
+	return s.Lenient()
 }

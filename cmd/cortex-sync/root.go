@@ -309,7 +309,11 @@ func (g *globals) setup(io streams) error {
 	if g.concurrency < 1 {
 		return fmt.Errorf("--concurrency %d: must be at least 1", g.concurrency)
 	}
-	return g.host.parse()
+	if err := g.host.parse(); err != nil {
+		return err
+	}
+	g.host.value.MachineID = machineID(g.root)
+	return nil
 }
 
 // config is the engine's configuration from the global flags.

@@ -83,6 +83,7 @@ var specDocs = map[string]string{
 	"Process.resources.cpu":    "CPU limit in cores (0.5, 2, 500m); cpu.max.",
 	"Process.resources.tasks":  "Processes and threads at most; pids.max.",
 	"dependsOn":                "Resources (Kind/name) applied, and healthy, before this one.",
+	"substitute":               "true: render ${NAME} with this host's variables (a File's content or source, a Directory's source tree, a Process's or Command's env and command); $${ is a literal ${. Not for a Symlink.",
 	"path":                     "Absolute host path, resolved under --root.",
 	"File.content":             "The file's content, inline. Give content or source.",
 	"File.source":              "A repository file, relative to this manifest's directory. Give content or source.",
@@ -325,6 +326,10 @@ func fleetSchema() *jsonschema.Schema {
 		{"match", obj([][2]any{{"name", str("A glob on the host's name (--host-name).")}, {"labels", labels}})},
 		{"paths", &jsonschema.Schema{Type: "array", MinItems: ptr(uint64(1)), Items: str("A folder of the repository; {name} is the host's name."),
 			Description: "Folders whose manifests together are the host's desired set."}},
+		{"vars", &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"},
+			Description: "Variables for substitute: true, for every host this rule matches; an earlier matching rule's win."}},
+		{"varsFiles", &jsonschema.Schema{Type: "array", Items: str("A flat YAML map of variables in the repository; {name} is the host's name (such a file may be missing); one with a top-level sops key is decrypted, its values secret."),
+			Description: "Files of variables, a later one overriding an earlier one; this rule's vars override them."}},
 	}, "paths")
 	count := &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "integer", Minimum: "1"}, {Type: "string", Pattern: `^[0-9]+%?$`}},
 		Description: "A count, or a percentage of the live hosts (rounded down, at least 1)."}

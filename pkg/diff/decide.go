@@ -31,6 +31,9 @@ type Observation struct {
 	// SecretChanged: it does only because the content of a secretEnv file
 	// changed on the host (a rotated secret), not in Git.
 	SecretChanged bool
+	// VarsChanged names the variables whose values alone changed the
+	// desired state (substitute: true): the template is as last applied.
+	VarsChanged []string `json:",omitempty"`
 	// InputsChanged: its spec is as last applied, and what it restarts on
 	// (restartOn) changed.
 	InputsChanged bool
@@ -123,6 +126,9 @@ func changed(o *Observation) Reason {
 	if o.SecretChanged {
 		return SecretChanged
 	}
+	if len(o.VarsChanged) > 0 {
+		return VarsChanged
+	}
 	return ChangedInGit
 }
 
@@ -149,7 +155,8 @@ func (c *Change) decide(v Verbs) {
 	}
 }
 
-// treeReason sums up why a tree changes: drift first, then Git, then purge.
+// treeReason sums up why a tree changes: drift first, then Git, then a
+// variable, then purge.
 func treeReason(files []FileChange) Reason {
 	best := Unmanaged
 	for _, f := range files {
@@ -157,6 +164,10 @@ func treeReason(files []FileChange) Reason {
 		case Drifted, MissingOnHost:
 			return Drifted
 		case Unmanaged:
+		case VarsChanged:
+			if best == Unmanaged {
+				best = VarsChanged
+			}
 		default:
 			best = ChangedInGit
 		}

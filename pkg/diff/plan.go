@@ -4,6 +4,7 @@
 package diff
 
 import (
+	"strings"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/health"
@@ -39,16 +40,17 @@ type Reason string
 // The reasons.
 const (
 	NoReason       Reason = ""
-	AddedInGit     Reason = "addedInGit"     // desired, never applied
-	ChangedInGit   Reason = "changedInGit"   // desired differs from last applied
-	Drifted        Reason = "driftedOnHost"  // live differs from last applied
-	MissingOnHost  Reason = "missingOnHost"  // last applied, now gone from the host
-	RemovedFromGit Reason = "removedFromGit" // in the inventory, no longer desired
-	DeclaredAbsent Reason = "declaredAbsent" // ensure: absent
-	Unmanaged      Reason = "unmanaged"      // an entry purge removes
-	Crashed        Reason = "crashed"        // a process ended that should run
-	Retry          Reason = "failedLastTime" // a command that failed is tried again
-	SecretChanged  Reason = "secretChanged"  // a secretEnv file's content changed on the host
+	AddedInGit     Reason = "addedInGit"      // desired, never applied
+	ChangedInGit   Reason = "changedInGit"    // desired differs from last applied
+	Drifted        Reason = "driftedOnHost"   // live differs from last applied
+	MissingOnHost  Reason = "missingOnHost"   // last applied, now gone from the host
+	RemovedFromGit Reason = "removedFromGit"  // in the inventory, no longer desired
+	DeclaredAbsent Reason = "declaredAbsent"  // ensure: absent
+	Unmanaged      Reason = "unmanaged"       // an entry purge removes
+	Crashed        Reason = "crashed"         // a process ended that should run
+	Retry          Reason = "failedLastTime"  // a command that failed is tried again
+	SecretChanged  Reason = "secretChanged"   // a secretEnv file's content changed on the host
+	VarsChanged    Reason = "variableChanged" // a variable it is rendered with changed, not its template
 )
 
 // Phrase is the reason in words.
@@ -74,6 +76,8 @@ func (r Reason) Phrase() string {
 		return "failed last time"
 	case SecretChanged:
 		return "a secretEnv file changed on the host"
+	case VarsChanged:
+		return "a variable changed"
 	}
 	return "in sync"
 }
@@ -305,4 +309,24 @@ func (p *Plan) Errors() []*Change {
 		}
 	}
 	return out
+}
+
+// Why is the reason in words, naming the variables of a variableChanged.
+func (c *Change) Why() string {
+	if names := c.variables(); len(names) > 0 {
+		word := "variable"
+		if len(names) > 1 {
+			word = "variables"
+		}
+		return word + " " + strings.Join(names, ", ") + " changed"
+	}
+	return c.Reason.Phrase()
+}
+
+// variables are the variables whose change is the change's reason.
+func (c *Change) variables() []string {
+	if c.Reason != VarsChanged {
+		return nil
+	}
+	return c.Observed.VarsChanged
 }

@@ -94,7 +94,7 @@ func headline(c *Change) string {
 	case c.Prune:
 		b.WriteString("  (removed from Git; deleted only with --prune)")
 	default:
-		b.WriteString("  (" + c.Reason.Phrase() + ")")
+		b.WriteString("  (" + c.Why() + ")")
 	}
 	if c.Detail != "" && c.Err == nil {
 		b.WriteString(": " + c.Detail)
@@ -196,7 +196,7 @@ func Markdown(w io.Writer, p *Plan) error {
 		if c.Err == nil && c.Action == NoOp {
 			continue
 		}
-		action, why := string(c.Action), c.Reason.Phrase()
+		action, why := string(c.Action), c.Why()
 		switch {
 		case c.Err != nil:
 			action, why = "error", c.Err.Error()
@@ -289,7 +289,8 @@ type jsonChange struct {
 	Attrs     []Attr       `json:"attributes,omitempty"`
 	Content   *Content     `json:"content,omitempty"`
 	Files     []FileChange `json:"files,omitempty"`
-	Facts     string       `json:"facts,omitempty"` // a saved plan's
+	Variables []string     `json:"variables,omitempty"` // reason variableChanged: which
+	Facts     string       `json:"facts,omitempty"`     // a saved plan's
 }
 
 // JSON renders the plan for programs, in the schema of docs/plan-json.md.
@@ -309,7 +310,7 @@ func jsonOf(p *Plan) *jsonPlan {
 		out.Changes = append(out.Changes, jsonChange{
 			ID: string(c.ID), Kind: c.Kind, Path: c.Path, Action: c.Action, Reason: c.Reason,
 			Drift: c.IsDrift(), Prune: c.Prune, Suspended: c.Suspended, Error: errText(c.Err), Detail: c.Detail,
-			Attrs: c.Attrs, Content: c.Content, Files: c.Files,
+			Attrs: c.Attrs, Content: c.Content, Files: c.Files, Variables: c.variables(),
 		})
 	}
 	return out

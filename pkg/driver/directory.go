@@ -33,10 +33,12 @@ type DirectorySpec struct {
 	Purge bool `yaml:"purge" json:"purge,omitempty"`
 
 	sourcePath string
+	rendered   map[string]string // substitute: true: each file's rendered text, by repository path
 }
 
 // Validate checks the Directory's fields.
 func (s *DirectorySpec) Validate(v *resource.Validation) {
+	defer s.substitute(v)
 	v.AbsPath("spec.path", s.Path)
 	s.Ensure.Validate(v, "spec.ensure")
 	if s.Source != "" && !s.Ensure.Absent() {
@@ -81,6 +83,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if r != nil {
 		spec = r.Spec.(*DirectorySpec)
 		p = spec.Path
+		env = spec.renderedEnv(env)
 	}
 	p = pathOf(p, rec)
 	c := &diff.Change{Path: p}
@@ -159,7 +162,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 // of its entries changed (Git tree IDs) names those.
 func (directoryDriver) changes(env *Env, old source.Tree, prev, r *resource.Resource, limit int) ([]string, bool) {
 	spec, was := r.Spec.(*DirectorySpec), prev.Spec.(*DirectorySpec)
-	if !spec.tracksContent() || spec.sourcePath == "" || spec.sourcePath != was.sourcePath || specHash(prev) != specHash(r) || env.recalled() {
+	if !spec.tracksContent() || spec.sourcePath == "" || spec.sourcePath != was.sourcePath || specHash(prev) != specHash(r) || env.recalled() || spec.rendered != nil {
 		return nil, false
 	}
 	d, ok := env.Tree.(source.Differ)
@@ -190,6 +193,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	if spec.Ensure.Absent() {
 		return nil, nil // absent already: nothing to record
 	}
+	env = spec.renderedEnv(env)
 	d, base, err := env.Root.Parent(spec.Path, true)
 	if err != nil {
 		return nil, err
@@ -270,6 +274,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 // digest names a mirrored tree by its entries and their content IDs.
 func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	spec := r.Spec.(*DirectorySpec)
+	env = spec.renderedEnv(env)
 	h := sha256.New()
 	h.Write([]byte(specHash(r)))
 	if spec.sourcePath == "" {

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -138,7 +139,11 @@ func (h Host) Observe(ctx context.Context, desired *resource.Resource, rec *stat
 	if err != nil {
 		return nil, err
 	}
-	return d.Observe(ctx, h.Env, desired, rec)
+	c, err := d.Observe(ctx, h.Env, desired, rec)
+	if c != nil {
+		markVarsChanged(c, varsChanged(h.Env, desired, rec))
+	}
+	return c, err
 }
 
 // verber is a driver whose creates and updates are carried out otherwise
@@ -167,6 +172,11 @@ func (h Host) Apply(ctx context.Context, c *diff.Change) (*state.Entry, error) {
 		e.SpecHash = specHash(c.Desired)
 		e.Annotations = c.Desired.Metadata.Annotations
 		e.NoPrune = c.Desired.PruneDisabled()
+		rendered, rerr := renderedRecord(h.Env, c.Desired)
+		if rerr != nil {
+			return nil, errors.Join(err, rerr)
+		}
+		e.Vars = rendered
 	}
 	return e, err
 }

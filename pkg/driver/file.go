@@ -37,6 +37,7 @@ type FileSpec struct {
 
 // Validate checks the File's fields.
 func (s *FileSpec) Validate(v *resource.Validation) {
+	defer s.substitute(v)
 	v.AbsPath("spec.path", s.Path)
 	s.Ensure.Validate(v, "spec.ensure")
 	if s.Ensure.Absent() {

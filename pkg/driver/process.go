@@ -147,6 +147,7 @@ var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 var reservedEnv = map[string]bool{"PATH": true, "HOME": true, "CORTEX_SYNC_ROOT": true, "CORTEX_SYNC_UNIT": true}
 
 func (x *Exec) validate(v *resource.Validation) {
+	x.substitute(v)
 	validateCommand(v, "spec.command", x.Command)
 	for k := range x.Env {
 		if !envName.MatchString(k) {

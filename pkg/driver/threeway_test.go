@@ -21,6 +21,7 @@ import (
 type host struct {
 	t                 *testing.T
 	repo, root, stdir string
+	opts              resource.Options // how the manifests load
 }
 
 func newHost(t *testing.T) *host {
@@ -48,7 +49,7 @@ func (h *host) session(recall, write bool) *reconcile.Session {
 	var d *reconcile.Desired
 	if !recall {
 		var err error
-		if d, err = reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, resource.Options{}, nil); err != nil {
+		if d, err = reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, h.opts, nil); err != nil {
 			h.t.Fatal(err)
 		}
 		h.t.Cleanup(func() { d.Close() })

@@ -22,6 +22,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
+	"github.com/cortex-sync/cortex-sync/pkg/vars"
 )
 
 // Config is where the engine works and how.
@@ -38,6 +39,9 @@ type Config struct {
 	// (its config, token, keys): reserved under the root like the state
 	// dir, so that no manifest can rewrite them.
 	Own []Own
+	// Decrypt decrypts a SOPS-encrypted vars file (substitution); nil
+	// refuses one.
+	Decrypt vars.Decrypt
 }
 
 // Own is a host path cortex-sync owns, and what it is for errors.
@@ -139,7 +143,7 @@ func (m *ManifestError) Unwrap() error { return m.Err }
 
 // Manifests are the load options of c: its allowed paths, limits and host.
 func (c Config) Manifests() resource.Options {
-	return resource.Options{AllowedPaths: c.Allowed, Reserved: c.Reserved(), Limits: c.Limits, Host: c.Host}
+	return resource.Options{AllowedPaths: c.Allowed, Reserved: c.Reserved(), Limits: c.Limits, Host: c.Host, Decrypt: c.Decrypt}
 }
 
 // Load fetches the source's current revision and validates it. An invalid

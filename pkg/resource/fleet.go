@@ -36,6 +36,9 @@ const NamePlaceholder = "{name}"
 type Host struct {
 	Name   string
 	Labels map[string]string
+	// MachineID is /etc/machine-id of the host (under --root), for
+	// ${host.machineID}; "" when it has none.
+	MachineID string
 }
 
 // Fleet is the decoded Fleet manifest: which paths each host runs, and how
@@ -63,6 +66,14 @@ type HostRule struct {
 	// Paths are folders of the repository whose manifests together are the
 	// host's desired set; "{name}" stands for the host's name.
 	Paths []string `yaml:"paths"`
+	// Vars are variables for substitute: true, for every host the rule
+	// matches (see docs/fleet.md, Variables).
+	Vars map[string]string `yaml:"vars"`
+	// VarsFiles are flat YAML files of variables in the repository, later
+	// files overriding earlier ones; "{name}" stands for the host's name
+	// (such a file may be missing). A file with a top-level sops key is
+	// decrypted, and its values are secret.
+	VarsFiles []string `yaml:"varsFiles"`
 }
 
 // HostMatch selects hosts: all given conditions must hold; empty matches
@@ -326,6 +337,7 @@ func decodeFleet(root *yaml.Node) (*Fleet, error) {
 				report(f.line(pf), pf, msg)
 			}
 		}
+		f.checkVars(field, rule, report)
 	}
 	if ro := f.Spec.Rollout; ro != nil {
 		var re RolloutError

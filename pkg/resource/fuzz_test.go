@@ -33,6 +33,8 @@ func FuzzLoad(f *testing.F) {
 		"- [[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]\n",
 		"kind: File\nspec: {path: \"/etc/\\0x\"}\n",
 		"\t\x00\xff",
+		"apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: a}\nspec: {path: /etc/a, substitute: true, content: |\n    ${host.os} $${x} ${\n}\n",
+		"apiVersion: cortex-sync/v1alpha1\nkind: Directory\nmetadata: {name: d}\nspec: {path: /srv/d, source: files, substitute: true}\n---\napiVersion: cortex-sync/v1alpha1\nkind: Command\nmetadata: {name: c}\nspec: {command: [echo, '${host.arch}'], env: {A: '${a b}'}, substitute: true}\n",
 	} {
 		f.Add([]byte(s))
 	}

@@ -20,6 +20,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/hashicorp/go-multierror"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cortex-sync/cortex-sync/pkg/vars"
 )
 
 // IgnoreFile holds gitignore patterns that leave paths out of manifest discovery.
@@ -117,6 +119,14 @@ type Options struct {
 	// is of the repository's top and it has one (an empty name: this
 	// machine's hostname).
 	Host Host
+	// Decrypt decrypts a SOPS-encrypted vars file a Fleet rule names; nil
+	// makes such a file an error once substitution needs it.
+	Decrypt vars.Decrypt
+	// Vars, when set, are the variables substitute: true renders with,
+	// instead of the host's facts and what the Fleet manifest gives it.
+	Vars *vars.Set
+
+	fleet *Fleet // the Fleet manifest Load found, for the host's variables
 }
 
 // Limits bound the manifests a load accepts, so that a huge or hostile
@@ -270,6 +280,7 @@ type budget struct {
 	Limits
 	bytes int64
 	docs  int
+	vars  *hostVars
 }
 
 // Load is the package's Load, checking the desired state against o too.
@@ -286,6 +297,7 @@ func (o Options) Load(tree fs.FS, dir string, kinds Kinds) (*Set, error) {
 			if err != nil {
 				return nil, err
 			}
+			o.fleet = f
 			return o.LoadPaths(tree, t.Paths, kinds)
 		}
 	}
@@ -316,7 +328,7 @@ func (o Options) LoadPaths(tree fs.FS, dirs []string, kinds Kinds) (*Set, error)
 	files = slices.Compact(files)
 	var errs *multierror.Error
 	var list []*Resource
-	b := &budget{Limits: o.Limits.orDefault()}
+	b := &budget{Limits: o.Limits.orDefault(), vars: &hostVars{o: o, tree: tree}}
 	// Sizes first, where the tree knows them: too much in all is refused
 	// before a byte is read.
 	var known int64
@@ -349,6 +361,9 @@ func (o Options) LoadPaths(tree fs.FS, dirs []string, kinds Kinds) (*Set, error)
 		if errors.As(err, &le) && le.Limit == "Documents" {
 			return nil, Problems(errs.Errors)
 		}
+	}
+	if b.vars.err != nil {
+		errs = appendProblems(errs, b.vars.err) // once, not once a resource
 	}
 	// Cross-document checks run on what decoded, so every problem shows at once.
 	set, err := newSet(list, allowed, o.Reserved)
@@ -421,7 +436,7 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([
 		if len(n.Content) == 0 || n.Content[0].Tag == "!!null" {
 			continue // an empty document, e.g. a trailing "---"
 		}
-		r, err := decodeDoc(n.Content[0], origin, kinds, tree)
+		r, err := decodeDoc(n.Content[0], origin, kinds, tree, b.vars)
 		if r != nil {
 			list = append(list, r)
 		}
@@ -479,7 +494,7 @@ func tooDeep(n *yaml.Node, max int) (int, bool) {
 }
 
 // decodeDoc decodes and validates one document.
-func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resource, error) {
+func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS, hv *hostVars) (*Resource, error) {
 	origin.Line = root.Line
 	r := &Resource{Origin: origin, lines: map[string]int{}}
 	var errs []error
@@ -564,8 +579,14 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS) (*Resour
 	if len(errs) > 0 {
 		return nil, Problems(errs)
 	}
-	v := &Validation{Resource: r, Source: tree, Dir: path.Dir(origin.File), report: report}
+	v := &Validation{Resource: r, Source: tree, Dir: path.Dir(origin.File), report: report, node: specNode}
+	if r.Spec.Common().Substitute {
+		if v.vars = hv.get(); v.vars == nil {
+			return nil, Problems(errs) // the host's variables are wrong: said once, by LoadPaths
+		}
+	}
 	r.Spec.Validate(v)
+	v.finishSubstitution(specNode)
 	if len(errs) > 0 {
 		return nil, Problems(errs)
 	}

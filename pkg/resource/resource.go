@@ -52,6 +52,7 @@ type Resource struct {
 	Origin     Origin   `yaml:"-"`
 
 	lines map[string]int // field path → line, for errors found after decoding
+	subst *Substitution  // what rendering it for this host used; nil without substitute: true
 }
 
 // ID is "Kind/name".
@@ -95,6 +96,9 @@ type Spec interface {
 // Base holds the spec fields every kind shares.
 type Base struct {
 	DependsOn []ID `yaml:"dependsOn"`
+	// Substitute renders ${NAME} references in what the resource holds
+	// with the host's variables (see docs/manifests.md, Substitution).
+	Substitute bool `yaml:"substitute" json:"substitute,omitempty"`
 }
 
 // Common returns the shared fields; embedding Base gives every Spec this method.

@@ -7,6 +7,10 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/cortex-sync/cortex-sync/pkg/vars"
 )
 
 // Validation is what a Spec's Validate reports into: it knows the resource,
@@ -16,6 +20,11 @@ type Validation struct {
 	Source   fs.FS  // the repository tree
 	Dir      string // the manifest file's directory in Source
 	report   func(line int, field, msg string)
+
+	vars  *vars.Set     // the host's variables, for substitute: true
+	node  *yaml.Node    // the spec as written, for the lines of its values
+	subst *Substitution // what rendering used so far
+	asked bool          // the spec rendered something
 }
 
 // Errorf reports a problem with field ("spec.mode").

@@ -124,6 +124,16 @@ type Entry struct {
 	Extra json.RawMessage `json:"extra,omitempty"`
 	// Result of the last apply.
 	Result *Result `json:"result,omitempty"`
+	// Vars is what a substituted resource was rendered from when applied.
+	Vars *Rendered `json:"vars,omitempty"`
+}
+
+// Rendered is what rendering a resource (substitute: true) used: the
+// template's digest and each variable's, never a value (a secret's
+// digest is keyed with the host key).
+type Rendered struct {
+	Template string            `json:"template"`
+	Vars     map[string]string `json:"vars,omitempty"`
 }
 
 // Fingerprint is a stat plus the SHA-256 of the content, when there is one.
