@@ -118,15 +118,19 @@ func (v *Validation) SubstituteSource(field, p string) (string, bool) {
 	return out, true
 }
 
+// MaxTreeBytes bounds the text a substituted Directory renders in all: it
+// is held in memory, beside the manifests, while they are loaded.
+const MaxTreeBytes = 16 << 20
+
 // SubstituteTree renders every regular file below the repository folder
 // p for this host: files holds each one's text by its repository path. ok
 // is false after a problem was reported. At most maxFiles files are read,
-// each within MaxTemplateBytes.
+// each within MaxTemplateBytes, MaxTreeBytes in all.
 func (v *Validation) SubstituteTree(field, p string, maxFiles int) (files map[string]string, ok bool) {
 	v.begin()
 	files = map[string]string{}
 	ok = true
-	n := 0
+	n, total := 0, 0
 	err := fs.WalkDir(v.Source, p, func(name string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -144,6 +148,9 @@ func (v *Validation) SubstituteTree(field, p string, maxFiles int) (files map[st
 		if !good {
 			ok = false
 			return nil
+		}
+		if total += len(out); total > MaxTreeBytes {
+			return fmt.Errorf("more than %d bytes rendered; a substituted Directory may hold at most %d in all", MaxTreeBytes, MaxTreeBytes)
 		}
 		files[name] = out
 		return nil

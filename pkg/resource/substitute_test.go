@@ -247,6 +247,10 @@ func TestSubstituteBounds(t *testing.T) {
 	for i := range driver.MaxSubstitutedFiles + 1 {
 		many[fmt.Sprintf("many/f%04d", i)] = "x"
 	}
+	heavy := map[string]string{}
+	for i := range resource.MaxTreeBytes/resource.MaxTemplateBytes + 1 {
+		heavy[fmt.Sprintf("heavy/f%02d", i)] = big[:resource.MaxTemplateBytes]
+	}
 	for _, tc := range []struct {
 		name, doc string
 		extra     map[string]string
@@ -258,6 +262,8 @@ func TestSubstituteBounds(t *testing.T) {
 			map[string]string{"base/bin": "ok\n\xff\xfe"}, "spec.source: base/bin:2: byte 0xff (column 1) is not UTF-8"},
 		{"a tree of too many files", "kind: Directory\nmetadata: {name: d}\nspec: {path: /d, source: ../many, substitute: true}\n",
 			many, "spec.source: many: more than 1000 files; a substituted Directory may hold at most 1000"},
+		{"a tree of too many bytes", "kind: Directory\nmetadata: {name: d}\nspec: {path: /d, source: ../heavy, substitute: true}\n",
+			heavy, "spec.source: heavy: more than 16777216 bytes rendered; a substituted Directory may hold at most 16777216 in all"},
 		{"a tree with a bad file", "kind: Directory\nmetadata: {name: d}\nspec: {path: /d, source: ../site, substitute: true}\n",
 			map[string]string{"site/a/b.html": "ok\n${nope}\n"}, `spec.source: site/a/b.html:2:1: ${nope} is not defined for host "web1"`},
 		{"a secret in a tree", "kind: Directory\nmetadata: {name: d}\nspec: {path: /d, source: ../site, substitute: true}\n",
