@@ -25,7 +25,14 @@ func (s *Session) MadeFor() diff.MadeFor {
 	snap := s.w.Snapshot()
 	root, _ := filepath.Abs(s.Config.Root)
 	dir, _ := filepath.Abs(s.Config.StateDir)
-	return diff.MadeFor{Host: state.HostID(), Root: root, StateDir: dir, Lineage: snap.Lineage, Serial: snap.Serial,
+	lineage := snap.Lineage
+	if snap.Serial == 0 {
+		// Never saved: the lineage is one Load made up for this run, and
+		// the next run makes up another. The plan is made against no
+		// snapshot, and applies where there is none yet.
+		lineage = ""
+	}
+	return diff.MadeFor{Host: state.HostID(), Root: root, StateDir: dir, Lineage: lineage, Serial: snap.Serial,
 		Time: time.Now().UTC().Truncate(time.Second)}
 }
 
@@ -54,6 +61,8 @@ func (s *Session) SyncSaved(ctx context.Context, saved *diff.Saved, retention st
 		return nil, fmt.Errorf("%w: made on host %q, and this is host %q", ErrPlanElsewhere, was.Host, here.Host)
 	case was.StateDir != here.StateDir || was.Root != here.Root:
 		return nil, fmt.Errorf("%w: made for --state-dir %s and --root %s, not %s and %s", ErrPlanElsewhere, was.StateDir, was.Root, here.StateDir, here.Root)
+	case was.Lineage == "" && here.Lineage != "":
+		return nil, fmt.Errorf("%w: made before this state dir had a snapshot, and it has one now (serial %d)", ErrPlanMoved, here.Serial)
 	case was.Lineage != here.Lineage:
 		return nil, fmt.Errorf("%w: made against the snapshot of lineage %s, and this state dir's is %s", ErrPlanElsewhere, was.Lineage, here.Lineage)
 	}
