@@ -75,6 +75,13 @@ type Refusal struct {
 	Revision string    `json:"revision"`
 	Error    string    `json:"error"`
 	Since    time.Time `json:"since"`
+	// Reason is why a revision is refused: "signature" (its commits fail
+	// verification) or "manifests" (they do not validate).
+	Reason string `json:"reason,omitempty"`
+	// For a signature: the commit (or tag) refused and its signer
+	// ("unsigned", an SSH key's fingerprint and principals, a PGP key ID).
+	Commit string `json:"commit,omitempty"`
+	Signer string `json:"signer,omitempty"`
 }
 
 // Fight is a resource something keeps undoing.
