@@ -310,7 +310,12 @@ func (r *trustRoots) checkSSH(s *signed, refuse func(string, string, ...any) *Un
 }
 
 func (r *trustRoots) checkPGP(s *signed, refuse func(string, string, ...any) *UntrustedError) *UntrustedError {
-	signer := "PGP " + issuer(s.signature)
+	signer := issuer(s.signature)
+	if strings.HasPrefix(signer, "key ") {
+		signer = "PGP " + signer
+	} else {
+		signer = "an OpenPGP signature by " + signer
+	}
 	if r.keyring == "" {
 		return refuse(signer, "OpenPGP signatures are verified against --verify-keyring, which is not given")
 	}

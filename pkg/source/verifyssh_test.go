@@ -466,3 +466,44 @@ func BenchmarkVerifyAncestry(b *testing.B) {
 		})
 	}
 }
+
+// TestVerifyAt: an earlier revision loaded from history (a rollback, a
+// pin) is verified as head is, never by ancestry; the revision the host
+// runs is not verified again.
+func TestVerifyAt(t *testing.T) {
+	alice := sshSigner(t, "alice", "ed25519")
+	repo := gittest.NewRepo(t)
+	signAs(repo, alice)
+	first := repo.Commit("first", map[string]*string{"a": gittest.S("a")})
+	signAs(repo, signer{})
+	unsigned := repo.Commit("unsigned", map[string]*string{"a": gittest.S("b")})
+	signAs(repo, alice)
+	tip := repo.Commit("tip", map[string]*string{"a": gittest.S("c")})
+	allowed := writeFile(t, "test@example.com "+alice.pub+"\n")
+	g := newGit(t, "file://"+repo.Dir)
+	g.VerifyAllowedSigners, g.VerifyMode = allowed, "ancestry"
+	g.Base = func() string { return "main@sha1:" + tip }
+	at := func(sha string) error {
+		co, err := g.At(context.Background(), "main@sha1:"+sha)
+		if err == nil {
+			co.Close()
+		}
+		return err
+	}
+	if err := at(first); err != nil {
+		t.Fatalf("a signed earlier revision: %v", err)
+	}
+	if u := untrusted(t, at(unsigned)); u.Object != "commit "+unsigned || u.Signer != "unsigned" {
+		t.Errorf("rollback to an unsigned revision: %+v", u)
+	}
+	os.WriteFile(allowed, []byte("# alice left\n"), 0o600)
+	if err := at(tip); err != nil {
+		t.Errorf("the revision the host runs, its key removed since: %v", err)
+	}
+	if u := untrusted(t, at(first)); !strings.Contains(u.Why, "is not in") {
+		t.Errorf("rollback to a revision by a removed key: %+v", u)
+	}
+	if g.VerifyMode != "ancestry" {
+		t.Errorf("At left the mode at %q", g.VerifyMode)
+	}
+}
