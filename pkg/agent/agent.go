@@ -633,7 +633,7 @@ func (a *Agent) refuse(err error) bool {
 	var r *reconcile.Refusal
 	switch {
 	case errors.As(err, &ue):
-		r = &reconcile.Refusal{Revision: ue.Revision, Reason: RefusedSignature, Commit: ue.Object, Signer: ue.Signer}
+		r = &reconcile.Refusal{Revision: ue.Revision, Reason: RefusedSignature, Commit: ue.Object, Signer: ue.Signer, Why: ue.Why}
 	case errors.As(err, &me):
 		r = &reconcile.Refusal{Revision: me.Revision, Reason: RefusedManifests}
 	default:
