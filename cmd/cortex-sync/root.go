@@ -152,9 +152,13 @@ func (s *sourceFlags) source(cache state.Dir, log *slog.Logger) (source.Source, 
 
 // appliedRevision reads, from the snapshot beside the cache (a state dir's
 // cache is <state dir>/cache), the revision the host runs from url: the
-// base of --verify-mode ancestry. It reads the file when asked, so a
-// long-running agent sees each revision it applies.
+// base of --verify-mode ancestry, and a revision not verified again. It
+// reads the file when asked, so a long-running agent sees each revision
+// it applies. A cache elsewhere (validate's temporary one) has none.
 func appliedRevision(cache state.Dir, url string) func() string {
+	if filepath.Base(cache.Path()) != "cache" {
+		return nil
+	}
 	sd := state.At(filepath.Dir(cache.Path()))
 	return func() string {
 		snap, err := sd.Load()
