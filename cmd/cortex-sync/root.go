@@ -145,6 +145,10 @@ func (s *sourceFlags) source(cache state.Dir, log *slog.Logger) (source.Source, 
 		}
 		return g, g.Check()
 	case s.dir != "":
+		if s.verifyKeyring != "" || s.verifyAllowedSigners != "" || s.verifyMode != "" || s.verifyTags || s.verifyCommitterMatch {
+			// Silently unverified would be worse than refused.
+			return nil, errors.New("--verify-keyring, --verify-allowed-signers, --verify-mode, --verify-tags and --verify-committer-match check Git commits, which a --dir has none of: give --repo, or drop them")
+		}
 		return &source.Dir{Dir: s.dir, Path: s.path, Cache: cache}, nil
 	}
 	return nil, errors.New("no source given: pass --dir DIR, or --repo URL with --branch, --tag, --semver or --commit")
