@@ -91,6 +91,7 @@ var fieldExamples = map[string]string{
 	"sshKeyFile": "/etc/cortex-sync/id_ed25519", "sshKeyPassphraseFile": "/etc/cortex-sync/id_ed25519.pass",
 	"knownHostsFile": "/etc/cortex-sync/known_hosts", "caFile": "/etc/cortex-sync/ca.pem",
 	"verifyKeyring": "/etc/cortex-sync/keyring.asc", "allowedPaths": "[/etc/app, /srv]",
+	"verifyAllowedSigners": "/etc/cortex-sync/allowed_signers", "verifyMode": "ancestry",
 	"logLevel": "info", "logFormat": "json", "output": "json", "against": "/tmp/host.json",
 	"listen": "127.0.0.1:9797", "address": "127.0.0.1:9797", "tokenFile": "/etc/cortex-sync/token",
 	"webhookSecretFile": "/etc/cortex-sync/webhook-secret",

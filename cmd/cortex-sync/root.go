@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"time"
@@ -93,7 +94,10 @@ type sourceFlags struct {
 	fetchTimeout                      time.Duration
 	auth                              source.Auth
 	verifyKeyring                     string
+	verifyAllowedSigners              string
+	verifyMode                        string
 	verifyTags                        bool
+	verifyCommitterMatch              bool
 }
 
 func (s *sourceFlags) add(cmd *cobra.Command) {
@@ -113,8 +117,11 @@ func (s *sourceFlags) add(cmd *cobra.Command) {
 	f.StringVar(&s.auth.KnownHostsFile, "known-hosts-file", "", "known_hosts file the SSH server's key must be in (default ~/.ssh/known_hosts)")
 	f.BoolVar(&s.auth.InsecureSkipHostKeyCheck, "insecure-skip-host-key-check", false, "do not check the SSH server's host key (insecure)")
 	f.StringVar(&s.auth.CAFile, "ca-file", "", "PEM file of extra CA certificates for HTTPS")
-	f.StringVar(&s.verifyKeyring, "verify-keyring", "", "armored PGP public keys: refuse a tip commit not signed by one of them")
-	f.BoolVar(&s.verifyTags, "verify-tags", false, "with --tag or --semver and --verify-keyring, require a signed annotated tag too")
+	f.StringVar(&s.verifyKeyring, "verify-keyring", "", "armored OpenPGP public keys: refuse a commit not signed by one of them (or by an allowed SSH signer)")
+	f.StringVar(&s.verifyAllowedSigners, "verify-allowed-signers", "", "OpenSSH allowed_signers file: refuse a commit not signed by one of its keys for namespace git (or by a keyring key)")
+	f.StringVar(&s.verifyMode, "verify-mode", "", "what must be signed: head (the tip commit, the default), tag, tag-and-head, or ancestry (every first-parent commit since the applied one)")
+	f.BoolVar(&s.verifyTags, "verify-tags", false, "the same as --verify-mode tag-and-head: with --tag or --semver, require a signed annotated tag too")
+	f.BoolVar(&s.verifyCommitterMatch, "verify-committer-match", false, "require the signer to be the committer: its SSH principal or OpenPGP identity is the committer's email")
 }
 
 func (s *sourceFlags) given() bool { return s.dir != "" || s.repo != "" }
@@ -132,13 +139,38 @@ func (s *sourceFlags) source(cache state.Dir, log *slog.Logger) (source.Source, 
 		g := &source.Git{
 			URL: s.repo, Branch: s.branch, Tag: s.tag, Semver: s.semver, Commit: s.commit, Path: s.path,
 			Cache: cache, Timeout: s.fetchTimeout, Auth: s.auth,
-			VerifyKeyring: s.verifyKeyring, VerifyTags: s.verifyTags, Log: log,
+			VerifyKeyring: s.verifyKeyring, VerifyAllowedSigners: s.verifyAllowedSigners, VerifyMode: s.verifyMode,
+			VerifyTags: s.verifyTags, VerifyCommitterMatch: s.verifyCommitterMatch, Log: log,
+			Base: appliedRevision(cache, s.repo),
 		}
 		return g, g.Check()
 	case s.dir != "":
+		if s.verifyKeyring != "" || s.verifyAllowedSigners != "" || s.verifyMode != "" || s.verifyTags || s.verifyCommitterMatch {
+			// Silently unverified would be worse than refused.
+			return nil, errors.New("--verify-keyring, --verify-allowed-signers, --verify-mode, --verify-tags and --verify-committer-match check Git commits, which a --dir has none of: give --repo, or drop them")
+		}
 		return &source.Dir{Dir: s.dir, Path: s.path, Cache: cache}, nil
 	}
 	return nil, errors.New("no source given: pass --dir DIR, or --repo URL with --branch, --tag, --semver or --commit")
+}
+
+// appliedRevision reads, from the snapshot beside the cache (a state dir's
+// cache is <state dir>/cache), the revision the host runs from url: the
+// base of --verify-mode ancestry, and a revision not verified again. It
+// reads the file when asked, so a long-running agent sees each revision
+// it applies. A cache elsewhere (validate's temporary one) has none.
+func appliedRevision(cache state.Dir, url string) func() string {
+	if filepath.Base(cache.Path()) != "cache" {
+		return nil
+	}
+	sd := state.At(filepath.Dir(cache.Path()))
+	return func() string {
+		snap, err := sd.Load()
+		if err != nil || snap.Source.Type != "git" || snap.Source.URL != url {
+			return ""
+		}
+		return snap.Revision
+	}
 }
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -327,7 +359,7 @@ func (g *globals) engine() reconcile.Config {
 // reserved like the state dir.
 var ownFileFlags = []string{
 	"config", "token-file", "webhook-secret-file",
-	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring",
+	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring", "verify-allowed-signers",
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 

@@ -481,7 +481,16 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	d, err := reconcile.Load(ctx, a.opts.Source, a.opts.Engine.Manifests(), a.log)
 	a.opts.Metrics.ObserveFetch(time.Since(start), err)
 	if err != nil {
-		a.refuse(err)
+		if a.refuse(err) && a.sess.Desired() == nil {
+			// Refused at start: the host heals the revision it runs.
+			if d, err := a.revs.life.Heal(ctx); err != nil {
+				a.log.Error("cannot load the revision the host runs", "error", err)
+			} else if d != nil {
+				a.adopt(ctx, nil, d, nil, TriggerRevision, start, w, nil)
+				a.publishNow() // the report names the revision the host stays on
+				return
+			}
+		}
 		if t == TriggerManual {
 			a.scan(ctx, t) // still heal what is there
 		}
@@ -492,6 +501,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime = nil, nil, time.Now()
 	a.revs.mu.Unlock()
 	if refused {
+		a.opts.Metrics.SetRefused("")
 		a.publishNow()
 	}
 	old := a.sess.Desired()
@@ -611,27 +621,42 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 	w.update(whole, a.sess.WatchesOf(whole))
 }
 
-// refuse keeps a failed fetch, or a revision that does not validate: the
-// host stays on the revision it has.
-func (a *Agent) refuse(err error) {
+// refuse keeps a failed fetch, or a revision refused (its signatures fail
+// verification, its manifests do not validate): the host stays on the
+// revision it has. It reports whether a revision was refused.
+func (a *Agent) refuse(err error) bool {
 	defer a.publishNow()
 	a.revs.mu.Lock()
 	defer a.revs.mu.Unlock()
 	var me *reconcile.ManifestError
-	if errors.As(err, &me) {
-		rev := me.Revision
-		if rev == "" {
-			rev = "the source's newest"
-		}
-		if a.revs.refused == nil || a.revs.refused.Revision != rev || a.revs.refused.Error != err.Error() {
-			a.revs.refused = &reconcile.Refusal{Revision: rev, Error: err.Error(), Since: time.Now().UTC().Truncate(time.Second)}
-			a.log.Error("revision refused; the host stays on the revision it has", "revision", rev, "error", err)
-		}
-		a.revs.fetchErr = nil
-		return
+	var ue *source.UntrustedError
+	var r *reconcile.Refusal
+	switch {
+	case errors.As(err, &ue):
+		r = &reconcile.Refusal{Revision: ue.Revision, Reason: RefusedSignature, Commit: ue.Object, Signer: ue.Signer, Why: ue.Why}
+	case errors.As(err, &me):
+		r = &reconcile.Refusal{Revision: me.Revision, Reason: RefusedManifests}
+	default:
+		a.revs.fetchErr = err
+		a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
+		return false
 	}
-	a.revs.fetchErr = err
-	a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
+	if r.Revision == "" {
+		r.Revision = "the source's newest"
+	}
+	r.Error = err.Error()
+	if old := a.revs.refused; old == nil || old.Revision != r.Revision || old.Error != r.Error {
+		r.Since = time.Now().UTC().Truncate(time.Second)
+		a.revs.refused = r
+		log := a.log.With("revision", r.Revision, "reason", r.Reason)
+		if r.Reason == RefusedSignature {
+			log = log.With("commit", r.Commit, "signer", r.Signer)
+		}
+		log.Error("revision refused; the host stays on the revision it has", "error", err)
+	}
+	a.opts.Metrics.SetRefused(r.Reason)
+	a.revs.fetchErr = nil
+	return true
 }
 
 // scan observes everything and queues what is not converged: the full

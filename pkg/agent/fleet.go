@@ -135,7 +135,7 @@ func (a *Agent) hostState(ctx context.Context) HostState {
 	hs.Head, hs.HeadSeen = a.revs.head, a.revs.headSeen
 	switch {
 	case a.revs.refused != nil:
-		hs.LastError = "revision " + a.revs.refused.Revision + " refused: " + a.revs.refused.Error
+		hs.LastError = a.revs.refused.Summary()
 		// The source's newest is the revision refused: the fleet is not on
 		// its head while every host refuses it.
 		hs.Head, hs.HeadSeen = a.revs.refused.Revision, a.revs.refused.Since

@@ -85,6 +85,7 @@ type Metrics struct {
 	goodSeconds       prometheus.Histogram
 	rolledBack        prometheus.Gauge
 	verdict           *prometheus.GaugeVec
+	refused           *prometheus.GaugeVec
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -193,14 +194,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_revision_verdict",
 			Help: "1 for the verdict of the revision the host converges to: pending (on trial), good, bad, or none (not judged); 0 for the others.",
 		}, []string{"verdict"}),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "cortexsync_revision_refused",
+			Help: "1 while the source's newest revision is refused, by why: signature (its commits fail verification) or manifests (they do not validate); else 0. The host stays on, and heals, the revision it runs.",
+		}, []string{"reason"}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict)
+		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict, m.refused)
 	m.SetVerdict("")
+	m.SetRefused("")
 	// Known label values start at zero so rate() and absent() work from
 	// the first scrape.
 	for _, t := range triggers {
@@ -223,6 +229,24 @@ func NewRegistry() *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return reg
+}
+
+// The reasons of cortexsync_revision_refused.
+const (
+	RefusedSignature = "signature"
+	RefusedManifests = "manifests"
+)
+
+// SetRefused sets cortexsync_revision_refused: 1 for reason (none when
+// ""), 0 for the other.
+func (m *Metrics) SetRefused(reason string) {
+	for _, r := range []string{RefusedSignature, RefusedManifests} {
+		v := 0.0
+		if r == reason {
+			v = 1
+		}
+		m.refused.WithLabelValues(r).Set(v)
+	}
 }
 
 // ObserveReconcile counts one reconcile run and its duration.

@@ -43,6 +43,7 @@ func exercise(m *Metrics) {
 	m.Workqueue.NewUnfinishedWorkSecondsMetric("reconcile").Set(0)
 	m.Workqueue.NewLongestRunningProcessorSecondsMetric("reconcile").Set(0)
 	m.Workqueue.NewRetriesMetric("reconcile").Inc()
+	m.SetRefused(RefusedSignature)
 }
 
 func TestMetricsLint(t *testing.T) {
@@ -66,7 +67,7 @@ func TestMetricsLint(t *testing.T) {
 			ours++
 		}
 	}
-	if want := 25; ours != want {
+	if want := 26; ours != want {
 		t.Errorf("%d cortexsync_ metric families gathered, want %d", ours, want)
 	}
 }
@@ -100,6 +101,8 @@ func TestMetricsValues(t *testing.T) {
 		{"restart liveness starts at zero", m.restarts.WithLabelValues("liveness"), 0},
 		{"resources", m.resources.WithLabelValues("File", "Synced", "Healthy"), 1},
 		{"fighting", m.fighting.WithLabelValues("Process"), 1},
+		{"refused for its signature", m.refused.WithLabelValues(RefusedSignature), 1},
+		{"not refused for its manifests", m.refused.WithLabelValues(RefusedManifests), 0},
 	}
 	for _, tt := range tests {
 		if got := testutil.ToFloat64(tt.c); got != tt.want {

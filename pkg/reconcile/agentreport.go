@@ -75,6 +75,29 @@ type Refusal struct {
 	Revision string    `json:"revision"`
 	Error    string    `json:"error"`
 	Since    time.Time `json:"since"`
+	// Reason is why a revision is refused: "signature" (its commits fail
+	// verification) or "manifests" (they do not validate).
+	Reason string `json:"reason,omitempty"`
+	// For a signature: the commit (or tag) refused and its signer
+	// ("unsigned", an SSH key's fingerprint and principals, a PGP key ID).
+	Commit string `json:"commit,omitempty"`
+	Signer string `json:"signer,omitempty"`
+	Why    string `json:"why,omitempty"`
+}
+
+// Summary says the refusal in a line for a table (a fleet's host): for a
+// signature, the commit, its signer and why come first, before any
+// source's URL.
+func (r *Refusal) Summary() string {
+	switch {
+	case r.Reason != "signature" || r.Commit == "":
+		return "revision " + r.Revision + " refused: " + r.Error
+	case r.Signer == "unsigned":
+		return "revision " + r.Revision + " refused for its signature: " + r.Commit + " is not signed: " + r.Why
+	case r.Signer == "":
+		return "revision " + r.Revision + " refused for its signature: " + r.Commit + ": " + r.Why
+	}
+	return "revision " + r.Revision + " refused for its signature: " + r.Commit + " is signed by " + r.Signer + ": " + r.Why
 }
 
 // Fight is a resource something keeps undoing.

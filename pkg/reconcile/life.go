@@ -159,6 +159,26 @@ func (l *Life) Offer(ctx context.Context, d *Desired, keys []resource.ID, try bo
 	return o
 }
 
+// Heal makes the revision the host runs (the snapshot's) the session's
+// desired state when it has none: the source's newest was refused (its
+// signatures, its manifests) before any was adopted, at start, and the host
+// goes on healing what it runs. The revision is loaded from the source's
+// history (a Git source does not verify again the revision the host runs:
+// it was when applied). nil, nil when there is nothing to load.
+func (l *Life) Heal(ctx context.Context) (*Desired, error) {
+	s := l.s
+	rev := s.View().Revision
+	if s.Desired() != nil || rev == "" {
+		return nil, nil
+	}
+	d, err := l.loadAt(ctx, rev)
+	if err != nil {
+		return nil, err
+	}
+	s.SetDesired(d)
+	return d, nil
+}
+
 // OnHead says head, the source's newest revision, is the one the host
 // converges to already: a rollback's pin held from another head ends. It
 // reports whether one did.

@@ -41,9 +41,25 @@ type Git struct {
 	// VerifyKeyring, when set, names a file of armored PGP public keys: the
 	// tip commit must carry a valid signature by one of them.
 	VerifyKeyring string
-	// VerifyTags also requires the tag (with Tag or Semver) to be signed.
+	// VerifyAllowedSigners, when set, names an OpenSSH allowed_signers
+	// file: SSH signatures are verified against it. Either or both of
+	// VerifyKeyring and VerifyAllowedSigners may be given; a commit signed
+	// by a key of either is trusted.
+	VerifyAllowedSigners string
+	// VerifyMode says what must be signed: VerifyHead (the default),
+	// VerifyTag, VerifyTagAndHead or VerifyAncestry.
+	VerifyMode string
+	// VerifyTags is VerifyMode tag-and-head, under its older name.
 	VerifyTags bool
-	Log        *slog.Logger
+	// VerifyCommitterMatch requires the signer to be the committer (the
+	// tagger for a tag): an SSH principal matching the committer's email,
+	// or an OpenPGP key with that email among its identities.
+	VerifyCommitterMatch bool
+	// Base gives the revision the host runs ("main@sha1:…", or nil or ""
+	// when none): ancestry mode verifies every commit after it, and the
+	// revision it names is not verified again (it was when applied).
+	Base func() string
+	Log  *slog.Logger
 
 	// Stats counts network round trips, for tests and metrics.
 	Stats struct{ Lists, Fetches int }
@@ -107,7 +123,7 @@ func (g *Git) Check() error {
 			return fmt.Errorf("--semver %q: %v", g.Semver, err)
 		}
 	}
-	return nil
+	return g.checkVerify()
 }
 
 func isSHA1(s string) bool {
@@ -302,16 +318,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	}
 
 	old, _ := c.storage.Reference(want.ref)
-	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
-		// Shallow only the first time: a depth-1 fetch into a shallow cache
-		// downloads the whole pack again, a depth-0 one only what is new.
-		depth := 0
-		if fresh && g.Commit == "" {
-			depth = 1
-		}
-		if g.Commit != "" && isShallow(c) {
-			depth = deepenAll // an older commit, behind a shallow cache's edge
-		}
+	fetchRef := func(depth int) error {
 		spec := config.RefSpec("+" + want.ref.String() + ":" + want.ref.String())
 		g.Stats.Fetches++
 		opts := &git.FetchOptions{
@@ -326,24 +333,41 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 				defer w.Close()
 			}
 		}
-		err = g.bounded(ctx, store.failed, func() error { return remote.FetchContext(ctx, opts) })
+		err := g.bounded(ctx, store.failed, func() error { return remote.FetchContext(ctx, opts) })
 		if errors.Is(err, syscall.ENOSPC) {
-			return nil, fmt.Errorf("%w (the disk of the Git cache, %s, is full: free space there)", err, dir)
+			return fmt.Errorf("%w (the disk of the Git cache, %s, is full: free space there)", err, dir)
 		}
 		if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
-			return nil, explain(err, g.Timeout)
+			return explain(err, g.Timeout)
 		}
 		// The new pack was installed behind go-git's back: its storages
 		// load the pack indexes again.
 		c.storage.Reindex()
 		packs, err := openPacks(dir)
 		if err != nil {
-			return nil, &corruptCacheError{err}
+			return &corruptCacheError{err}
 		}
 		g.packs.release()
 		g.packs = packs
 		if fresh {
 			recordSize(dir)
+		}
+		return nil
+	}
+	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
+		// Shallow only the first time: a depth-1 fetch into a shallow cache
+		// downloads the whole pack again, a depth-0 one only what is new.
+		// Ancestry mode walks back to the applied commit: the whole
+		// history at once.
+		depth := 0
+		if fresh && g.Commit == "" && !(g.verifying() && g.mode() == VerifyAncestry && !g.base().IsZero()) {
+			depth = 1
+		}
+		if g.Commit != "" && isShallow(c) {
+			depth = deepenAll // an older commit, behind a shallow cache's edge
+		}
+		if err := fetchRef(depth); err != nil {
+			return nil, err
 		}
 	}
 	commit, err := object.GetCommit(c.storage, want.commit)
@@ -364,8 +388,11 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	} else if outgrown(dir) {
 		markRebuild(dir)
 	}
-	if g.VerifyKeyring != "" {
-		if err := g.verify(c, commit, want); err != nil {
+	if g.verifying() {
+		// Deepening a shallow cache for ancestry fetches the ref again: the
+		// whole of its history.
+		deepen := func() error { return fetchRef(deepenAll) }
+		if err := g.verify(c, commit, want, deepen); err != nil {
 			return nil, err
 		}
 	}

@@ -12,13 +12,21 @@ import (
 // cache holds its commit (one listing of the remote's refs, as for any
 // fetch); else the ref the revision names is fetched, and must still hold
 // the commit. Like Fetch, it must not run beside another call on g.
+//
+// With verification on, the revision the host runs (Base) is not verified
+// again; any other is verified as the mode asks, ancestry as head: what it
+// descends from was checked when it was applied, and a rollback target
+// never applied has its own signature checked at least.
 func (g *Git) At(ctx context.Context, revision string) (*Checkout, error) {
 	name, sha, ok := strings.Cut(revision, "@sha1:")
 	if !ok || name == "" || !isSHA1(sha) {
 		return nil, fmt.Errorf("revision %q names no commit of %s (a revision reads like main@sha1:<40 hex digits>)", revision, g.URL)
 	}
-	branch, tag, semver, commit := g.Branch, g.Tag, g.Semver, g.Commit
-	defer func() { g.Branch, g.Tag, g.Semver, g.Commit = branch, tag, semver, commit }()
+	branch, tag, semver, commit, mode := g.Branch, g.Tag, g.Semver, g.Commit, g.VerifyMode
+	defer func() { g.Branch, g.Tag, g.Semver, g.Commit, g.VerifyMode = branch, tag, semver, commit, mode }()
+	if g.mode() == VerifyAncestry {
+		g.VerifyMode = VerifyHead
+	}
 	if tag != "" || semver != "" {
 		// A tag names one commit: fetch the tag, and check it still does.
 		g.Tag, g.Semver, g.Commit, g.Branch = name, "", "", ""
