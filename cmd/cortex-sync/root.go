@@ -327,7 +327,7 @@ func (g *globals) engine() reconcile.Config {
 // reserved like the state dir.
 var ownFileFlags = []string{
 	"config", "token-file", "webhook-secret-file",
-	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring",
+	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring", "plan-signers",
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 
