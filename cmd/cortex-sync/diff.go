@@ -25,6 +25,7 @@ type diffOptions struct {
 	verify   bool
 	against  string
 	out      string // a saved plan, for sync --plan
+	signKey  string // an SSH private key: --out's plan is signed with it
 	limit    int64  // the largest saved plan --out writes
 	// prune and allow mirror sync's flags (given here, or under sync
 	// --dry-run): the warning names only a refusal that sync would meet,
@@ -57,7 +58,10 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
   cortex-sync diff --dir ./repo --verify -o json
 
   # Save the plan for review, then apply exactly it (sync --plan)
-  cortex-sync diff --repo "$REPO_URL" --branch main --prune --out plan.json`,
+  cortex-sync diff --repo "$REPO_URL" --branch main --prune --out plan.json
+
+  # ... signed by the reviewer, for a host that trusts only reviewers' keys
+  cortex-sync diff --repo "$REPO_URL" --branch main --out plan.json --sign-key ~/.ssh/id_ed25519`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			err := diffRun(cmd, g, o, io)
@@ -74,6 +78,7 @@ changes or drift, and 2 on trouble, like diff(1): a drift check for CI.`,
 	cmd.Flags().BoolVar(&o.verify, "verify", false, "hash every file instead of trusting unchanged stats")
 	cmd.Flags().StringVar(&o.against, "against", "", "plan against the revision a snapshot (state export) records, read from Git, instead of the live host")
 	cmd.Flags().StringVar(&o.out, "out", "", "also save the plan to this file, for sync --plan to apply exactly it")
+	cmd.Flags().StringVar(&o.signKey, "sign-key", "", "sign the saved plan (--out) with this SSH private key, into the plan's name + .sig, for sync --plan-signers")
 	cmd.Flags().Int64Var(&o.limit, "limit-plan-bytes", diff.DefaultLimit, "refuse to save (--out) a plan of more bytes than this; sync --plan reads no larger one")
 	cmd.Flags().BoolVar(&o.prune, "prune", false, "plan for sync --prune: what left Git is deleted (recorded in --out)")
 	cmd.Flags().BoolVar(&o.allowEmpty, "allow-empty", false, "plan for sync --allow-empty (recorded in --out)")
@@ -116,6 +121,11 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		if err := writeSaved(o.out, o.limit, plan, s.MadeFor(), diff.SavedPolicy{Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange}); err != nil {
 			return err
 		}
+		if err := signOrUnsign(o.out, o.signKey); err != nil {
+			return err
+		}
+	} else if o.signKey != "" {
+		return errors.New("--sign-key signs the saved plan: give --out too")
 	}
 	if o.output != "json" {
 		for _, w := range plan.Warnings {

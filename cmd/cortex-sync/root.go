@@ -359,7 +359,7 @@ func (g *globals) engine() reconcile.Config {
 // reserved like the state dir.
 var ownFileFlags = []string{
 	"config", "token-file", "webhook-secret-file",
-	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring", "verify-allowed-signers",
+	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring", "verify-allowed-signers", "plan-signers",
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"time"
@@ -30,6 +32,7 @@ type syncOptions struct {
 	waitTimeout       time.Duration
 	plan              string
 	planLimit         int64
+	planSigners       string
 	state             stateSyncFlags
 	gate              gateFlags
 	rollbackOnFailure bool
@@ -80,6 +83,7 @@ file gone from a mirrored directory) always apply.`,
 	f.DurationVar(&o.waitTimeout, "wait-timeout", time.Minute, "how long --wait, and a dependent of a process with a readiness probe, wait for health")
 	f.StringVar(&o.plan, "plan", "", "apply this saved plan (diff --out) and nothing else; refused, changing nothing, if anything it shows or relied on moved, or the file was edited")
 	f.Int64Var(&o.planLimit, "limit-plan-bytes", diff.DefaultLimit, "refuse a saved plan (--plan) of more bytes than this, before reading it")
+	f.StringVar(&o.planSigners, "plan-signers", "", "an OpenSSH allowed_signers file: --plan applies only a plan signed (PLAN.sig, diff --sign-key) by one of its keys")
 	o.state.add(cmd)
 	o.gate.add(cmd, false)
 	return cmd
@@ -230,7 +234,21 @@ func readSaved(cmd *cobra.Command, o *syncOptions) (*diff.Saved, error) {
 			return nil, fmt.Errorf("--plan %s is %w: not read; a plan that large is made with diff --limit-plan-bytes, and read with the same --limit-plan-bytes here", o.plan, err)
 		}
 	}
-	saved, err := diff.ReadSaved(f, o.planLimit)
+	var r io.Reader = f
+	if o.planSigners != "" {
+		// What is checked is what is read: the bytes, read once.
+		data, err := io.ReadAll(io.LimitReader(f, o.planLimit+1))
+		if err != nil {
+			return nil, fmt.Errorf("--plan: %w", err)
+		}
+		who, err := checkPlanSignature(o.plan, data, o.planSigners)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: signed by %s\n", o.plan, who)
+		r = bytes.NewReader(data)
+	}
+	saved, err := diff.ReadSaved(r, o.planLimit)
 	if err != nil {
 		return nil, fmt.Errorf("--plan %s: %w", o.plan, err)
 	}
