@@ -599,8 +599,12 @@ func (processDriver) health(ctx context.Context, env *Env, rec *state.Entry) hea
 	json.Unmarshal(rec.Spec, &spec)
 	h, d := describe(l, spec.RestartPolicy, id)
 	rep := health.Report{Health: h, Reason: d, Stuck: h == health.Degraded && stuck(l.status)}
-	if st := l.status; st != nil && st.State == supervise.BackingOff {
-		rep.Failures = st.QuickExits // a crash loop that goes on: the gate weighs it
+	if st := l.status; st != nil {
+		// The quick failures in a row of this spec's runs (a new spec
+		// starts at 0), whatever the state it is seen in: backing off, or
+		// up again after them. The gate weighs them against its limit; a
+		// poll that missed the back-off must not miss the crash.
+		rep.Failures = st.QuickExits
 	}
 	return rep
 }

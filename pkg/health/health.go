@@ -46,8 +46,8 @@ type Report struct {
 	// failed at its startLimit, or exited for good). A revision's health
 	// gate judges it bad at once rather than at its deadline.
 	Stuck bool `json:"stuck,omitempty"`
-	// Failures are the quick failures in a row of a crash loop that goes
-	// on (a process backing off): the revision gate weighs them against
-	// its failureLimit.
+	// Failures are a process's quick failures in a row since its spec
+	// last changed, backing off or up again after them: the revision gate
+	// weighs them against its failureLimit.
 	Failures int `json:"failures,omitempty"`
 }

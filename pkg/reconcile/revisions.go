@@ -265,14 +265,19 @@ func (s *Session) look(ctx context.Context, t *Trial, now time.Time) Judgement {
 				continue // declared absent
 			}
 			rep, ok := host.Ready(ctx, rec)
-			if !ok || rep.Health == health.Healthy || rep.Health == health.Suspended {
+			if !ok || rep.Health == health.Suspended {
+				continue
+			}
+			// Before health: a process up again after its quick failures
+			// failed them all the same.
+			if p.FailureLimit > 0 && rep.Failures >= p.FailureLimit {
+				return bad(rec.ID, CauseUnhealthy, "failed quickly %d times in a row (failureLimit %d): %s", rep.Failures, p.FailureLimit, rep.Reason)
+			}
+			if rep.Health == health.Healthy {
 				continue
 			}
 			if rep.Stuck {
 				return bad(rec.ID, CauseUnhealthy, "is %s: %s", rep.Health, rep.Reason)
-			}
-			if p.FailureLimit > 0 && rep.Failures >= p.FailureLimit {
-				return bad(rec.ID, CauseUnhealthy, "failed quickly %d times in a row (failureLimit %d): %s", rep.Failures, p.FailureLimit, rep.Reason)
 			}
 			if failing == "" {
 				failing, reason = rec.ID, fmt.Sprintf("is %s: %s", rep.Health, rep.Reason)
