@@ -84,6 +84,9 @@ type globals struct {
 	// exists is, for a sandbox standing for a host (diff --against), what
 	// that host's export says exists of the paths its resources watch.
 	exists map[string]bool
+	// ageKeyFile is --age-key-file (else SOPS_AGE_KEY_FILE) of a command
+	// that plans or applies.
+	ageKeyFile string
 }
 
 // sourceFlags name where desired state comes from.
@@ -115,6 +118,7 @@ func (s *sourceFlags) add(cmd *cobra.Command) {
 	f.StringVar(&s.auth.CAFile, "ca-file", "", "PEM file of extra CA certificates for HTTPS")
 	f.StringVar(&s.verifyKeyring, "verify-keyring", "", "armored PGP public keys: refuse a tip commit not signed by one of them")
 	f.BoolVar(&s.verifyTags, "verify-tags", false, "with --tag or --semver and --verify-keyring, require a signed annotated tag too")
+	addAgeKeyFlag(cmd)
 }
 
 func (s *sourceFlags) given() bool { return s.dir != "" || s.repo != "" }
@@ -201,6 +205,7 @@ applied, and takes the smallest action that closes the gap.`,
 				return err
 			}
 			g.own = ownFiles(cmd, others)
+			g.own = g.ageKeyFrom(cmd, g.own)
 			// Bars for long operations (a first fetch, a large tree), only
 			// for a person at a terminal: never in a pipe, a log file or
 			// the agent's journal.
@@ -314,7 +319,7 @@ func (g *globals) setup(io streams) error {
 
 // config is the engine's configuration from the global flags.
 func (g *globals) engine() reconcile.Config {
-	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value, Own: g.own}
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value, Own: g.own, AgeKeyFile: g.ageKeyFile}
 }
 
 // ownFileFlags name the files cortex-sync takes its own settings, secrets
@@ -324,6 +329,7 @@ func (g *globals) engine() reconcile.Config {
 var ownFileFlags = []string{
 	"config", "token-file", "webhook-secret-file",
 	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring",
+	"age-key-file",
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 

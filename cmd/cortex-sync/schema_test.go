@@ -92,6 +92,7 @@ var specDocs = map[string]string{
 	"group":                    "Group name or id; managed only when cortex-sync runs as root.",
 	"sensitive":                "true: the content is never shown in diffs or logs, and is named in state.json only by IDs keyed with the host key.",
 	"ensure":                   "present (default) or absent.",
+	"decrypt":                  "sops: the source is a SOPS-encrypted file (YAML, JSON, dotenv or binary) decrypted on the host with --age-key-file; the plaintext is handled as sensitive content and written with mode 0600 unless mode is given. See docs/secrets.md.",
 	"replace":                  "false: create the file when absent, never overwrite its content.",
 	"purge":                    "true: delete entries inside that nothing manages.",
 	"target":                   "What the link points at, written as given.",

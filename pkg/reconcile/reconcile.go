@@ -38,6 +38,9 @@ type Config struct {
 	// (its config, token, keys): reserved under the root like the state
 	// dir, so that no manifest can rewrite them.
 	Own []Own
+	// AgeKeyFile holds the age identities SOPS files (decrypt: sops) are
+	// decrypted with; read once, when first needed.
+	AgeKeyFile string
 }
 
 // Own is a host path cortex-sync owns, and what it is for errors.
@@ -231,6 +234,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 		Root: s.Root, State: s.State, Snapshot: snap,
 		Backups:     &driver.Backups{State: s.State},
 		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
+		Decrypter: driver.NewDecrypter(cfg.AgeKeyFile),
 	}
 	if desired != nil {
 		s.Env.Tree, s.Env.Set = desired.Checkout.Tree, desired.Set

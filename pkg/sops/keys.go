@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"os"
-	"strings"
 
 	"filippo.io/age"
 )
@@ -58,14 +57,4 @@ func (k *Keys) Recipients() []string {
 		return nil
 	}
 	return append([]string(nil), k.public...)
-}
-
-func (k *Keys) describe() string {
-	switch {
-	case k == nil || len(k.identities) == 0:
-		return "this host has no age key (give --age-key-file or SOPS_AGE_KEY_FILE)"
-	case len(k.public) == 0:
-		return fmt.Sprintf("this host's keys (%s) are not X25519 age keys", k.file)
-	}
-	return fmt.Sprintf("this host's key (%s) is %s", k.file, strings.Join(k.public, ", "))
 }

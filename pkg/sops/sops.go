@@ -50,11 +50,12 @@ func (e *NotForThisHostError) Error() string {
 	if len(to) == 0 {
 		to = append(to, "no age recipient")
 	}
-	host := "this host has no age key (give --age-key-file or SOPS_AGE_KEY_FILE)"
+	if len(e.Host) == 0 && e.KeyFile == "" {
+		return fmt.Sprintf("encrypted for %s; this host has no age key: give --age-key-file (or SOPS_AGE_KEY_FILE)", strings.Join(to, "; "))
+	}
+	host := fmt.Sprintf("this host's keys (%s) are not X25519 age keys", e.KeyFile)
 	if len(e.Host) > 0 {
 		host = fmt.Sprintf("this host's key (%s) is %s", e.KeyFile, strings.Join(e.Host, ", "))
-	} else if e.KeyFile != "" {
-		host = fmt.Sprintf("this host's keys (%s) are not X25519 age keys", e.KeyFile)
 	}
 	return fmt.Sprintf("encrypted for %s; %s: add it to the file's recipients (.sops.yaml creation_rules, then sops updatekeys)", strings.Join(to, "; "), host)
 }
