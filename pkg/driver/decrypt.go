@@ -147,3 +147,43 @@ func (p *plaintext) Close() error {
 	clear(p.b)
 	return nil
 }
+
+// sopsSource is a SOPS file a spec decrypts: the field naming it, as
+// given, and its repository path.
+type sopsSource struct {
+	field, source, path string
+}
+
+// encrypted is a spec that decrypts SOPS files of the repository.
+type encrypted interface {
+	sopsSources() []sopsSource
+}
+
+// CheckDecrypt decrypts, with the host's keys, every SOPS file the set's
+// specs would (validate --decrypt), touching nothing: each that does not
+// is a problem naming the manifest, the resource, the field and why. It
+// returns how many files decrypted.
+func CheckDecrypt(tree source.Tree, set *resource.Set, d *Decrypter) (int, error) {
+	env := &Env{Tree: tree, Decrypter: d}
+	n := 0
+	var problems resource.Problems
+	for _, r := range set.Resources() {
+		e, ok := r.Spec.(encrypted)
+		if !ok {
+			continue
+		}
+		for _, s := range e.sopsSources() {
+			plain, err := env.decryptFile(s.path, s.source)
+			if err != nil {
+				problems = append(problems, &resource.FieldError{Origin: r.Origin, Line: r.Origin.Line, ID: r.ID(), Field: s.field, Msg: err.Error()})
+				continue
+			}
+			clear(plain)
+			n++
+		}
+	}
+	if len(problems) > 0 {
+		return n, problems
+	}
+	return n, nil
+}

@@ -59,6 +59,14 @@ func (s *FileSpec) Validate(v *resource.Validation) {
 	}
 }
 
+// sopsSources is the File's SOPS source, when it decrypts one.
+func (s *FileSpec) sopsSources() []sopsSource {
+	if s.Decrypt == "" || s.absent() {
+		return nil
+	}
+	return []sopsSource{{field: "spec.source", source: s.Source, path: s.sourcePath}}
+}
+
 // secret: the content is not to be shown or recorded in the clear.
 func (s *FileSpec) secret() bool { return s.Sensitive || s.Decrypt != "" }
 
