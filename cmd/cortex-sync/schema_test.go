@@ -98,6 +98,8 @@ var specDocs = map[string]string{
 	"target":                   "What the link points at, written as given.",
 	"command":                  "The program and its arguments, as a list; run on the real host with CORTEX_SYNC_ROOT set.",
 	"env":                      "Environment variables.",
+	"secretEnvFile":            "A SOPS-encrypted dotenv file of the repository (source, a name ending in .env; decrypt: sops), decrypted with --age-key-file as the program starts: each variable is a secret as secretEnv's are (redacted in output, never in the plan, the snapshot or the logs); a change of its plaintext restarts the process (runs the command again), a new encryption of the same plaintext does not.",
+	"secretEnvFile.source":     "The SOPS dotenv file, relative to this manifest's directory.",
 	"secretEnv":                "Environment variables whose values are read from host files (absolute paths, under --root) as the program starts; the values never enter the plan, the snapshot or the logs, output showing them is redacted, and a change of a file restarts the process (runs the command again).",
 	"workingDir":               "Absolute working directory.",
 	"user":                     "User to run as (when cortex-sync runs as root).",

@@ -136,6 +136,8 @@ func main() {
 	g.good("multidoc.yaml", multiDocYAML, host, sops.Metadata{})
 	g.good("basic.json", basicJSON, host, sops.Metadata{})
 	g.good("app.env", appEnv, host, sops.Metadata{})
+	g.good("rotated.env", appEnv, host, sops.Metadata{})
+	g.good("changed.env", strings.Replace(appEnv, "tok-123456", "tok-999999", 1), host, sops.Metadata{})
 	g.good("secret.bin", string(bin), host, sops.Metadata{})
 	g.good("rotated.bin", string(bin), host, sops.Metadata{})
 

@@ -186,3 +186,26 @@ func BenchmarkDecrypt(b *testing.B) {
 		})
 	}
 }
+
+func TestDecryptEnv(t *testing.T) {
+	vars, err := DecryptEnv("app.env", fixture(t, "app.env"), keys(t, "host.agekey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, v := range vars {
+		got[v.Name] = v.Value
+	}
+	want := map[string]string{"DATABASE_URL": "postgres://app:pa55@db/app", "API_TOKEN": "tok-123456", "MULTI": "line1\nline2", "EMPTY": "", "PLAIN_unencrypted": "visible"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d variables, want %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: got %q, want %q", k, got[k], v)
+		}
+	}
+	if _, err := DecryptEnv("basic.yaml", fixture(t, "basic.yaml"), keys(t, "host.agekey")); err == nil || !strings.Contains(err.Error(), "basic.yaml: a SOPS yaml file, not dotenv") {
+		t.Fatalf("got %v", err)
+	}
+}
