@@ -2,7 +2,6 @@ package driver
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -70,9 +69,6 @@ func (env *Env) decrypter() *Decrypter {
 	return NewDecrypter("")
 }
 
-// errTooLarge: a SOPS file over sops.MaxSize; it is never read whole.
-var errTooLarge = sops.ErrTooLarge
-
 // readSOPS reads a SOPS file of the tree, refusing one over the cap.
 func readSOPS(open func() (io.ReadCloser, error)) ([]byte, error) {
 	rc, err := open()
@@ -85,7 +81,7 @@ func readSOPS(open func() (io.ReadCloser, error)) ([]byte, error) {
 		return nil, err
 	}
 	if len(b) > sops.MaxSize {
-		return nil, errTooLarge
+		return nil, sops.ErrTooLarge
 	}
 	return b, nil
 }
@@ -128,13 +124,6 @@ func (env *Env) decryptedID(p, name string) (string, error) {
 		d.mu.Unlock()
 	}
 	return env.keyed(id)
-}
-
-// isDecryptError tells a file that cannot be decrypted from trouble
-// reading it.
-func isDecryptError(err error) bool {
-	var nf *sops.NotForThisHostError
-	return errors.As(err, &nf) || errors.Is(err, sops.ErrMACMismatch) || errors.Is(err, sops.ErrTooLarge)
 }
 
 // plaintext reads decrypted bytes and zeroes them when closed.
