@@ -7,7 +7,7 @@ DEMO        := /tmp/cortex-sync-demo
 # (The pid-1 script also uses unshare, from util-linux, and skips without it.)
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
-.PHONY: all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo
+.PHONY: sops-fixtures all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo
 
 all: lint test
 
@@ -56,7 +56,7 @@ test-faults:
 # written, is not a finding and does not fail the target; anything else does.
 FUZZTIME ?= 20s
 FUZZ_TARGETS = resource:FuzzLoad diff:FuzzRender diff:FuzzUnified index:FuzzDecodeIndex \
-	index:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook
+	index:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook sops:FuzzDecrypt
 fuzz:
 	@mkdir -p bin; for t in $(FUZZ_TARGETS); do \
 		pkg=./pkg/$${t%%:*}; name=$${t#*:}; log=bin/fuzz-$$name.log; \
@@ -131,5 +131,11 @@ release-check:
 
 # Regenerate docs/cli, docs/man, docs/config.md and docs/schema from the
 # commands, flags and Go types; a test fails while they are stale.
+# The SOPS fixtures of pkg/sops (and of testdata/script/sops.txtar), made
+# with the sops library by internal/sopsgen, a module of its own so that the
+# main build never compiles sops' cloud KMS SDKs. New keys each time.
+sops-fixtures:
+	cd internal/sopsgen && $(GO) run . ../../pkg/sops/testdata
+
 docs:
 	$(GO) test ./cmd/cortex-sync -run '^TestGeneratedDocs$$' -update

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/cortex-sync/cortex-sync/pkg/apply"
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -212,7 +213,14 @@ func materializeBase(ctx context.Context, g *globals, o *diffOptions, sandbox st
 		return nil, err
 	}
 	if rep.Failed() {
-		return nil, fmt.Errorf("could not rebuild the snapshot's revision %s in a sandbox", snap.Revision)
+		why := ""
+		for _, res := range rep.Results {
+			if res.Outcome == apply.Failed && res.Err != nil {
+				why = fmt.Sprintf(": %s: %v", res.ID, res.Err) // e.g. a SOPS file and no --age-key-file
+				break
+			}
+		}
+		return nil, fmt.Errorf("could not rebuild the snapshot's revision %s in a sandbox%s", snap.Revision, why)
 	}
 	return &sg, nil
 }

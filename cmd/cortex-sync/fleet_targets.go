@@ -96,7 +96,7 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 	}
 	var verr error
 	if o.vars {
-		if doc.Host.Vars, verr = hostVarDocs(f, co, host, g.engine().Decrypt); verr != nil {
+		if doc.Host.Vars, verr = hostVarDocs(f, co, host, g.engine().Decrypt()); verr != nil {
 			doc.Host.VarsError = verr.Error()
 		}
 	}

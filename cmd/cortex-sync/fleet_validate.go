@@ -130,7 +130,7 @@ func caseVars(g *globals, co *checkout, f *resource.Fleet, c resource.Case, repo
 		}
 		h.Labels[k] = v // a host this rule matches has these
 	}
-	s, err := f.Vars(co.Tree, h, g.engine().Decrypt)
+	s, err := f.Vars(co.Tree, h, g.engine().Decrypt())
 	var p resource.Problems
 	if errors.As(err, &p) {
 		for _, e := range p {

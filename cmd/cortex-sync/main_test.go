@@ -164,6 +164,10 @@ func TestScripts(t *testing.T) {
 	testscript.Run(t, scriptParams(filepath.Join("..", "..", "testdata", "script"), nil))
 }
 
+// sopsTestdata holds pkg/sops's fixtures, made with the sops library
+// (make sops-fixtures).
+var sopsTestdata, _ = filepath.Abs(filepath.Join("..", "..", "pkg", "sops", "testdata"))
+
 // scriptParams is how every suite of scripts runs: $ROOT and $STATE in the
 // work dir (plus env), the helper commands, and no process left behind.
 func scriptParams(dir string, env map[string]string) testscript.Params {
@@ -180,6 +184,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			}
 			e.Setenv("ROOT", filepath.Join(e.WorkDir, "root"))
 			e.Setenv("STATE", filepath.Join(e.WorkDir, "state"))
+			e.Setenv("SOPSDATA", sopsTestdata) // fixtures made with the sops library
 			e.Defer(func() { stopProcesses(e.WorkDir) })
 			return os.MkdirAll(filepath.Join(e.WorkDir, "root"), 0o755)
 		},

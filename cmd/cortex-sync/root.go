@@ -85,6 +85,9 @@ type globals struct {
 	// exists is, for a sandbox standing for a host (diff --against), what
 	// that host's export says exists of the paths its resources watch.
 	exists map[string]bool
+	// ageKeyFile is --age-key-file (else SOPS_AGE_KEY_FILE) of a command
+	// that plans or applies.
+	ageKeyFile string
 }
 
 // sourceFlags name where desired state comes from.
@@ -122,6 +125,7 @@ func (s *sourceFlags) add(cmd *cobra.Command) {
 	f.StringVar(&s.verifyMode, "verify-mode", "", "what must be signed: head (the tip commit, the default), tag, tag-and-head, or ancestry (every first-parent commit since the applied one)")
 	f.BoolVar(&s.verifyTags, "verify-tags", false, "the same as --verify-mode tag-and-head: with --tag or --semver, require a signed annotated tag too")
 	f.BoolVar(&s.verifyCommitterMatch, "verify-committer-match", false, "require the signer to be the committer: its SSH principal or OpenPGP identity is the committer's email")
+	addAgeKeyFlag(cmd)
 }
 
 func (s *sourceFlags) given() bool { return s.dir != "" || s.repo != "" }
@@ -233,6 +237,7 @@ applied, and takes the smallest action that closes the gap.`,
 				return err
 			}
 			g.own = ownFiles(cmd, others)
+			g.own = g.ageKeyFrom(cmd, g.own)
 			// Bars for long operations (a first fetch, a large tree), only
 			// for a person at a terminal: never in a pipe, a log file or
 			// the agent's journal.
@@ -350,7 +355,7 @@ func (g *globals) setup(io streams) error {
 
 // config is the engine's configuration from the global flags.
 func (g *globals) engine() reconcile.Config {
-	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value, Own: g.own}
+	return reconcile.Config{Root: g.root, Allowed: g.allowed, Limits: g.limits, StateDir: g.stateDir, Concurrency: g.concurrency, LockTimeout: g.lockTimeout, Log: g.log, Host: g.host.value, Own: g.own, AgeKeyFile: g.ageKeyFile}
 }
 
 // ownFileFlags name the files cortex-sync takes its own settings, secrets
@@ -360,6 +365,7 @@ func (g *globals) engine() reconcile.Config {
 var ownFileFlags = []string{
 	"config", "token-file", "webhook-secret-file",
 	"password-file", "ssh-key-file", "ssh-key-passphrase-file", "known-hosts-file", "ca-file", "verify-keyring", "verify-allowed-signers", "plan-signers",
+	"age-key-file",
 	"etcd-cert-file", "etcd-key-file", "etcd-ca-file",
 }
 

@@ -14,8 +14,9 @@ import (
 )
 
 type validateOptions struct {
-	src    sourceFlags
-	output string
+	src     sourceFlags
+	output  string
+	decrypt bool
 }
 
 func newValidateCmd(g *globals, io streams) *cobra.Command {
@@ -54,6 +55,7 @@ checks only what that host gets.`,
 	}
 	o.src.add(cmd)
 	addOutputFlag(cmd, &o.output)
+	cmd.Flags().BoolVar(&o.decrypt, "decrypt", false, "also decrypt every SOPS file the manifests name (decrypt: sops) with this host's age key (--age-key-file), touching nothing")
 	return cmd
 }
 
@@ -70,6 +72,10 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return validateFleet(g, o, io, co, f, err)
 	}
 	set, err := g.engine().Manifests().Load(co.Tree, co.Path, driver.Kinds())
+	decrypted := 0
+	if err == nil && o.decrypt {
+		decrypted, err = driver.CheckDecrypt(co.Tree, set, driver.NewDecrypter(g.ageKeyFile))
+	}
 	if o.output == "json" {
 		doc := validateDoc{Valid: err == nil, Source: co.url, Revision: co.Revision, Problems: []problemDoc{}}
 		if err != nil {
@@ -88,6 +94,9 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 		return nil
 	}
 	fmt.Fprintf(io.Out, "%s valid in %s\n", plural(set.Len(), "resource"), co.where)
+	if o.decrypt {
+		fmt.Fprintf(io.Out, "%s decrypted with this host's key\n", plural(decrypted, "SOPS file"))
+	}
 	return nil
 }
 

@@ -297,6 +297,12 @@ func runCommand(ctx context.Context, env *Env, spec *CommandSpec, argv []string,
 	if err != nil {
 		return nil, -1, err
 	}
+	fromFile, err := readSecretEnvFile(env, &spec.Exec)
+	if err != nil {
+		return nil, -1, err
+	}
+	defer func() { clear(fromFile) }()
+	secrets = append(secrets, fromFile...)
 	cmd.Env = processEnv(env, spec.Env, home)
 	if p, err := supervise.LookPath(argv[0], cmd.Env); err == nil {
 		cmd.Path = p

@@ -107,6 +107,9 @@ type Env struct {
 	// Keys keys the IDs of sensitive content and secret files with the
 	// state dir's host key.
 	Keys *Keys
+	// Decrypter decrypts the SOPS files specs name (decrypt: sops) with
+	// the host's age keys.
+	Decrypter *Decrypter
 	// legacyIDs names content as an older cortex-sync did, where it had
 	// another form (legacyHash).
 	legacyIDs bool

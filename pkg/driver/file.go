@@ -21,14 +21,17 @@ import (
 // FileSpec is a File's desired state.
 type FileSpec struct {
 	resource.Base `yaml:",inline"`
-	Path          string          `yaml:"path" json:"path"`
-	Content       *string         `yaml:"content" json:"-"` // named by ContentID, never stored
-	Source        string          `yaml:"source" json:"source,omitempty"`
-	Mode          *resource.Mode  `yaml:"mode" json:"mode,omitempty"`
-	Owner         string          `yaml:"owner" json:"owner,omitempty"`
-	Group         string          `yaml:"group" json:"group,omitempty"`
-	Sensitive     bool            `yaml:"sensitive" json:"sensitive,omitempty"`
-	Ensure        resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
+	Path          string         `yaml:"path" json:"path"`
+	Content       *string        `yaml:"content" json:"-"` // named by ContentID, never stored
+	Source        string         `yaml:"source" json:"source,omitempty"`
+	Mode          *resource.Mode `yaml:"mode" json:"mode,omitempty"`
+	Owner         string         `yaml:"owner" json:"owner,omitempty"`
+	Group         string         `yaml:"group" json:"group,omitempty"`
+	Sensitive     bool           `yaml:"sensitive" json:"sensitive,omitempty"`
+	// Decrypt "sops": source is a SOPS file; the target holds its
+	// plaintext, handled as sensitive content, mode 0600 unless given.
+	Decrypt string          `yaml:"decrypt" json:"decrypt,omitempty"`
+	Ensure  resource.Ensure `yaml:"ensure" json:"ensure,omitempty"`
 	// Replace false creates the file when absent and never overwrites it.
 	Replace *bool `yaml:"replace" json:"replace,omitempty"`
 
@@ -51,6 +54,30 @@ func (s *FileSpec) Validate(v *resource.Validation) {
 	case s.Source != "":
 		s.sourcePath = v.SourcePath("spec.source", s.Source, false)
 	}
+	validDecrypt(v, "spec.decrypt", s.Decrypt)
+	if s.Decrypt != "" && s.Content != nil {
+		v.Errorf("spec.decrypt", "decrypts a source: a SOPS file in the repository, not inline content")
+	}
+}
+
+// sopsSources is the File's SOPS source, when it decrypts one.
+func (s *FileSpec) sopsSources() []sopsSource {
+	if s.Decrypt == "" || s.absent() {
+		return nil
+	}
+	return []sopsSource{{field: "spec.source", source: s.Source, path: s.sourcePath}}
+}
+
+// secret: the content is not to be shown or recorded in the clear.
+func (s *FileSpec) secret() bool { return s.Sensitive || s.Decrypt != "" }
+
+// mode is the wanted mode: a decrypted file's is 0600 unless given.
+func (s *FileSpec) mode() *resource.Mode {
+	if s.Mode == nil && s.Decrypt != "" {
+		m := resource.Mode(0o600)
+		return &m
+	}
+	return s.Mode
 }
 
 // Claims is the file's path.
@@ -71,6 +98,8 @@ func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, error) {
 		return rec.ContentID, nil
 	case s.Content != nil:
 		return env.keyedIf(s.Sensitive, source.ContentDigest([]byte(*s.Content)))
+	case s.Decrypt != "":
+		return env.decryptedID(s.sourcePath, s.Source)
 	}
 	id, err := env.Tree.ContentID(s.sourcePath)
 	if err != nil {
@@ -84,7 +113,7 @@ func (s *FileSpec) desired(env *Env, rec *state.Entry) (string, error) {
 // no other form.
 func (s *FileSpec) legacy(env *Env) func() (string, error) {
 	switch {
-	case env.recalled():
+	case env.recalled(), s.Decrypt != "":
 		return nil
 	case s.Content != nil:
 		return func() (string, error) { return env.keyedIf(s.Sensitive, source.LegacyDigest([]byte(*s.Content))) }
@@ -111,6 +140,15 @@ func (s *FileSpec) opener(env *Env) func() (io.ReadCloser, error) {
 	case s.Content != nil:
 		b := []byte(*s.Content)
 		return func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil }
+	case s.Decrypt != "":
+		// the plaintext lives in memory only while it is compared or written
+		return func() (io.ReadCloser, error) {
+			b, err := env.decryptFile(s.sourcePath, s.Source)
+			if err != nil {
+				return nil, err
+			}
+			return &plaintext{Reader: bytes.NewReader(b), b: b}, nil
+		}
 	}
 	return func() (io.ReadCloser, error) { return env.Tree.Open(s.sourcePath) }
 }
@@ -122,7 +160,7 @@ func (s *FileSpec) opener(env *Env) func() (io.ReadCloser, error) {
 // next save of the snapshot stores the keyed form: a migration, never a
 // rewrite of the file.
 func keyRecord(env *Env, spec *FileSpec, rec *state.Entry) (*state.Entry, error) {
-	if rec == nil || spec == nil || !spec.Sensitive || spec.absent() {
+	if rec == nil || spec == nil || !spec.secret() || spec.absent() {
 		return rec, nil
 	}
 	if isKeyed(rec.ContentID) && (rec.Live == nil || rec.Live.SHA256 == "" || isKeyed(rec.Live.SHA256)) {
@@ -286,7 +324,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 		return c, nil
 	}
 	o.Desired = true
-	if w.attrs, err = wantAttrs(spec.Mode, spec.Owner, spec.Group); err != nil {
+	if w.attrs, err = wantAttrs(spec.mode(), spec.Owner, spec.Group); err != nil {
 		return nil, err
 	}
 	if w.contentID, err = spec.desired(env, rec); err != nil {
@@ -306,7 +344,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	switch {
 	case live == nil:
 		o.Attrs = w.attrs.diffs(nil)
-		c.Content, err = contentDiff(nil, "", nil, open, spec.Sensitive)
+		c.Content, err = contentDiff(nil, "", nil, open, spec.secret())
 		return c, err
 	case o.WrongType != "":
 		c.Attrs = []diff.Attr{{Field: "type", Before: o.WrongType, After: "file"}}
@@ -324,7 +362,7 @@ func (fileDriver) Observe(ctx context.Context, env *Env, r *resource.Resource, r
 	}
 	o.Attrs = w.attrs.diffs(live)
 	if !o.Matches {
-		c.Content, err = contentDiff(d, base, live, open, spec.Sensitive)
+		c.Content, err = contentDiff(d, base, live, open, spec.secret())
 	}
 	return c, err
 }
@@ -480,7 +518,7 @@ func (fileDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*state.E
 			return nil, err
 		}
 	}
-	if sum, err = env.keyedIf(spec.Sensitive, sum); err != nil {
+	if sum, err = env.keyedIf(spec.secret(), sum); err != nil {
 		return nil, err
 	}
 	e := newEntry(c.Desired, spec.Path)

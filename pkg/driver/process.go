@@ -139,6 +139,9 @@ type Exec struct {
 	// shows one is stored and shown as [redacted:NAME]. A change of a
 	// file's content restarts the Process (re-runs the Command).
 	SecretEnv map[string]string `yaml:"secretEnv" json:"secretEnv,omitempty"`
+	// SecretEnvFile is a SOPS dotenv file of the repository whose
+	// variables are secrets as secretEnv's are (decrypt: sops).
+	SecretEnvFile *SecretEnvFile `yaml:"secretEnvFile" json:"secretEnvFile,omitempty"`
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -167,6 +170,7 @@ func (x *Exec) validate(v *resource.Validation) {
 			v.AbsPath(field, p)
 		}
 	}
+	x.SecretEnvFile.validate(v)
 	if x.WorkingDir != "" && !path.IsAbs(x.WorkingDir) {
 		v.Errorf("spec.workingDir", "%q must be an absolute path", x.WorkingDir)
 	}
@@ -258,10 +262,16 @@ func effectiveHash(env *Env, r *resource.Resource, x *Exec, on []resource.ID) (h
 	if err != nil {
 		return "", "", err
 	}
-	if hash, err = inputsHash(env, r, secrets, on); err != nil || len(x.SecretEnv) == 0 {
+	fromFile, err := secretEnvFileDigest(env, x)
+	if err != nil {
+		return "", "", err
+	}
+	// A secretEnvFile is in Git: a change of its plaintext is a change in
+	// Git, so it is in inputs too.
+	if hash, err = inputsHash(env, r, secrets+fromFile, on); err != nil || len(x.SecretEnv) == 0 {
 		return hash, "", err
 	}
-	inputs, err = inputsHash(env, r, "", on)
+	inputs, err = inputsHash(env, r, fromFile, on)
 	return hash, inputs, err
 }
 
@@ -305,7 +315,9 @@ func inputsHash(env *Env, r *resource.Resource, secrets string, on []resource.ID
 // in use either may be the cause.
 func inputsChanged(x *Exec, on []resource.ID, verb string) string {
 	switch {
-	case len(x.SecretEnv) == 0:
+	case x.SecretEnvFile != nil && len(on) == 0 && len(x.SecretEnv) == 0:
+		return "the plaintext of its secretEnvFile changed"
+	case !x.hasSecrets():
 		return "a resource it " + verb + " changed"
 	case len(on) == 0:
 		return "a secretEnv file changed"
@@ -652,9 +664,13 @@ func shimSpec(env *Env, r *resource.Resource, spec *ProcessSpec, hash string) (s
 		}
 		secretFiles[s.name] = s.host // the supervisor reads it; the value stays out of the spec file
 	}
+	sopsEnv, err := sopsEnvSpec(env, &spec.Exec)
+	if err != nil {
+		return supervise.Spec{}, err
+	}
 	stopSig, stopTimeout := spec.stop()
 	return supervise.Spec{
-		ID: string(r.ID()), Name: name, Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir, SecretEnv: secretFiles,
+		ID: string(r.ID()), Name: name, Command: spec.Command, Env: processEnv(env, spec.Env, home), Dir: dir, SecretEnv: secretFiles, SecretEnvFile: sopsEnv,
 		UID: uid, GID: gid, RestartPolicy: spec.RestartPolicy.OrDefault(), StopSignal: stopSig, StopTimeout: stopTimeout,
 		Backoff: supervise.Backoff{
 			MinUptime: spec.MinUptime.Std(), Delay: spec.RestartDelay.Std(),

@@ -197,6 +197,9 @@ func secretsDigest(env *Env, m map[string]string) (string, error) {
 func redactor(secrets []secret) *supervise.Redactor {
 	pairs := make([]supervise.Secret, 0, len(secrets))
 	for _, s := range secrets {
+		if s.value == "" {
+			continue // nothing to redact
+		}
 		pairs = append(pairs, supervise.Secret{Name: s.name, Value: s.value})
 	}
 	return supervise.NewRedactor(pairs)

@@ -39,9 +39,10 @@ type Config struct {
 	// (its config, token, keys): reserved under the root like the state
 	// dir, so that no manifest can rewrite them.
 	Own []Own
-	// Decrypt decrypts a SOPS-encrypted vars file (substitution); nil
-	// refuses one.
-	Decrypt vars.Decrypt
+	// AgeKeyFile holds the age identities SOPS files (decrypt: sops, and
+	// encrypted vars files) are decrypted with; read once, when first
+	// needed. "": none, and an encrypted file is refused, saying so.
+	AgeKeyFile string
 }
 
 // Own is a host path cortex-sync owns, and what it is for errors.
@@ -141,9 +142,19 @@ func (m *ManifestError) Error() string {
 
 func (m *ManifestError) Unwrap() error { return m.Err }
 
-// Manifests are the load options of c: its allowed paths, limits and host.
+// Manifests are the load options of c: its allowed paths, limits and host,
+// and the key of the SOPS-encrypted vars files its substitutions read.
 func (c Config) Manifests() resource.Options {
-	return resource.Options{AllowedPaths: c.Allowed, Reserved: c.Reserved(), Limits: c.Limits, Host: c.Host, Decrypt: c.Decrypt}
+	return resource.Options{AllowedPaths: c.Allowed, Reserved: c.Reserved(), Limits: c.Limits, Host: c.Host, Decrypt: c.Decrypt()}
+}
+
+// Decrypt decrypts a SOPS file with the host's age key; nil without one
+// (an encrypted vars file is then refused as such).
+func (c Config) Decrypt() vars.Decrypt {
+	if c.AgeKeyFile == "" {
+		return nil
+	}
+	return driver.NewDecrypter(c.AgeKeyFile).Decrypt
 }
 
 // Load fetches the source's current revision and validates it. An invalid
@@ -235,6 +246,7 @@ func Open(ctx context.Context, cfg Config, desired *Desired, write bool) (*Sessi
 		Root: s.Root, State: s.State, Snapshot: snap,
 		Backups:     &driver.Backups{State: s.State},
 		Concurrency: cfg.Concurrency, Log: cfg.Log, Keys: driver.NewKeys(s.State),
+		Decrypter: driver.NewDecrypter(cfg.AgeKeyFile),
 	}
 	if desired != nil {
 		s.Env.Tree, s.Env.Set = desired.Checkout.Tree, desired.Set

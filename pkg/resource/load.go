@@ -436,6 +436,9 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([
 		if len(n.Content) == 0 || n.Content[0].Tag == "!!null" {
 			continue // an empty document, e.g. a trailing "---"
 		}
+		if isSOPS(n.Content[0]) {
+			continue // a SOPS-encrypted data file (decrypt: sops), not a manifest
+		}
 		r, err := decodeDoc(n.Content[0], origin, kinds, tree, b.vars)
 		if r != nil {
 			list = append(list, r)
@@ -615,6 +618,20 @@ func (r *Resource) idIfNamed() ID {
 
 func kindNames(kinds Kinds) []string {
 	return slices.Sorted(maps.Keys(kinds))
+}
+
+// isSOPS reports whether a document is a SOPS-encrypted YAML file: no
+// apiVersion or kind, and a top-level sops mapping with a MAC.
+func isSOPS(m *yaml.Node) bool {
+	if m.Kind != yaml.MappingNode || hasKey(m, "apiVersion") || hasKey(m, "kind") {
+		return false
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if v := m.Content[i+1]; m.Content[i].Value == "sops" && v.Kind == yaml.MappingNode {
+			return hasKey(v, "mac")
+		}
+	}
+	return false
 }
 
 func hasKey(m *yaml.Node, key string) bool {

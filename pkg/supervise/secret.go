@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/cortex-sync/cortex-sync/internal/exemem"
+	"github.com/cortex-sync/cortex-sync/pkg/sops"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,29 @@ func loadSecrets(spec *Spec) ([]Secret, error) {
 		}
 		out = append(out, Secret{Name: n, Value: v})
 	}
+	if f := spec.SecretEnvFile; f != nil {
+		keys, err := sops.ReadKeys(f.AgeKeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("secretEnvFile %s: %w", f.Name, err)
+		}
+		vars, err := sops.DecryptEnv(f.Name, []byte(f.Data), keys)
+		if err != nil {
+			return nil, fmt.Errorf("secretEnvFile: %w", err)
+		}
+		for _, v := range vars {
+			out = append(out, Secret{Name: v.Name, Value: v.Value})
+		}
+	}
 	return out, nil
+}
+
+// SOPSEnv is a SOPS-encrypted dotenv file for a supervisor to decrypt:
+// its ciphertext (the plaintext is never written), the name that gives
+// its format, and the age identity file to decrypt it with.
+type SOPSEnv struct {
+	Name       string `json:"name"`
+	Data       string `json:"data"`
+	AgeKeyFile string `json:"ageKeyFile"`
 }
 
 func readSecretFile(p string) (string, error) {

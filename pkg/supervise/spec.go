@@ -137,19 +137,22 @@ type Spec struct {
 	// SecretEnv maps variables to the host files (--root resolved) the
 	// supervisor reads their values from as it starts the process; the
 	// values are never written here.
-	SecretEnv     map[string]string `json:"secretEnv,omitempty"`
-	Dir           string            `json:"dir,omitempty"`
-	UID           int               `json:"uid"` // -1: as the supervisor
-	GID           int               `json:"gid"`
-	RestartPolicy RestartPolicy     `json:"restartPolicy"`
-	Backoff       Backoff           `json:"backoff"`
-	StopSignal    syscall.Signal    `json:"stopSignal"`
-	StopTimeout   time.Duration     `json:"stopTimeout"`
-	Liveness      *health.Probe     `json:"liveness,omitempty"`
-	Readiness     *health.Probe     `json:"readiness,omitempty"`
-	LogFile       string            `json:"logFile"`
-	LogMax        int64             `json:"logMax"` // bytes before the log rotates
-	Hash          string            `json:"hash"`   // the effective spec, echoed in the status
+	SecretEnv map[string]string `json:"secretEnv,omitempty"`
+	// SecretEnvFile is a SOPS dotenv file the supervisor decrypts as it
+	// starts the process: each variable is a secret as SecretEnv's are.
+	SecretEnvFile *SOPSEnv       `json:"secretEnvFile,omitempty"`
+	Dir           string         `json:"dir,omitempty"`
+	UID           int            `json:"uid"` // -1: as the supervisor
+	GID           int            `json:"gid"`
+	RestartPolicy RestartPolicy  `json:"restartPolicy"`
+	Backoff       Backoff        `json:"backoff"`
+	StopSignal    syscall.Signal `json:"stopSignal"`
+	StopTimeout   time.Duration  `json:"stopTimeout"`
+	Liveness      *health.Probe  `json:"liveness,omitempty"`
+	Readiness     *health.Probe  `json:"readiness,omitempty"`
+	LogFile       string         `json:"logFile"`
+	LogMax        int64          `json:"logMax"` // bytes before the log rotates
+	Hash          string         `json:"hash"`   // the effective spec, echoed in the status
 	// Cgroup is the cgroup v2 directory to run it in; empty when there is
 	// no writable cgroup v2 hierarchy (the process group then).
 	Cgroup string `json:"cgroup,omitempty"`
