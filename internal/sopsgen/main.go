@@ -27,6 +27,11 @@ import (
 	"github.com/getsops/sops/v3/version"
 )
 
+// varsYAML is a flat vars file, its one secret found nowhere else.
+const varsYAML = `db_password: Zq8-vars-s3cret
+db_user: shop
+`
+
 const basicYAML = `# A head comment
 database:
     host: db.internal # inline comment
@@ -110,13 +115,9 @@ func main() {
 		log.Fatal("usage: sopsgen DIR")
 	}
 	g := &gen{dir: os.Args[1]}
-	var err error
-	if g.host, err = age.GenerateX25519Identity(); err != nil {
-		log.Fatal(err)
-	}
-	if g.other, err = age.GenerateX25519Identity(); err != nil {
-		log.Fatal(err)
-	}
+	// The keys of an earlier run are kept: a fixture added later is made
+	// for the same hosts, and the others' ciphertext alone changes.
+	g.host, g.other = g.identity("host.agekey"), g.identity("other.agekey")
 	g.write("host.agekey", []byte(fmt.Sprintf("# public key: %s\n%s\n", g.host.Recipient(), g.host)))
 	g.write("other.agekey", []byte(fmt.Sprintf("# public key: %s\n%s\n", g.other.Recipient(), g.other)))
 	os.Setenv("SOPS_AGE_KEY_FILE", filepath.Join(g.dir, "host.agekey"))
@@ -138,6 +139,8 @@ func main() {
 	g.good("app.env", appEnv, host, sops.Metadata{})
 	g.good("rotated.env", appEnv, host, sops.Metadata{})
 	g.good("changed.env", strings.Replace(appEnv, "tok-123456", "tok-999999", 1), host, sops.Metadata{})
+	g.good("vars.yaml", varsYAML, host, sops.Metadata{}) // a vars file (substitution)
+	g.good("vars-rotated.yaml", varsYAML, host, sops.Metadata{})
 	g.good("secret.bin", string(bin), host, sops.Metadata{})
 	g.good("rotated.bin", string(bin), host, sops.Metadata{})
 
@@ -286,4 +289,20 @@ func flipData(b []byte, prefix string) []byte {
 		out[j] = 'A'
 	}
 	return out
+}
+
+// identity reads the age identity of an earlier run from name, or makes one.
+func (g *gen) identity(name string) *age.X25519Identity {
+	if b, err := os.ReadFile(filepath.Join(g.dir, name)); err == nil {
+		ids, err := age.ParseIdentities(bytes.NewReader(b))
+		if err != nil || len(ids) != 1 {
+			log.Fatalf("%s: %v", name, err)
+		}
+		return ids[0].(*age.X25519Identity)
+	}
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		log.Fatal(err)
+	}
+	return id
 }
