@@ -42,6 +42,7 @@ type singletonFleet struct {
 	endpoints []string
 	fleet     string
 	agents    map[string]*procAgent
+	args      []string // more flags for every agent
 }
 
 func newSingletonFleet(t testing.TB, endpoints []string) *singletonFleet {
@@ -116,6 +117,7 @@ func (f *singletonFleet) start(name string, endpoints []string) *procAgent {
 	a.cmd = exec.Command(f.bin, "run", "--repo", "file://"+f.repo, "--branch", "main", "--root", a.root, "--state-dir", a.state,
 		"--host-name", name, "--etcd-endpoints", strings.Join(endpoints, ","), "--singleton-ttl", "2s",
 		"--interval", "1h", "--listen", "127.0.0.1:0", "--log-level", "info")
+	a.cmd.Args = append(a.cmd.Args, f.args...)
 	a.cmd.Stderr = a.stderr
 	if err := a.cmd.Start(); err != nil {
 		f.t.Fatal(err)

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -209,5 +212,49 @@ func TestFleetRolloutResumeNothingToResume(t *testing.T) {
 	code, out, errs = runCLI(t, append([]string{"fleet", "rollout", "resume", "--revision", "main@sha1:" + strings.Repeat("d", 40)}, etcd...)...)
 	if code == 0 || out != "" || !strings.Contains(errs, "written by a newer cortex-sync (schema 9; this one reads up to 1)") {
 		t.Fatalf("resume of a rollout of a newer schema: exit %d\n%s%s", code, out, errs)
+	}
+}
+
+// TestFleetStatusNamesASignatureRefusal: a host whose agent refuses the
+// source's newest revision for its signature (here, unsigned) is shown so
+// by fleet status, naming the commit and why, from the record the agent
+// writes to etcd.
+func TestFleetStatusNamesASignatureRefusal(t *testing.T) {
+	cl := etcdtest.New(t)
+	f := newSingletonFleet(t, cl.Endpoints())
+	key := filepath.Join(t.TempDir(), "alice")
+	if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "alice", "-f", key).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, out)
+	}
+	pub, err := os.ReadFile(key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	signers := filepath.Join(t.TempDir(), "allowed_signers")
+	if err := os.WriteFile(signers, append([]byte("t@example.com "), pub...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	head, err := exec.Command("git", "-C", f.repo, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := strings.TrimSpace(string(head))
+	// The fleet is named: the one fleet.yaml this host has is in the
+	// refused revision, which is not read.
+	f.args = []string{"--verify-allowed-signers", signers, "--fleet", f.fleet}
+	a := f.start("h1", nil)
+	args := []string{"fleet", "status", "--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--fleet", f.fleet}
+	want := regexp.MustCompile(`(?m)^h1 .*revision main@sha1:` + commit[:12] + `.* refused for its signature: commit ` + commit + ` is not signed`)
+	for end := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		code, out, errs := runCLI(t, args...)
+		if code == 1 && want.MatchString(out) {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("fleet status (exit %d) does not name the refusal:\n%s%s\nagent:\n%s", code, out, errs, a.stderr.String())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(a.root, "single")); err == nil {
+		t.Error("something of the refused revision was applied")
 	}
 }
