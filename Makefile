@@ -56,7 +56,8 @@ test-faults:
 # written, is not a finding and does not fail the target; anything else does.
 FUZZTIME ?= 20s
 FUZZ_TARGETS = resource:FuzzLoad diff:FuzzRender diff:FuzzUnified index:FuzzDecodeIndex \
-	index:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook sops:FuzzDecrypt
+	index:FuzzIndexLog state:FuzzLoadSnapshot agent:FuzzWebhook sops:FuzzDecrypt \
+	vars:FuzzRender trust:FuzzParseAllowedSigners
 fuzz:
 	@mkdir -p bin; for t in $(FUZZ_TARGETS); do \
 		pkg=./pkg/$${t%%:*}; name=$${t#*:}; log=bin/fuzz-$$name.log; \
