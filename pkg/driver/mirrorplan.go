@@ -815,6 +815,16 @@ func (p *treePlanner) decideUndesired(ctx context.Context, d *dirCompare) error 
 		switch {
 		case temp:
 			op.reason = diff.Drifted // left by an interrupted write
+		case !le.Mode.IsDir() && p.env.Set != nil && p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
+			// Another resource's now (a file of the source that is
+			// encrypted now, which a File of its own decrypts): it
+			// takes it over as it is, and the index forgets it.
+			if prev != nil {
+				p.ix.mu.Lock()
+				p.ix.x.Delete(sub)
+				p.ix.mu.Unlock()
+			}
+			continue
 		case prev != nil || intended:
 			op.reason, op.backup = diff.RemovedFromGit, !owned
 		case p.spec.Purge && !p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
