@@ -238,3 +238,25 @@ func (s *DirectorySpec) decryptedDigest(env *Env, w io.Writer) error {
 	}
 	return nil
 }
+
+// yieldedPaths are the host paths of the Files r declared that left Git
+// while r stays (decrypt: sops turned off, an entry no longer
+// encrypted): this pass deletes each, as its File's record allows, and
+// the mirror writes what its source now has there in the next pass,
+// never over a decrypted file (which it would back up, plaintext and
+// all, as a file it did not write).
+func yieldedPaths(env *Env, r *resource.Resource) map[string]bool {
+	if r == nil || env.Snapshot == nil || env.Set == nil {
+		return nil
+	}
+	var m map[string]bool
+	for _, e := range env.Snapshot.Inventory {
+		if e.GeneratedBy == string(r.ID()) && env.Set.Get(resource.ID(e.ID)) == nil {
+			if m == nil {
+				m = map[string]bool{}
+			}
+			m[e.Path] = true
+		}
+	}
+	return m
+}

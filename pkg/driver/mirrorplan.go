@@ -55,7 +55,7 @@ type treePlan struct {
 // directories handed to them, the last open directories handed over and
 // the comparisons waited for, and the plan put in order.
 func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
-	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
+	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out, yielded: yieldedPaths(env, r)}
 	if top != nil && ix.x != nil && ix.x.Len() > 0 {
 		p.scope = env.Scope // what an event named, in a tree written before
 	}
@@ -391,6 +391,9 @@ type treePlanner struct {
 	// what is below it) and the directories on the way to them: what a
 	// watch event named (Env.Scope).
 	scope []string
+	// yielded are host paths the mirror leaves alone in this pass (see
+	// yieldedPaths).
+	yielded map[string]bool
 }
 
 // relevant reports whether the entry at rel is looked at: in the scope,
@@ -738,6 +741,9 @@ func (p *treePlanner) decideEntry(ctx context.Context, d *dirCompare, e *desired
 		prev = p.recorded(e)
 	} else {
 		le, ok = d.live[name]
+	}
+	if ok && p.yielded[path.Join(p.spec.Path, e.Path)] {
+		return nil // written in the next pass, once its File is gone
 	}
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
