@@ -233,3 +233,31 @@ func TestDirectoryDecryptMirror(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDirectoryDecryptDigest: what restarts on a Directory with decrypt:
+// sops (restartOn) sees a change of a secret in it, and not a key
+// rotation.
+func TestDirectoryDecryptDigest(t *testing.T) {
+	h := newHost(t)
+	sopsRepo(t, h, confDir)
+	digest := func() string {
+		t.Helper()
+		s := sopsSession(h, false)
+		defer s.Close()
+		host := s.Host()
+		d, err := driver.DesiredDigest(host.Env, host.Env.Set.Get("Directory/conf"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	first := digest()
+	h.write(filepath.Join(h.repo, "conf/db.yaml"), fixture(t, "rotated.yaml"))
+	if got := digest(); got != first {
+		t.Errorf("a key rotation changed the Directory's digest")
+	}
+	h.write(filepath.Join(h.repo, "conf/db.yaml"), fixture(t, "regex.yaml"))
+	if got := digest(); got == first {
+		t.Errorf("a new secret left the Directory's digest as it was")
+	}
+}
