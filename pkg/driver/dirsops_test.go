@@ -261,3 +261,28 @@ func TestDirectoryDecryptDigest(t *testing.T) {
 		t.Errorf("a new secret left the Directory's digest as it was")
 	}
 }
+
+// TestDirectoryDecryptScoped: a watch event on a decrypted file edited by
+// hand is no change of its Directory's, even with purge (the file is its
+// File's), and drift of its File's.
+func TestDirectoryDecryptScoped(t *testing.T) {
+	h := newHost(t)
+	sopsRepo(t, h, manifest+`kind: Directory
+metadata: {name: conf}
+spec: {path: /etc/conf, source: conf, decrypt: sops, purge: true}
+`)
+	sopsSync(h, false)
+	h.write(h.hostPath("/etc/conf/db.yaml"), "edited by hand\n")
+	s := sopsSession(h, false)
+	host := s.Host()
+	host.Env.Snapshot = s.View()
+	host.Env.Scope = []string{"db.yaml"}
+	dir := diff.One(context.Background(), host, host.Env.Set.Get("Directory/conf"), host.Env.Snapshot.Find("Directory/conf"))
+	if dir.Err != nil || dir.Action != diff.NoOp || len(dir.Files) > 0 {
+		t.Fatalf("the Directory, scoped to the decrypted file: %s %v %+v", dir.Action, dir.Err, dir.Files)
+	}
+	f := diff.One(context.Background(), host, host.Env.Set.Get("File/conf/db.yaml"), host.Env.Snapshot.Find("File/conf/db.yaml"))
+	if f.Err != nil || f.Action != diff.Update || f.Reason != diff.Drifted {
+		t.Fatalf("its File: %s (%s) %v", f.Action, f.Reason, f.Err)
+	}
+}
