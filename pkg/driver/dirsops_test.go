@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -284,5 +285,28 @@ spec: {path: /etc/conf, source: conf, decrypt: sops, purge: true}
 	f := diff.One(context.Background(), host, host.Env.Set.Get("File/conf/db.yaml"), host.Env.Snapshot.Find("File/conf/db.yaml"))
 	if f.Err != nil || f.Action != diff.Update || f.Reason != diff.Drifted {
 		t.Fatalf("its File: %s (%s) %v", f.Action, f.Reason, f.Err)
+	}
+}
+
+// TestDirectoryDecryptBounds: more encrypted entries than a Directory may
+// declare Files for, and an entry whose path cannot be a name, are
+// refused, naming the Directory and its source.
+func TestDirectoryDecryptBounds(t *testing.T) {
+	h := newHost(t)
+	sopsRepo(t, h, confDir)
+	h.write(filepath.Join(h.repo, "conf/bad\x1bname.yaml"), fixture(t, "basic.yaml"))
+	_, err := loadSet(t, h.repo)
+	if err == nil || !strings.Contains(err.Error(), `conf.yaml:4: document 1 (Directory/conf): spec.source: conf: conf/bad`) || !strings.Contains(err.Error(), "must be printable UTF-8; rename it") {
+		t.Fatalf("a name with an escape: %v", err)
+	}
+	os.Remove(filepath.Join(h.repo, "conf/bad\x1bname.yaml"))
+
+	enc := fixture(t, "basic.yaml")
+	for i := range driver.MaxEncryptedEntries {
+		h.write(filepath.Join(h.repo, "conf/many", "s"+strconv.Itoa(i)+".yaml"), enc)
+	}
+	_, err = loadSet(t, h.repo)
+	if err == nil || !strings.Contains(err.Error(), "spec.source: conf: more than 1000 encrypted files; a Directory with decrypt: sops may hold at most 1000 (one File each)") {
+		t.Fatalf("%d encrypted files and two: %v", driver.MaxEncryptedEntries, err)
 	}
 }
