@@ -156,6 +156,9 @@ func (s *Set) checkClaims() Problems {
 			if !strings.HasPrefix(o.Path, c.Path+"/") {
 				break
 			}
+			if o.res.parent == c.res.ID() {
+				continue // its own encrypted entry, which it leaves out of its mirror
+			}
 			errs = append(errs, fieldErr(o.res, o.Field, "%s lies inside %s, which %s mirrors from its source; manage it in the source instead", o.Path, c.Path, c.res.ID()))
 		}
 	}
