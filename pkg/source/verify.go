@@ -138,9 +138,12 @@ func (g *Git) verify(c *gitCache, commit *object.Commit, w *wanted, deepen func(
 	}
 	mode := g.mode()
 	if (mode == VerifyTag || mode == VerifyTagAndHead) && w.tag {
+		if w.tip == w.commit {
+			return fail(&UntrustedError{Object: "tag " + w.name, Signer: "unsigned", Why: "a lightweight tag cannot carry a signature; use an annotated, signed tag"})
+		}
 		tag, err := object.GetTag(c.storage, w.tip)
 		if err != nil {
-			return fail(&UntrustedError{Object: "tag " + w.name, Signer: "unsigned", Why: "a lightweight tag cannot carry a signature; use an annotated, signed tag"})
+			return &corruptCacheError{fmt.Errorf("tag %s (%s): %w", w.name, w.tip, err)}
 		}
 		if e := roots.check(tagSigned(tag, w.name)); e != nil {
 			return fail(e)

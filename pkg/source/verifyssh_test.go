@@ -343,6 +343,17 @@ func TestVerifyTag(t *testing.T) {
 	if err := fetch("head", "v1.0.0"); err != nil {
 		t.Errorf("head mode does not look at the tag: %v", err)
 	}
+	// Refused, then the tag is signed again on the same commit: the cache
+	// holds the commit, not the new tag object, which is fetched.
+	again := newGit(t, "file://"+repo.Dir)
+	again.Branch, again.Tag, again.VerifyAllowedSigners, again.VerifyMode = "", "v1.0.0", allowed, "tag"
+	if _, err := again.Fetch(context.Background()); err == nil {
+		t.Fatal("an unsigned tag is trusted")
+	}
+	repo.Git("-C", repo.Dir, "tag", "-f", "-s", "-m", "signed now", "v1.0.0")
+	if _, err := again.Fetch(context.Background()); err != nil {
+		t.Errorf("the tag signed again on the same commit: %v", err)
+	}
 	g := newGit(t, "file://"+repo.Dir)
 	g.VerifyAllowedSigners, g.VerifyMode = allowed, "tag"
 	if err := g.Check(); err == nil || !strings.Contains(err.Error(), "needs --tag or --semver") {
