@@ -190,7 +190,7 @@ func (s *Set) checkReserved(reserved []Reserved) Problems {
 	var errs Problems
 	for _, c := range s.claims {
 		if r, ok := ReservedBy(reserved, c.Path); ok {
-			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state there and no manifest may write it: %s", c.Path, r.Path, r.What, whatToDo(r)))
+			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state or trust there and no manifest may write it: %s", c.Path, r.Path, r.What, whatToDo(r)))
 			continue
 		}
 		if c.Keeps {

@@ -188,7 +188,11 @@ func (g *Git) verifyAncestry(c *gitCache, tip *object.Commit, base plumbing.Hash
 		}
 		if e := roots.check(commitSigned(cur)); e != nil {
 			if n > 0 {
-				e.Why += fmt.Sprintf(" (it is %d first-parent commits below the tip; --verify-mode ancestry checks every commit since %s)", n, base)
+				below := fmt.Sprintf("%d first-parent commits", n)
+				if n == 1 {
+					below = "1 first-parent commit"
+				}
+				e.Why += fmt.Sprintf(" (it is %s below the tip; --verify-mode ancestry checks every commit since %s)", below, base)
 			}
 			return e
 		}
@@ -285,6 +289,9 @@ func (r *trustRoots) check(s *signed) *UntrustedError {
 
 func (r *trustRoots) checkSSH(s *signed, refuse func(string, string, ...any) *UntrustedError) *UntrustedError {
 	sig, err := trust.ParseSignature([]byte(s.signature))
+	if errors.Is(err, trust.ErrWeakSignature) {
+		return refuse("an SSH RSA key", "%v; sign with rsa-sha2-512 (any OpenSSH since 8.2 does) or an ed25519 key", err)
+	}
 	if err != nil {
 		return refuse("an unreadable SSH signature", "%v", err)
 	}

@@ -226,7 +226,7 @@ func TestVerifySHA1RSA(t *testing.T) {
 	g := newGit(t, "file://"+repo.Dir)
 	g.VerifyAllowedSigners = writeFile(t, "test@example.com "+carol.pub+"\n")
 	_, err = g.Fetch(context.Background())
-	if u := untrusted(t, err); u.Object != "commit "+h.String() || !strings.Contains(u.Why, "SHA-1") {
+	if u := untrusted(t, err); u.Object != "commit "+h.String() || u.Signer != "an SSH RSA key" || !strings.Contains(u.Why, "SHA-1") || !strings.Contains(u.Why, "rsa-sha2-512") {
 		t.Errorf("%+v", u)
 	}
 }
@@ -282,7 +282,7 @@ func TestVerifyAncestry(t *testing.T) {
 	}
 	_, err := mk("ancestry", base).Fetch(context.Background())
 	u := untrusted(t, err)
-	if u.Object != "commit "+middle || u.Signer != "unsigned" || u.Revision != "main@sha1:"+tip || !strings.Contains(u.Why, "1 first-parent commits below the tip") {
+	if u.Object != "commit "+middle || u.Signer != "unsigned" || u.Revision != "main@sha1:"+tip || !strings.Contains(u.Why, "1 first-parent commit below the tip") {
 		t.Fatalf("%v", u)
 	}
 	if _, err := mk("ancestry", middle).Fetch(context.Background()); err != nil {
