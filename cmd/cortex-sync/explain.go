@@ -99,7 +99,9 @@ func explainText(x *explain.Explanation) string {
 	var b strings.Builder
 	fmt.Fprintln(&b, x.Path)
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	row := func(k, format string, args ...any) { fmt.Fprintf(tw, "  %s:\t"+format+"\n", append([]any{k}, args...)...) }
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(tw, "  %s:\t"+format+"\n", append([]any{k}, args...)...)
+	}
 	if x.InRoot != x.Path {
 		row("In root", "%s", x.InRoot)
 	}
