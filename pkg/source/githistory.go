@@ -99,8 +99,12 @@ type Change struct {
 // walk; only a commit with no parent at all is then the exact answer.
 func (h *History) LastChange(p string, limit int) (Change, error) {
 	p = strings.Trim(path.Clean("/"+p), "/")
+	var names []string
+	if p != "" {
+		names = strings.Split(p, "/")
+	}
 	c := h.commit
-	want, err := h.objectAt(c, p)
+	chain, _, err := h.chain(c, names, nil)
 	if err != nil {
 		return Change{}, err
 	}
@@ -117,17 +121,15 @@ func (h *History) LastChange(p string, limit int) (Change, error) {
 		if err != nil {
 			return change, nil // the edge of a shallow history
 		}
-		if parent.TreeHash != c.TreeHash {
-			was, err := h.objectAt(parent, p)
-			if err != nil {
-				return Change{}, err
-			}
-			if was != want {
-				change.Exact = true
-				return change, nil
-			}
+		was, same, err := h.chain(parent, names, chain)
+		if err != nil {
+			return Change{}, err
 		}
-		c = parent
+		if !same {
+			change.Exact = true
+			return change, nil
+		}
+		c, chain = parent, was
 	}
 }
 
@@ -138,28 +140,37 @@ type treeObject struct {
 	mode filemode.FileMode
 }
 
-// objectAt is what c's tree holds at p; the zero object when nothing is
-// there.
-func (h *History) objectAt(c *object.Commit, p string) (treeObject, error) {
-	at := treeObject{hash: c.TreeHash, mode: filemode.Dir}
-	if p == "" {
-		return at, nil
+// chain is what c holds down the path names: its root tree, then each
+// name's object, as far as they exist (shorter than names+1 when the path
+// is absent). Given known, another commit's chain for the same path, it
+// also reports whether both hold the same at the path, and stops at the
+// first level where they agree: what lies below is then known's.
+func (h *History) chain(c *object.Commit, names []string, known []treeObject) ([]treeObject, bool, error) {
+	at := []treeObject{{hash: c.TreeHash, mode: filemode.Dir}}
+	agree := func(i int) bool { return i < len(known) && known[i] == at[i] }
+	if agree(0) {
+		return known, true, nil
 	}
-	for _, name := range strings.Split(p, "/") {
-		if at.mode != filemode.Dir {
-			return treeObject{}, nil // below a file there is nothing
+	for i, name := range names {
+		if at[i].mode != filemode.Dir {
+			break // below a file there is nothing
 		}
-		t, err := object.GetTree(h.store, at.hash)
+		t, err := object.GetTree(h.store, at[i].hash)
 		if err != nil {
-			return treeObject{}, fmt.Errorf("commit %s: read tree: %w", c.Hash, err)
+			return nil, false, fmt.Errorf("commit %s: read tree: %w", c.Hash, err)
 		}
 		e, err := t.FindEntry(name)
 		if err != nil {
-			return treeObject{}, nil
+			break
 		}
-		at = treeObject{hash: e.Hash, mode: e.Mode}
+		at = append(at, treeObject{hash: e.Hash, mode: e.Mode})
+		if agree(i + 1) {
+			return append(at, known[i+2:]...), true, nil
+		}
 	}
-	return at, nil
+	whole := func(ch []treeObject) bool { return len(ch) == len(names)+1 }
+	same := whole(at) == whole(known) && (!whole(at) || at[len(at)-1] == known[len(known)-1])
+	return at, same, nil
 }
 
 func commitOf(c *object.Commit) Commit {
