@@ -169,7 +169,7 @@ func Explain(in Input, p string) (*Explanation, error) {
 
 	if r := d.set.ClaimedBy(inRoot); r != nil {
 		x.Managed = ByResource
-		x.Resource = d.resource(in, x, r, inRoot)
+		x.Resource = d.resource(in, r, inRoot)
 		x.Deletion = deletion(r, x.Resource)
 	} else if r, at := d.ancestor(inRoot); r != nil {
 		d.inside(in, x, r, at)
@@ -180,6 +180,7 @@ func Explain(in Input, p string) (*Explanation, error) {
 			x.Deletion.Why = "cortex-sync manages paths below it: it creates it (0755) when missing, and never deletes it"
 		}
 	}
+	d.resolve(x)
 	if x.Backups, err = in.State.BackupsOf(inRoot); err != nil {
 		x.Notes = append(x.Notes, fmt.Sprintf("backups: %v", err))
 	}
@@ -212,6 +213,13 @@ type desired struct {
 	history *source.History // nil: no Git history
 	tree    source.Tree     // the revision's tree, with history
 	loaded  bool            // the set came from the manifests
+	wanted  []wanted        // the paths whose last change is asked for
+}
+
+// wanted is a path whose last change goes into into.
+type wanted struct {
+	path string
+	into **source.Change
 }
 
 func (d *desired) close() {
@@ -310,9 +318,9 @@ func (d *desired) inside(in Input, x *Explanation, r *resource.Resource, at stri
 	rel := strings.TrimPrefix(x.InRoot, strings.TrimSuffix(at, "/")+"/")
 	if mirror && src != "" && d.loaded && d.inTree(path.Join(src, rel)) {
 		x.Managed = ByMirror
-		x.Resource = d.resource(in, x, r, at)
+		x.Resource = d.resource(in, r, at)
 		x.Entry = &Entry{Source: path.Join(src, rel)}
-		x.Entry.Change = d.change(x, path.Join(src, rel))
+		d.want(x.Entry.Source, &x.Entry.Change)
 		x.Deletion = deletion(r, x.Resource)
 		x.Deletion.Why = fmt.Sprintf("a sync deletes it once %s leaves Git; %s", x.Entry.Source, x.Deletion.Why)
 		if x.Deletion.Prune {
@@ -348,33 +356,47 @@ func (d *desired) inTree(p string) bool {
 	return err == nil
 }
 
-// change is the commit that last changed p, or nil with a note.
-func (d *desired) change(x *Explanation, p string) *source.Change {
-	if d.history == nil {
-		return nil
+// want asks for the commit that last changed p, into *into: every path
+// is looked for in one walk of the history (resolve).
+func (d *desired) want(p string, into **source.Change) {
+	if d.history != nil {
+		d.wanted = append(d.wanted, wanted{p, into})
 	}
-	c, err := d.history.LastChange(p, HistoryLimit)
+}
+
+// resolve walks the history once for every path wanted.
+func (d *desired) resolve(x *Explanation) {
+	if len(d.wanted) == 0 {
+		return
+	}
+	paths := make([]string, len(d.wanted))
+	for i, w := range d.wanted {
+		paths[i] = w.path
+	}
+	changes, err := d.history.LastChanges(paths, HistoryLimit)
 	if err != nil {
-		x.Notes = append(x.Notes, fmt.Sprintf("history of %s: %v", p, err))
-		return nil
+		x.Notes = append(x.Notes, fmt.Sprintf("the history of %s: %v", strings.Join(paths, ", "), err))
+		return
 	}
-	return &c
+	for i, w := range d.wanted {
+		*w.into = &changes[i]
+	}
 }
 
 // resource says what the manifests and the snapshot say of r, which
 // claims at.
-func (d *desired) resource(in Input, x *Explanation, r *resource.Resource, at string) *Resource {
+func (d *desired) resource(in Input, r *resource.Resource, at string) *Resource {
 	snap := in.Snapshot
 	id := r.ID()
 	out := &Resource{ID: string(id), Kind: r.Kind, Path: at, DependsOn: []string{}, RequiredBy: []string{}, Notifies: []string{}}
 	if d.loaded {
 		out.Manifest = &Manifest{File: r.Origin.File, Line: r.Origin.Line, Doc: r.Origin.Doc}
-		out.Manifest.Change = d.change(x, r.Origin.File)
+		d.want(r.Origin.File, &out.Manifest.Change)
 	}
 	if s, ok := r.Spec.(sourced); ok && s.SourcePath() != "" {
 		out.Source = s.SourcePath()
 		if d.loaded {
-			out.SourceChange = d.change(x, out.Source)
+			d.want(out.Source, &out.SourceChange)
 		}
 	}
 	if e := snap.Find(string(id)); e != nil {

@@ -98,39 +98,73 @@ type Change struct {
 // a parent, or whose parent the cache lacks (a shallow fetch), ends the
 // walk; only a commit with no parent at all is then the exact answer.
 func (h *History) LastChange(p string, limit int) (Change, error) {
-	p = strings.Trim(path.Clean("/"+p), "/")
-	var names []string
-	if p != "" {
-		names = strings.Split(p, "/")
-	}
-	c := h.commit
-	chain, _, err := h.chain(c, names, nil)
+	changes, err := h.LastChanges([]string{p}, limit)
 	if err != nil {
 		return Change{}, err
 	}
-	for walked := 1; ; walked++ {
-		change := Change{Commit: commitOf(c), Walked: walked}
+	return changes[0], nil
+}
+
+// LastChanges is LastChange for each of paths, in one walk.
+func (h *History) LastChanges(paths []string, limit int) ([]Change, error) {
+	type walk struct {
+		names []string
+		chain []treeObject
+		done  bool
+	}
+	walks := make([]walk, len(paths))
+	changes := make([]Change, len(paths))
+	c := h.commit
+	for i, p := range paths {
+		if p = strings.Trim(path.Clean("/"+p), "/"); p != "" {
+			walks[i].names = strings.Split(p, "/")
+		}
+		var err error
+		if walks[i].chain, _, err = h.chain(c, walks[i].names, nil); err != nil {
+			return nil, err
+		}
+	}
+	left := len(paths)
+	// end settles every walk still going at c.
+	end := func(walked int, exact bool) []Change {
+		for i := range walks {
+			if !walks[i].done {
+				changes[i] = Change{Commit: commitOf(c), Walked: walked, Exact: exact}
+			}
+		}
+		return changes
+	}
+	for walked := 1; left > 0; walked++ {
 		if c.NumParents() == 0 {
-			change.Exact = true
-			return change, nil
+			return end(walked, true), nil
 		}
 		if walked >= limit {
-			return change, nil
+			return end(walked, false), nil
 		}
 		parent, err := object.GetCommit(h.store, c.ParentHashes[0])
 		if err != nil {
-			return change, nil // the edge of a shallow history
+			return end(walked, false), nil // the edge of a shallow history
 		}
-		was, same, err := h.chain(parent, names, chain)
-		if err != nil {
-			return Change{}, err
+		for i := range walks {
+			w := &walks[i]
+			if w.done {
+				continue
+			}
+			was, same, err := h.chain(parent, w.names, w.chain)
+			if err != nil {
+				return nil, err
+			}
+			if !same {
+				changes[i] = Change{Commit: commitOf(c), Walked: walked, Exact: true}
+				w.done = true
+				left--
+				continue
+			}
+			w.chain = was
 		}
-		if !same {
-			change.Exact = true
-			return change, nil
-		}
-		c, chain = parent, was
+		c = parent
 	}
+	return changes, nil
 }
 
 // treeObject is what a tree holds at a path: its hash and mode (a mode

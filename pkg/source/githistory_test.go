@@ -62,6 +62,17 @@ func TestHistoryLastChange(t *testing.T) {
 			t.Errorf("LastChange(%q, %d) = %s exact %v, %v; want %s exact %v", c.path, c.limit, got.Hash, got.Exact, err, c.want, c.exact)
 		}
 	}
+	// One walk for many paths answers as one walk each.
+	paths := []string{"m.yaml", "kb/x", "kb/y", "kb", "gone", "never", "other"}
+	all, err := h.LastChanges(paths, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range paths {
+		if one, err := h.LastChange(p, 100); err != nil || one != all[i] {
+			t.Errorf("LastChanges for %s: %+v, LastChange: %+v, %v", p, all[i], one, err)
+		}
+	}
 	got, _ := h.LastChange("kb/x", 100)
 	if got.Subject != "two" || got.Author == "" || got.Time.IsZero() || got.Walked != 4 {
 		t.Errorf("the change's commit: %+v", got)
