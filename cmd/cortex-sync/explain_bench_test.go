@@ -77,7 +77,7 @@ func BenchmarkExplain(b *testing.B) {
 	}{
 		{"mirror-entry", []string{mirrored}, "a mirror entry of /srv/kb"},
 		{"unmanaged-in-mirror", []string{filepath.Join(root, "srv/kb/net/http/mine.txt")}, "Inside:"},
-		{"json", []string{"-o", "json", mirrored}, `"walked": 1000,`},
+		{"json", []string{"-o", "json", mirrored}, `"walked": 1000`},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			args := append([]string{"explain", "--root", root, "--state-dir", stateDir}, c.args...)
