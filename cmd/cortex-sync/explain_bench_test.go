@@ -22,8 +22,9 @@ var explainCommits = flag.Int("explain.commits", 999, "commits after the mirror'
 // eleven thousand files) from Git, after 999 more commits that changed
 // nothing it mirrors: the walk for a mirrored file's last change reads
 // as many as it may (explain.HistoryLimit, 1000), its worst case. A mirror entry, an unmanaged path inside the mirror, and
-// -o json; in-process (a run of the command minus the exec), with the
-// CPU per answer beside the wall time. The target is 50 ms an answer.
+// -o json in-process (a run of the command minus the exec), and the
+// command as a process of its own; the CPU per answer beside the wall
+// time. The target is 50 ms an answer.
 //
 //	go test ./cmd/cortex-sync -run '^$' -bench Explain -benchtime 20x
 func BenchmarkExplain(b *testing.B) {
@@ -97,4 +98,30 @@ func BenchmarkExplain(b *testing.B) {
 			b.ReportMetric(float64(wall.Microseconds())/1000/float64(b.N), "wall-ms/op")
 		})
 	}
+	// The command as a person runs it: the binary (go build), its start
+	// included; beside it, the start alone (version).
+	bin := filepath.Join(b.TempDir(), "cortex-sync")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v:\n%s", err, out)
+	}
+	b.Run("process-version", func(b *testing.B) {
+		for b.Loop() {
+			if out, err := exec.Command(bin, "version").CombinedOutput(); err != nil {
+				b.Fatalf("version: %v:\n%s", err, out)
+			}
+		}
+	})
+	b.Run("process", func(b *testing.B) {
+		var cpu time.Duration
+		start := time.Now()
+		for b.Loop() {
+			cmd := exec.Command(bin, "explain", "--root", root, "--state-dir", stateDir, mirrored)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("explain: %v:\n%s", err, out)
+			}
+			cpu += time.Duration(cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime())
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
+		b.ReportMetric(float64(time.Since(start).Microseconds())/1000/float64(b.N), "wall-ms/op")
+	})
 }
