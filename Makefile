@@ -11,8 +11,16 @@ TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git pyt
 
 all: lint test
 
+# make build stamps the commit, its time and whether the work tree has
+# changes, as Go's own VCS stamping would, which records nothing with
+# GOFLAGS=-buildvcs=false or in a linked worktree.
+VCS_COMMIT   := $(shell git rev-parse HEAD 2>/dev/null)
+VCS_TIME     := $(shell TZ=UTC git log -1 --format=%cd --date=format-local:%Y-%m-%dT%H:%M:%SZ 2>/dev/null)
+VCS_MODIFIED := $(shell test -n "$$(git status --porcelain 2>/dev/null)" && echo true)
+BUILD_LDFLAGS := $(if $(VCS_COMMIT),-X main.commit=$(VCS_COMMIT) -X main.date=$(VCS_TIME) -X main.modified=$(VCS_MODIFIED))
+
 build:
-	$(GO) build -o $(BIN) ./cmd/cortex-sync
+	$(GO) build -ldflags "$(BUILD_LDFLAGS)" -o $(BIN) ./cmd/cortex-sync
 
 check-tools:
 	@missing=""; pkgs=""; for tp in $(TEST_TOOLS); do t=$${tp%%:*}; \
