@@ -297,6 +297,7 @@ applied, and takes the smallest action that closes the gap.`,
 		newVersionCmd(io),
 	)
 	addCompletionExamples(cmd)
+	addCompletions(cmd, g)
 	return cmd
 }
 
