@@ -114,6 +114,7 @@ func diffRun(cmd *cobra.Command, g *globals, o *diffOptions, io streams) error {
 		s.Snapshot().Source = s.Desired().Ref
 	}
 	plan := s.Plan(ctx)
+	plan.Prune = o.prune
 	s.Warn(plan, reconcile.Policy{AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange, AcceptRollback: o.acceptRollback})
 	if o.out != "" {
 		if o.against != "" {

@@ -110,9 +110,9 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 		}
 		lastGood := "-"
 		switch {
+		case h.OnLastGood && h.BehindHead:
+			lastGood = "yes, behind head"
 		case h.OnLastGood:
-			lastGood = "on it"
-		case h.LastGood != "" && h.LastGood == h.Revision:
 			lastGood = "yes"
 		case h.LastGood != "":
 			lastGood = shortRev(h.LastGood)

@@ -89,6 +89,10 @@ func TestFleetCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil || code != 1 || r.Converged || len(r.Hosts) != 2 || r.Hosts[1].Health != "Degraded" {
 		t.Fatalf("-o json: exit %d %v %+v", code, err, r)
 	}
+	// The JSON says what the text's "yes" says: on its last good revision.
+	if !strings.Contains(out, `"onLastGood": true`) || !strings.Contains(out, `"behindHead": false`) {
+		t.Errorf("-o json of hosts on their last good head:\n%s", out)
+	}
 
 	// hold and release, by name.
 	if code, out, errs := runCLI(t, cli("hold", "h1", "--reason", "disk swap")...); code != 0 || !strings.Contains(out, "h1: held in fleet prod") {

@@ -4,9 +4,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
@@ -142,5 +146,79 @@ func TestPackagedToken(t *testing.T) {
 	script("postremove.sh", "purge")
 	if _, err := os.Stat(filepath.Join(other, "etc/cortex-sync/token")); !os.IsNotExist(err) {
 		t.Errorf("purge left the token: %v", err)
+	}
+}
+
+// TestCheckDebStamp: the stamp check-deb.sh asks of the packaged binary
+// matches what a release binary prints (version.go), as install.md shows.
+func TestCheckDebStamp(t *testing.T) {
+	data, err := os.ReadFile(repoRoot + "/packaging/check-deb.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^echo "\$version" \| grep -q "([^"]+)" && ok "stamped`).FindSubmatch(data)
+	if m == nil {
+		t.Fatal("check-deb.sh has no stamp check (echo \"$version\" | grep -q \"…\" && ok \"stamped…)")
+	}
+	release := buildInfo{Version: "1.4.0", Commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904", Date: "2026-03-02T00:00:00Z"}.String()
+	local := buildInfo{Version: "0.0.0~local", Commit: "4b825dc642cb6eb9a060e54bf8d69288fbee4904", Date: "2026-03-02T00:00:00Z", Modified: true}.String()
+	for line, want := range map[string]bool{release: true, local: true, "cortex-sync (devel) go1.26.0 linux/amd64": false} {
+		err := exec.Command("sh", "-c", `echo "$1" | grep -q "$2"`, "sh", line, string(m[1])).Run()
+		if got := err == nil; got != want {
+			t.Errorf("check-deb.sh's stamp check %q on %q: %v, want %v", m[1], line, got, want)
+		}
+	}
+}
+
+// TestNfpmConfig: packaging/nfpm.yaml, the fast local package check's
+// (make package-check), packs what .goreleaser.yaml's nfpms entry packs,
+// the binary aside: the same files, modes, types, scripts and metadata.
+func TestNfpmConfig(t *testing.T) {
+	type content struct {
+		Src, Dst, Type string
+		FileInfo       struct{ Mode int } `yaml:"file_info"`
+	}
+	type pkg struct {
+		Name        string `yaml:"name"`
+		PackageName string `yaml:"package_name"`
+		Vendor      string
+		Homepage    string
+		Maintainer  string
+		Description string
+		Section     string
+		Priority    string
+		Recommends  []string
+		Contents    []content
+		Scripts     map[string]string
+	}
+	var gr struct{ Nfpms []pkg }
+	var nf pkg
+	for file, v := range map[string]any{"/.goreleaser.yaml": &gr, "/packaging/nfpm.yaml": &nf} {
+		data, err := os.ReadFile(repoRoot + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, v); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+	}
+	if len(gr.Nfpms) != 1 {
+		t.Fatalf(".goreleaser.yaml: %d nfpms entries, want 1", len(gr.Nfpms))
+	}
+	want := gr.Nfpms[0]
+	want.Name, want.PackageName = want.PackageName, ""
+	var bin []content
+	nf.Contents = slices.DeleteFunc(nf.Contents, func(c content) bool {
+		if c.Dst == "/usr/bin/cortex-sync" {
+			bin = append(bin, c)
+			return true
+		}
+		return false
+	})
+	if len(bin) != 1 || bin[0].FileInfo.Mode != 0o755 {
+		t.Errorf("nfpm.yaml packs the binary as %+v, want one /usr/bin/cortex-sync, mode 0755", bin)
+	}
+	if !reflect.DeepEqual(nf, want) {
+		t.Errorf("packaging/nfpm.yaml differs from .goreleaser.yaml's nfpms:\n%+v\nwant\n%+v", nf, want)
 	}
 }

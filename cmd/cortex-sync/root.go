@@ -233,6 +233,14 @@ applied, and takes the smallest action that closes the gap.`,
 					return err
 				}
 			}
+			if g.logLevel == "" {
+				// The agent says what it does (its start, each revision
+				// and verdict); a command run by hand only what is wrong.
+				g.logLevel = "warn"
+				if cmd.Name() == "run" {
+					g.logLevel = "info"
+				}
+			}
 			if err := g.setup(io); err != nil {
 				return err
 			}
@@ -256,7 +264,7 @@ applied, and takes the smallest action that closes the gap.`,
 	f.StringArrayVar(&g.allowed, "allowed-path", nil, "only write below this path (inside --root); repeatable")
 	f.StringVar(&g.stateDir, "state-dir", "", "where the snapshot, lock, caches and backups live (default "+state.DefaultDir()+")")
 	f.IntVar(&g.concurrency, "concurrency", runtime.NumCPU(), "resources and files worked on at once")
-	f.StringVar(&g.logLevel, "log-level", "warn", "debug, info, warn or error")
+	f.StringVar(&g.logLevel, "log-level", "", "debug, info, warn or error (default info for run, warn for the other commands)")
 	f.StringVar(&g.logFormat, "log-format", "text", "text or json")
 	f.DurationVar(&g.lockTimeout, "lock-timeout", 30*time.Second, "how long to wait for another cortex-sync holding the state lock")
 	l := resource.DefaultLimits
@@ -290,6 +298,7 @@ applied, and takes the smallest action that closes the gap.`,
 		newVersionCmd(io),
 	)
 	addCompletionExamples(cmd)
+	addCompletions(cmd, g)
 	return cmd
 }
 

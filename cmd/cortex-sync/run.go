@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -303,7 +305,8 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		}
 	}
 	a.Listening(srv.Addr().String(), tokenFile)
-	g.log.Info("agent started", "listen", srv.Addr().String(), "state_dir", g.stateDir)
+	ref := src.Ref()
+	g.log.Info("agent started", "listen", srv.Addr().String(), "source", logURL(ref.URL), "ref", o.src.followedRef(), "path", cmp.Or(ref.Path, "."), "root", g.root, "state_dir", g.stateDir)
 	// Either ending ends the other: an agent that cannot run must not
 	// leave its server answering.
 	eg, ctx := errgroup.WithContext(ctx)
@@ -319,6 +322,16 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 }
 
 // followedRef is the ref a push webhook must name to trigger a fetch.
+// logURL is a source's URL for the log: a password in it is masked.
+func logURL(s string) string {
+	if u, err := url.Parse(s); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			return u.Redacted()
+		}
+	}
+	return s
+}
+
 func (s *sourceFlags) followedRef() string {
 	switch {
 	case s.repo == "":

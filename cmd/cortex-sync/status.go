@@ -216,7 +216,11 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 		if !h.Until.IsZero() {
 			until = " until " + h.Until.Format(time.RFC3339)
 		}
-		fmt.Fprintf(b, "%-12s%s%s: %s\n", strings.ToUpper(h.Verdict[:1])+h.Verdict[1:]+":", h.ID, until, oneLine(h.Reason))
+		label := strings.ToUpper(h.Verdict[:1]) + h.Verdict[1:] + ":"
+		if h.Verdict == "notCorrected" {
+			label = "Not corrected:"
+		}
+		fmt.Fprintf(b, "%-11s %s%s: %s\n", label, h.ID, until, oneLine(h.Reason))
 	}
 	for _, h := range r.Unobserved {
 		fmt.Fprintf(b, "Unobserved: %s: %s\n", h.ID, oneLine(h.Reason))

@@ -12,10 +12,11 @@ import (
 //
 //	-ldflags "-X main.version=1.2.0 -X main.commit=<sha> -X main.date=<RFC 3339>"
 //
-// Left empty, they are read from the build info Go records: the module
-// version for `go install …@v1.2.0`, the VCS revision and time for a build
-// in a Git checkout, and "(devel)" when Go recorded nothing.
-var version, commit, date string
+// and by `make build` (commit, date, and modified=true for a work tree with
+// changes). Left empty, they are read from the build info Go records: the
+// module version for `go install …@v1.2.0`, the VCS revision and time for
+// a build in a Git checkout, and "(devel)" when Go recorded nothing.
+var version, commit, date, modified string
 
 // buildInfo says which cortex-sync this is.
 type buildInfo struct {
@@ -24,7 +25,7 @@ type buildInfo struct {
 }
 
 func currentBuild() buildInfo {
-	b := buildInfo{Version: version, Commit: commit, Date: date}
+	b := buildInfo{Version: version, Commit: commit, Date: date, Modified: commit != "" && modified == "true"}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		b = fromBuildInfo(b, bi)
 	}

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os/exec"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -51,5 +53,50 @@ func TestVersionFlag(t *testing.T) {
 	}
 	if a.String() != b.String() || !strings.HasPrefix(a.String(), "cortex-sync ") {
 		t.Errorf("version printed %q, --version %q", a.String(), b.String())
+	}
+}
+
+// TestMakeBuildStampsCommit: `make build` in a Git checkout gives a binary
+// that names its commit, and says whether the tree it was built from had
+// changes, whatever Go's own VCS stamping does (GOFLAGS=-buildvcs=false,
+// or a linked worktree, where Go records nothing).
+func TestMakeBuildStampsCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	for _, tool := range []string{"make", "git"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skip(tool + " is not installed")
+		}
+	}
+	top, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
+	if err != nil {
+		t.Skip("not in a Git checkout")
+	}
+	dir := strings.TrimSpace(string(top))
+	head, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, err := exec.Command("git", "-C", dir, "status", "--porcelain").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "cortex-sync")
+	mk := exec.Command("make", "-s", "-C", dir, "build", "BIN="+bin)
+	if out, err := mk.CombinedOutput(); err != nil {
+		t.Fatalf("make build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "(commit " + string(head[:12])
+	if len(status) > 0 {
+		want += "-dirty"
+	}
+	want += ", committed "
+	if !strings.Contains(string(out), want) {
+		t.Errorf("make build's binary prints %q, want it to contain %q", out, want)
 	}
 }

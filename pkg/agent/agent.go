@@ -155,6 +155,9 @@ type revisionLoop struct {
 
 	mu       sync.Mutex
 	fetchErr error // the last fetch or validation failure
+	// fetchFailing is when the fetches began to fail (zero while they
+	// succeed): the log says how long they failed when one recovers.
+	fetchFailing time.Time
 	// refused is the newest revision, when it was refused (invalid).
 	refused   *reconcile.Refusal
 	fetchTime time.Time // the last successful fetch
@@ -498,7 +501,10 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 	}
 	a.revs.mu.Lock()
 	refused := a.revs.refused != nil
-	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime = nil, nil, time.Now()
+	if a.revs.fetchErr != nil {
+		a.log.Info("fetch recovered: the source answers again", "failed_for", time.Since(a.revs.fetchFailing).Round(time.Millisecond), "error", a.revs.fetchErr)
+	}
+	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime, a.revs.fetchFailing = nil, nil, time.Now(), time.Time{}
 	a.revs.mu.Unlock()
 	if refused {
 		a.opts.Metrics.SetRefused("")
@@ -589,7 +595,7 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 	if err := a.sess.PruneHold(); err != nil {
 		a.log.Warn("not pruning", "reason", err)
 	}
-	a.log.Info("revision", "revision", d.Revision(), "changed", len(keys))
+	a.log.Info("revision adopted: applying what it changes", "revision", d.Revision(), "changed", len(keys))
 	a.stopTrial()
 	a.gaugeRolledBack()
 	if trial != nil {
@@ -637,6 +643,9 @@ func (a *Agent) refuse(err error) bool {
 	case errors.As(err, &me):
 		r = &reconcile.Refusal{Revision: me.Revision, Reason: RefusedManifests}
 	default:
+		if a.revs.fetchErr == nil {
+			a.revs.fetchFailing = time.Now()
+		}
 		a.revs.fetchErr = err
 		a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
 		return false

@@ -301,8 +301,13 @@ func (a *Agent) report() *reconcile.AgentReport {
 		if o.Err != nil {
 			h.Reason = o.Err.Error()
 		}
-		if errors.Is(o.Err, reconcile.ErrPruneOff) {
+		switch {
+		case errors.Is(o.Err, reconcile.ErrPruneOff):
 			h.Verdict = "kept" // a policy's choice, not a refusal of the revision
+		case errors.Is(o.Err, reconcile.ErrSuspended):
+			h.Verdict, h.Reason = "notCorrected", "suspended" // the agent's choice: nothing refused it
+		case errors.Is(o.Err, reconcile.ErrDisabled):
+			h.Verdict = "notCorrected" // annotated, or stopped by hand
 		}
 		r.Held = append(r.Held, h)
 	}

@@ -174,6 +174,9 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 		// Tried again soon, then less and less often, up to the poll
 		// interval: a rollback must not wait an hour for a hiccup.
 		a.revs.mu.Lock()
+		if a.revs.fetchErr == nil {
+			a.revs.fetchFailing = time.Now()
+		}
 		a.revs.fetchErr = out.Why
 		delay := min(followRetry<<min(a.revs.followFails, 10), a.opts.Interval)
 		a.revs.followFails++

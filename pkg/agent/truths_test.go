@@ -100,7 +100,7 @@ func TestStartCountsEachKeyOnce(t *testing.T) {
 	a := runAgent(t, h.repo, agent.Options{Log: slog.New(slog.NewTextHandler(logs, nil)),
 		Engine: reconcile.Config{Root: h.root, StateDir: h.state, Concurrency: 2, LockTimeout: 10 * time.Second}})
 	waitFor(t, 30*time.Second, "the agent ready", func() bool { ok, _ := a.Ready(); return ok })
-	if !strings.Contains(logs.String(), "msg=revision revision=\"\" changed=2\n") {
+	if !strings.Contains(logs.String(), "msg=\"revision adopted: applying what it changes\" revision=\"\" changed=2\n") {
 		t.Errorf("the revision adopted on start does not say changed=2:\n%s", logs)
 	}
 }

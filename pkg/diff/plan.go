@@ -87,6 +87,10 @@ type Plan struct {
 	Source   state.Source
 	Revision string
 	Changes  []*Change
+	// Prune says the plan is made for a sync with --prune, so a delete
+	// owed to a resource leaving Git happens; without it such a resource
+	// is kept. Display only: the sync's own policy decides.
+	Prune bool
 	// Warnings are what a sync of this plan would trip on, such as the
 	// refusal sync --prune would meet; display only.
 	Warnings []string
@@ -255,6 +259,9 @@ type Summary struct {
 	NoOp    int `json:"noOp"`
 	Drifted int `json:"drifted"`
 	Errors  int `json:"errors"`
+	// kept counts, among Delete, the deletes owed to leaving Git in a
+	// plan not made for --prune: they do not happen. For the phrase.
+	kept int
 }
 
 // Summary counts the plan's changes by action.
@@ -274,6 +281,9 @@ func (p *Plan) Summary() Summary {
 			s.Update++
 		case c.Action == Delete:
 			s.Delete++
+			if c.Prune && !p.Prune {
+				s.kept++
+			}
 		case c.Action == Forget:
 			s.Forget++
 		case c.Action == Restart:

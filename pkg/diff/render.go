@@ -18,7 +18,10 @@ func (s Summary) Phrase() string {
 	parts := []string{
 		fmt.Sprintf("%d to create", s.Create),
 		fmt.Sprintf("%d to update", s.Update),
-		fmt.Sprintf("%d to delete", s.Delete),
+		fmt.Sprintf("%d to delete", s.Delete-s.kept),
+	}
+	if s.kept > 0 {
+		parts = append(parts, fmt.Sprintf("%d removed from Git (kept without --prune)", s.kept))
 	}
 	if s.Restart > 0 {
 		parts = append(parts, fmt.Sprintf("%d to restart", s.Restart))
@@ -77,29 +80,40 @@ func symbol(c *Change) (string, string) {
 }
 
 // headline is a change's first line after its symbol and ID.
-func headline(c *Change) string {
+func headline(c *Change, prune bool) string {
 	var b strings.Builder
 	if c.Path != "" {
 		b.WriteString("  " + c.Path)
 	}
-	switch {
-	case c.Err != nil:
+	if c.Err != nil {
 		b.WriteString("  error: " + c.Err.Error())
-	case c.Suspended:
-		fmt.Fprintf(&b, "  (suspended; would %s: %s)", c.Action, c.Reason.Phrase())
-	case c.Action == Forget && c.Record != nil && c.Record.NoPrune:
-		b.WriteString("  (removed from Git; prune disabled: left on the host, dropped from the inventory)")
-	case c.Action == Forget:
-		b.WriteString("  (removed from Git; already gone from the host)")
-	case c.Prune:
-		b.WriteString("  (removed from Git; deleted only with --prune)")
-	default:
-		b.WriteString("  (" + c.Why() + ")")
+		return b.String()
 	}
-	if c.Detail != "" && c.Err == nil {
-		b.WriteString(": " + c.Detail)
+	why, detail := c.describe(prune)
+	b.WriteString("  (" + why + ")")
+	if detail != "" {
+		b.WriteString(": " + detail)
 	}
 	return b.String()
+}
+
+// describe is why a change is due, with what a reader must know of it
+// (a prune that does not happen, a suspended resource), and its detail:
+// every rendering says both.
+func (c *Change) describe(prune bool) (why, detail string) {
+	switch {
+	case c.Suspended:
+		why = fmt.Sprintf("suspended; would %s: %s", c.Action, c.Why())
+	case c.Action == Forget && c.Record != nil && c.Record.NoPrune:
+		why = "removed from Git; prune disabled: left on the host, dropped from the inventory"
+	case c.Action == Forget && c.Detail == "":
+		why = "removed from Git; already gone from the host"
+	case c.Prune && !prune:
+		why = "removed from Git; kept without --prune"
+	default:
+		why = c.Why()
+	}
+	return why, c.Detail
 }
 
 // phrase says how an attribute changes, its field and values quoted by q.
@@ -135,7 +149,7 @@ func Text(w io.Writer, p *Plan, o TextOptions) error {
 		}
 		shown++
 		sym, color := symbol(c)
-		fmt.Fprintf(&b, "%s %s%s\n", paint(color, sym), paint(bold, string(c.ID)), headline(c))
+		fmt.Fprintf(&b, "%s %s%s\n", paint(color, sym), paint(bold, string(c.ID)), headline(c, p.Prune))
 		for _, a := range c.Attrs {
 			b.WriteString("    " + a.phrase(plain) + "\n")
 		}
@@ -190,20 +204,27 @@ func Markdown(w io.Writer, p *Plan) error {
 		return err
 	}
 	fmt.Fprintf(&b, "**%s**\n\n", p.Summary().Phrase())
+	for _, w := range p.Warnings {
+		fmt.Fprintf(&b, "> [!WARNING]\n> %s\n\n", escapeLine(w))
+	}
 	b.WriteString("| | Resource | Path | Why |\n|---|---|---|---|\n")
 	var details strings.Builder
 	for _, c := range p.Changes {
 		if c.Err == nil && c.Action == NoOp {
 			continue
 		}
-		action, why := string(c.Action), c.Why()
+		action, why := string(c.Action), ""
 		switch {
 		case c.Err != nil:
 			action, why = "error", c.Err.Error()
-		case c.Suspended:
-			action = "suspended"
-		case c.Prune:
-			why += " (deleted only with --prune)"
+		default:
+			if c.Suspended {
+				action = "suspended"
+			}
+			var detail string
+			if why, detail = c.describe(p.Prune); detail != "" {
+				why += ": " + detail
+			}
 		}
 		path := ""
 		if c.Path != "" {
@@ -231,6 +252,11 @@ func Markdown(w io.Writer, p *Plan) error {
 	b.WriteString(details.String())
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// escapeLine keeps s on one markdown line.
+func escapeLine(s string) string {
+	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
 }
 
 func escapeCell(s string) string {

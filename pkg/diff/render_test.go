@@ -81,11 +81,11 @@ func TestRenderings(t *testing.T) {
 
 func TestSummary(t *testing.T) {
 	s := samplePlan().Summary()
-	want := Summary{Create: 1, Update: 4, Delete: 1, Restart: 1, Forget: 1, NoOp: 2, Drifted: 2, Errors: 1}
+	want := Summary{Create: 1, Update: 4, Delete: 1, Restart: 1, Forget: 1, NoOp: 2, Drifted: 2, Errors: 1, kept: 1}
 	if s != want {
 		t.Fatalf("summary %+v, want %+v", s, want)
 	}
-	if got := s.Phrase(); got != "Plan: 1 to create, 4 to update, 1 to delete, 1 to restart, 1 to forget (2 drifted); 1 could not be planned." {
+	if got := s.Phrase(); got != "Plan: 1 to create, 4 to update, 0 to delete, 1 removed from Git (kept without --prune), 1 to restart, 1 to forget (2 drifted); 1 could not be planned." {
 		t.Fatalf("phrase %q", got)
 	}
 }
@@ -129,5 +129,86 @@ func TestContentSummaries(t *testing.T) {
 	big := bytes.Repeat([]byte("x\n"), maxDiffBytes)
 	if c := ContentChange(big, nil, false); c.Diff != "" || !strings.Contains(c.Summary, "large") {
 		t.Errorf("large: %+v", c.Summary)
+	}
+}
+
+// TestEveryRenderingCarriesEveryDetail: what the text says of a change (its
+// detail, a guard the export cannot answer, a forget's why, a suspended
+// change's action) and the plan's warnings, the markdown says too, and the
+// JSON carries.
+func TestEveryRenderingCarriesEveryDetail(t *testing.T) {
+	p := &Plan{
+		Changes: []*Change{
+			{ID: "Command/init", Kind: "Command", Action: Run, Reason: AddedInGit,
+				Detail: "runs unless /var/lib/app/.done exists on the host: the export does not say"},
+			{ID: "File/taken", Kind: "File", Path: "/etc/taken", Action: Forget, Reason: RemovedFromGit,
+				Detail: "it was on the host before cortex-sync took it over; left in place"},
+			{ID: "File/kept", Kind: "File", Path: "/etc/kept", Action: Forget, Reason: RemovedFromGit, Record: &state.Entry{NoPrune: true}},
+			{ID: "File/gone", Kind: "File", Path: "/etc/gone", Action: Forget, Reason: RemovedFromGit, Record: &state.Entry{}},
+			{ID: "File/paused", Kind: "File", Path: "/etc/paused", Action: Update, Reason: Drifted, Suspended: true},
+		},
+		Warnings: []string{"sync --prune would stop: refusing to prune"},
+	}
+	var md, js bytes.Buffer
+	if err := Markdown(&md, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := JSON(&js, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"runs unless /var/lib/app/.done exists on the host: the export does not say",
+		"it was on the host before cortex-sync took it over; left in place",
+		"prune disabled: left on the host, dropped from the inventory",
+		"already gone from the host",
+		"would update: drifted on the host",
+		"sync --prune would stop: refusing to prune",
+	} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the markdown lacks %q:\n%s", want, md.String())
+		}
+	}
+	for _, want := range []string{"the export does not say", "left in place", "sync --prune would stop"} {
+		if !strings.Contains(js.String(), want) {
+			t.Errorf("the JSON lacks %q", want)
+		}
+	}
+}
+
+// TestPruneWording: a delete owed to leaving Git is counted and said as
+// kept when the plan is not for --prune, and as a delete with no caveat when
+// it is.
+func TestPruneWording(t *testing.T) {
+	mk := func(prune bool) *Plan {
+		return &Plan{Prune: prune, Changes: []*Change{
+			{ID: "File/a", Kind: "File", Path: "/etc/a", Action: Delete, Reason: RemovedFromGit, Prune: true},
+			{ID: "File/b", Kind: "File", Path: "/etc/b", Action: Delete, Reason: DeclaredAbsent},
+		}}
+	}
+	for _, tt := range []struct {
+		prune          bool
+		phrase, line   string
+		mdLine, absent string
+	}{
+		{false, "Plan: 0 to create, 0 to update, 1 to delete, 1 removed from Git (kept without --prune).",
+			"- File/a  /etc/a  (removed from Git; kept without --prune)\n",
+			"| delete | `File/a` | `/etc/a` | removed from Git; kept without --prune |", "deleted only with"},
+		{true, "Plan: 0 to create, 0 to update, 2 to delete.",
+			"- File/a  /etc/a  (removed from Git)\n",
+			"| delete | `File/a` | `/etc/a` | removed from Git |", "--prune"},
+	} {
+		p := mk(tt.prune)
+		if got := p.Summary().Phrase(); got != tt.phrase {
+			t.Errorf("prune=%v: phrase %q, want %q", tt.prune, got, tt.phrase)
+		}
+		var txt, md bytes.Buffer
+		Text(&txt, p, TextOptions{})
+		Markdown(&md, p)
+		if !strings.Contains(txt.String(), tt.line) || strings.Contains(txt.String(), tt.absent) {
+			t.Errorf("prune=%v: text:\n%s", tt.prune, txt.String())
+		}
+		if !strings.Contains(md.String(), tt.mdLine) || strings.Contains(md.String(), tt.absent) {
+			t.Errorf("prune=%v: markdown:\n%s", tt.prune, md.String())
+		}
 	}
 }

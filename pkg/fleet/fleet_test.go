@@ -113,10 +113,14 @@ func TestStatusAndLeaseExpiry(t *testing.T) {
 	if !r.Converged || r.Head != "main@sha1:2" || row(r, "a").Labels["role"] != "web" || row(r, "a").Stale {
 		t.Fatalf("converged fleet read as %+v", r)
 	}
+	// On its last good revision, which is its head: on it, not behind.
+	if h := row(r, "a"); !h.OnLastGood || h.BehindHead {
+		t.Fatalf("a host on its last good head read as %+v", h)
+	}
 	// A newer head on one host: not converged.
 	b.SetStatus(HostStatus{Revision: "main@sha1:2", Head: "main@sha1:3", HeadTime: at.Add(time.Minute), Sync: "Synced", Health: "Healthy", LastGood: "main@sha1:2"})
 	waitFor(t, 5*time.Second, "b's head read", func() bool { return read(t, c, "").Head == "main@sha1:3" })
-	if r := read(t, c, ""); r.Converged || !row(r, "b").OnLastGood {
+	if r := read(t, c, ""); r.Converged || !row(r, "b").OnLastGood || !row(r, "b").BehindHead {
 		t.Fatalf("a fleet behind its head read as %+v", r)
 	}
 	b.SetStatus(HostStatus{Revision: "main@sha1:2", Head: "main@sha1:2", HeadTime: at, Sync: "Synced", Health: "Healthy"})

@@ -46,9 +46,13 @@ type HostRow struct {
 	// Stale is true when the host's presence lease has expired: its agent
 	// is down or cut off, and the row is what it last said.
 	Stale bool `json:"stale"`
-	// OnLastGood is true when the host is on the last revision that was
-	// good there and that is not its head (it rolled back, or waits).
-	OnLastGood bool   `json:"onLastGood"`
+	// OnLastGood is true when the revision the host is on is the last
+	// one that was good there.
+	OnLastGood bool `json:"onLastGood"`
+	// BehindHead is true when the host is not on the newest revision it
+	// fetched (its head): it rolled back from it, waits for a slot, or
+	// is held.
+	BehindHead bool   `json:"behindHead"`
 	Held       string `json:"held,omitempty"` // why, when held
 	// Phase is the rollout phase as the fleet sees it: applying, good,
 	// bad, stalled, waiting, held, or "" (nothing to roll out).
@@ -218,7 +222,8 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	for _, h := range hosts {
 		s := statuses[h]
 		row := HostRow{HostStatus: s, Stale: !live[h]}
-		row.OnLastGood = s.LastGood != "" && s.Revision == s.LastGood && s.Head != "" && s.Head != s.Revision
+		row.OnLastGood = s.LastGood != "" && s.Revision == s.LastGood
+		row.BehindHead = s.Head != "" && s.Head != s.Revision
 		if hd, ok := v.held[h]; ok {
 			row.Held = fmt.Sprintf("by %s at %s%s", orSomeone(hd.By), hd.At.Format(time.RFC3339), because(hd.Why))
 		}

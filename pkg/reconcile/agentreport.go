@@ -112,8 +112,10 @@ type Fight struct {
 // Held is a resource held back (waiting, blocked, refused) or unobserved,
 // and why.
 type Held struct {
-	ID      string    `json:"id"`
-	Verdict string    `json:"verdict,omitempty"` // waiting, blocked, refused, or kept (left Git, no prune)
+	ID string `json:"id"`
+	// Verdict: waiting, blocked, refused, kept (left Git, no prune), or
+	// notCorrected (the agent is suspended, or the resource disabled).
+	Verdict string    `json:"verdict,omitempty"`
 	Reason  string    `json:"reason"`
 	Until   time.Time `json:"until,omitzero"`
 }

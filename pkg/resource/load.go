@@ -568,10 +568,21 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS, hv *host
 		return nil, Problems(errs)
 	}
 	r.Spec = newSpec()
+	// A resource with problems is still returned, marked invalid, once
+	// its kind and name are known: the checks across documents count it
+	// (an ID declared twice, a dependency on it), so that one load says
+	// everything, and nothing is said missing that is declared.
+	failed := func() (*Resource, error) {
+		if r.Metadata.Name == "" {
+			return nil, Problems(errs)
+		}
+		r.invalid = true
+		return r, Problems(errs)
+	}
 	specNode := top["spec"]
 	if specNode == nil {
 		report(root.Line, "spec", "is required")
-		return nil, Problems(errs)
+		return failed()
 	}
 	before := len(errs)
 	s.check(specNode, reflect.TypeOf(r.Spec).Elem(), "spec")
@@ -580,19 +591,21 @@ func decodeDoc(root *yaml.Node, origin Origin, kinds Kinds, tree fs.FS, hv *host
 			report(specNode.Line, "spec", yamlMessage(err))
 		}
 	}
-	if len(errs) > 0 {
-		return nil, Problems(errs)
+	if len(errs) > before {
+		return failed() // the spec's values are not what Validate reads
 	}
+	// The spec decoded: its values are checked even when the name or the
+	// apiVersion is wrong, so that a problem does not hide another.
 	v := &Validation{Resource: r, Source: tree, Dir: path.Dir(origin.File), report: report, node: specNode}
 	if r.Spec.Common().Substitute {
 		if v.vars = hv.get(); v.vars == nil {
-			return nil, Problems(errs) // the host's variables are wrong: said once, by LoadPaths
+			return failed() // the host's variables are wrong: said once, by LoadPaths
 		}
 	}
 	r.Spec.Validate(v)
 	v.finishSubstitution(specNode)
 	if len(errs) > 0 {
-		return nil, Problems(errs)
+		return failed()
 	}
 	return r, nil
 }

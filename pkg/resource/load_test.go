@@ -128,3 +128,36 @@ func TestDidYouMean(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryProblemTogether: a document's spec is checked even when its
+// name is wrong, and what holds across documents (an ID declared twice, a
+// dependency) counts a document that has problems of its own: one
+// validate lists it all, and names no dependency missing that is declared.
+func TestEveryProblemTogether(t *testing.T) {
+	_, err := load(t, map[string]string{"a.yaml": header + "kind: File\nmetadata: {name: Bad_Name}\nspec: {path: relative/path, content: x}\n---\n" +
+		header + "kind: File\nmetadata: {name: base}\nspec: {path: /etc/base, content: x, mode: \"0999\"}\n---\n" +
+		header + "kind: File\nmetadata: {name: user}\nspec: {path: /etc/user, content: x, dependsOn: [File/base]}\n---\n" +
+		header + "kind: File\nmetadata: {name: base}\nspec: {path: /etc/base2, content: x}\n"})
+	if err == nil {
+		t.Fatal("loaded")
+	}
+	for _, want := range []string{
+		`a.yaml:3: document 1 (File/Bad_Name): metadata.name: "Bad_Name" must be a lowercase RFC 1123 name`,
+		`a.yaml:4: document 1 (File/Bad_Name): spec.path: "relative/path" must be an absolute path`,
+		`a.yaml:9: document 2 (File/base): spec.mode: "0999" is not an octal file mode`,
+		`a.yaml:18: document 4 (File/base): metadata.name: File/base is already declared in a.yaml (document 2)`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error:\n%v\nwant it to contain:\n%s", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "not declared") {
+		t.Errorf("a dependency on a declared resource with problems is said missing:\n%v", err)
+	}
+	// The same without the second File/base: still no missing dependency.
+	_, err = load(t, map[string]string{"a.yaml": header + "kind: File\nmetadata: {name: base}\nspec: {path: /etc/base, content: x, mode: \"0999\"}\n---\n" +
+		header + "kind: File\nmetadata: {name: user}\nspec: {path: /etc/user, content: x, dependsOn: [File/base]}\n"})
+	if err == nil || strings.Contains(err.Error(), "not declared") || !strings.Contains(err.Error(), "0999") {
+		t.Errorf("error:\n%v", err)
+	}
+}

@@ -54,6 +54,9 @@ type Resource struct {
 	lines  map[string]int // field path → line, for errors found after decoding
 	subst  *Substitution  // what rendering it for this host used; nil without substitute: true
 	parent ID             // the resource that declared it (Generator); "" for a manifest's
+	// invalid marks a resource whose manifest has problems: it only
+	// counts in the checks across documents, and the load fails.
+	invalid bool
 }
 
 // ID is "Kind/name".

@@ -79,12 +79,19 @@ func newSet(list []*Resource, allowed []string, reserved []Reserved) (*Set, erro
 	s := &Set{byID: map[ID]*Resource{}, deps: map[ID][]ID{}}
 	var errs Problems
 	var kept []*Resource
+	invalid := false
 	for _, r := range list {
 		if prev, dup := s.byID[r.ID()]; dup {
 			errs = append(errs, fieldErr(r, "metadata.name", "%s is already declared in %s (document %d)", r.ID(), prev.Origin.File, prev.Origin.Doc))
 			continue
 		}
 		s.byID[r.ID()] = r
+		if r.invalid {
+			// Its problems are said already; it is declared, and
+			// nothing more of it is checked.
+			invalid = true
+			continue
+		}
 		kept = append(kept, r)
 		for i, c := range r.Spec.Claims() {
 			c.Field = cmpOr(c.Field, fmt.Sprintf("claim %d", i))
@@ -125,8 +132,8 @@ func newSet(list []*Resource, allowed []string, reserved []Reserved) (*Set, erro
 			}
 		}
 	}
-	if len(errs) > 0 {
-		return nil, errs
+	if len(errs) > 0 || invalid {
+		return nil, errs // with an invalid resource, the load has failed already
 	}
 	if err := s.sort(kept); err != nil {
 		return nil, Problems{err}
