@@ -170,6 +170,9 @@ func parseFlat(name string, data []byte, secret bool) (map[string]string, map[st
 	}
 	if len(errs) > 0 {
 		slices.SortStableFunc(errs, func(a, b error) int { return a.(*FileError).Line - b.(*FileError).Line })
+		if n := len(errs) - MaxProblems; n > 0 {
+			errs = append(errs[:MaxProblems], &FileError{File: name, Line: errs[MaxProblems].(*FileError).Line, Msg: fmt.Sprintf("and %d more problems from here on (only the first %d are told)", n, MaxProblems)})
+		}
 		return nil, nil, errors.Join(errs...)
 	}
 	return values, lines, nil
