@@ -59,6 +59,9 @@ func (s *FileSpec) Validate(v *resource.Validation) {
 	if s.Decrypt != "" && s.Content != nil {
 		v.Errorf("spec.decrypt", "decrypts a source: a SOPS file in the repository, not inline content")
 	}
+	if s.Decrypt != "" && s.Substitute {
+		v.Errorf("spec.substitute", "a File cannot both decrypt and substitute (it would render the SOPS file, not its plaintext); put the secret values in a SOPS-encrypted vars file (varsFiles in fleet.yaml) and render them into a plain template with substitute: true")
+	}
 }
 
 // sopsSources is the File's SOPS source, when it decrypts one.

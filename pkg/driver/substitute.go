@@ -33,7 +33,7 @@ func (s *FileSpec) substitute(v *resource.Validation) {
 	}
 	v.Substitutable() // even a File declared absent
 	switch {
-	case s.Ensure.Absent():
+	case s.Ensure.Absent(), s.Decrypt != "": // decrypt and substitute are refused
 	case s.Content != nil:
 		out := v.Substitute("spec.content", *s.Content)
 		s.Content = &out
