@@ -93,7 +93,8 @@ func IsSOPS(data []byte) bool {
 
 // ParseFile reads a vars file: a flat YAML (or JSON) mapping of names to
 // scalar values. One with a top-level sops key is decrypted first (its
-// values are secret; secret reports it). Problems name the file and line.
+// values are secret; secret reports it); without decrypt it is refused
+// (ParseLocked reads its names). Problems name the file and line.
 func ParseFile(name string, data []byte, decrypt Decrypt) (values map[string]string, lines map[string]int, secret bool, err error) {
 	if IsSOPS(data) {
 		if decrypt == nil {
@@ -107,6 +108,14 @@ func ParseFile(name string, data []byte, decrypt Decrypt) (values map[string]str
 	}
 	values, lines, err = parseFlat(name, data, secret)
 	return values, lines, secret, err
+}
+
+// ParseLocked reads the names of a SOPS-encrypted vars file without its
+// key: SOPS encrypts values, not names. Its problems are those ParseFile
+// reports of the plaintext's shape, at their lines, quoting no value.
+func ParseLocked(name string, data []byte) (lines map[string]int, err error) {
+	_, lines, err = parseFlat(name, data, true)
+	return lines, err
 }
 
 // parseFlat decodes a flat mapping of scalars. In a secret file, no error

@@ -21,10 +21,17 @@ type Value struct {
 	// From says where the value was defined, for `fleet targets --vars`
 	// ("host facts", "fleet.yaml rule 2", "vars/web1.yaml").
 	From string
+	// Locked marks a secret this host cannot read: its file is
+	// SOPS-encrypted and the host has no key. The name is defined (SOPS
+	// leaves names in the clear); a rendering that uses it fails.
+	Locked bool
 }
 
 // Redacted is what a secret value shows as.
 const Redacted = "(secret)"
+
+// RedactedLocked is what a locked value shows as.
+const RedactedLocked = "(secret; no age key on this host)"
 
 // MaxProblems bounds the problems one template reports; the rest are
 // counted.
@@ -32,6 +39,9 @@ const MaxProblems = 20
 
 // Shown is the value as it may be displayed: a secret's is redacted.
 func (v Value) Shown() string {
+	if v.Locked {
+		return RedactedLocked
+	}
 	if v.Secret {
 		return Redacted
 	}
@@ -46,8 +56,8 @@ type Set struct {
 	lenient bool
 }
 
-// Lenient is s where every name is defined: a name s does not define
-// renders as "". It checks a template's syntax where the host, and so
+// Lenient is s where every name is defined: a name s does not define,
+// or a locked one, renders as "". It checks a template's syntax where the host, and so
 // its variables, are not known (validating every rule of a fleet).
 func (s *Set) Lenient() *Set {
 	cp := *s
@@ -241,6 +251,11 @@ func Render(text string, s *Set) (string, Used, error) {
 			fail(i, name, func() string {
 				return fmt.Sprintf("${%s} is not defined for host %q%s", name, s.Host(), suggest(name, s))
 			})
+		case v.Locked && !s.lenient:
+			fail(i, name, func() string {
+				return fmt.Sprintf("${%s} is a secret of %s, which is SOPS-encrypted, and host %q has no age key to decrypt it: give --age-key-file (or SOPS_AGE_KEY_FILE)", name, v.From, s.Host())
+			})
+		case v.Locked: // lenient: only the syntax is checked
 		default:
 			used[name] = v
 			b.WriteString(v.Text)
