@@ -117,8 +117,8 @@ func TestFleetVarsPrecedence(t *testing.T) {
 	if err == nil || err.Error() != `line 1, column 1: ${g} is a secret of vars/secret.yaml, which is SOPS-encrypted, and host "db1" has no age key to decrypt it: give --age-key-file (or SOPS_AGE_KEY_FILE)` {
 		t.Errorf("no key: a locked variable renders: %v", err)
 	}
-	if out, _, err := vars.Render("[${g}]", s.Lenient()); err != nil || out != "[]" {
-		t.Errorf("no key, lenient (a fleet's syntax): %q, %v", out, err)
+	if out, used, err := vars.Render("[${g}]", s.Lenient()); err != nil || out != "[]" || !used.Secret() {
+		t.Errorf("no key, lenient (a fleet's syntax): %q, %v, %v; want it rendered empty, a secret used", out, used, err)
 	}
 }
 

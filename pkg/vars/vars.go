@@ -255,7 +255,8 @@ func Render(text string, s *Set) (string, Used, error) {
 			fail(i, name, func() string {
 				return fmt.Sprintf("${%s} is a secret of %s, which is SOPS-encrypted, and host %q has no age key to decrypt it: give --age-key-file (or SOPS_AGE_KEY_FILE)", name, v.From, s.Host())
 			})
-		case v.Locked: // lenient: only the syntax is checked
+		case v.Locked:
+			used[name] = v // lenient: used, a secret, rendered as ""
 		default:
 			used[name] = v
 			b.WriteString(v.Text)
