@@ -29,7 +29,8 @@ the paths it gives — then what this host gets (--host-name, default the
 hostname, and --label). It needs no etcd: targeting is decided from Git,
 on the host. --vars adds the variables this host's resources are rendered
 with (substitute: true): its facts, then what the rules give it; a value
-from an encrypted vars file shows as (secret).`,
+from an encrypted vars file shows as (secret), or as (secret; no age key on
+this host) without --age-key-file.`,
 		Example: `  cortex-sync fleet targets ./infra
   cortex-sync fleet targets --dir ./infra --host-name web3 --label role=web
   cortex-sync fleet targets ./infra --host-name web3 --vars

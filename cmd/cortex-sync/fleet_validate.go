@@ -119,9 +119,9 @@ func validateFleet(g *globals, o *validateOptions, io streams, co *checkout, f *
 // caseVars are the variables to check a desired set of the fleet with: its
 // host is not known (a host folder gives at most its name), so every name
 // is taken as defined and only each template's syntax is checked; the
-// vars files the rule names are read, and their problems reported (an
-// encrypted one this machine has no key for is left unread). validate
-// --host-name checks one host strictly.
+// vars files the rule names are read, and their problems reported (of an
+// encrypted one this machine has no key for, its names and shape).
+// validate --host-name checks one host strictly.
 func caseVars(g *globals, co *checkout, f *resource.Fleet, c resource.Case, report func(error)) *vars.Set {
 	h := resource.Host{Name: c.Host}
 	for k, v := range f.Spec.Hosts[c.Rule].Match.Labels {
@@ -134,9 +134,7 @@ func caseVars(g *globals, co *checkout, f *resource.Fleet, c resource.Case, repo
 	var p resource.Problems
 	if errors.As(err, &p) {
 		for _, e := range p {
-			if !errors.Is(e, vars.ErrNoDecrypt) {
-				report(e)
-			}
+			report(e)
 		}
 	}
 	if s == nil {

@@ -71,10 +71,13 @@ func validateRun(cmd *cobra.Command, g *globals, o *validateOptions, io streams)
 	if f, err := resource.ReadFleet(co.Tree); co.Path == "." && !hostGiven(cmd) && (f != nil || err != nil) {
 		return validateFleet(g, o, io, co, f, err)
 	}
-	set, err := g.engine().Manifests().Load(co.Tree, co.Path, driver.Kinds())
+	opts := g.engine().Manifests()
+	varsDecrypted := countDecrypts(&opts.Decrypt, o.decrypt)
+	set, err := opts.Load(co.Tree, co.Path, driver.Kinds())
 	decrypted := 0
 	if err == nil && o.decrypt {
 		decrypted, err = driver.CheckDecrypt(co.Tree, set, driver.NewDecrypter(g.ageKeyFile))
+		decrypted += varsDecrypted()
 	}
 	if o.output == "json" {
 		doc := validateDoc{Valid: err == nil, Source: co.url, Revision: co.Revision, Problems: []problemDoc{}}

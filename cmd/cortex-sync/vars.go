@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/cortex-sync/cortex-sync/pkg/hostfs"
@@ -30,6 +31,32 @@ func machineID(root string) string {
 		return ""
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// countDecrypts makes *decrypt count the vars files it decrypts, each
+// once, when on (validate --decrypt); the function returned reads the
+// count.
+func countDecrypts(decrypt *vars.Decrypt, on bool) func() int {
+	if !on || *decrypt == nil {
+		return func() int { return 0 }
+	}
+	var mu sync.Mutex
+	done := map[string]bool{}
+	inner := *decrypt
+	*decrypt = func(name string, data []byte) ([]byte, error) {
+		plain, err := inner(name, data)
+		if err == nil {
+			mu.Lock()
+			done[name] = true
+			mu.Unlock()
+		}
+		return plain, err
+	}
+	return func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(done)
+	}
 }
 
 // varDoc is one variable in `fleet targets --vars -o json`: a secret's

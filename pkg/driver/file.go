@@ -36,6 +36,7 @@ type FileSpec struct {
 	Replace *bool `yaml:"replace" json:"replace,omitempty"`
 
 	sourcePath string // Source resolved to a repository path
+	secretVars bool   // rendered with a secret variable
 }
 
 // Validate checks the File's fields.
@@ -58,6 +59,9 @@ func (s *FileSpec) Validate(v *resource.Validation) {
 	if s.Decrypt != "" && s.Content != nil {
 		v.Errorf("spec.decrypt", "decrypts a source: a SOPS file in the repository, not inline content")
 	}
+	if s.Decrypt != "" && s.Substitute {
+		v.Errorf("spec.substitute", "a File cannot both decrypt and substitute (it would render the SOPS file, not its plaintext); put the secret values in a SOPS-encrypted vars file (varsFiles in fleet.yaml) and render them into a plain template with substitute: true")
+	}
 }
 
 // sopsSources is the File's SOPS source, when it decrypts one.
@@ -69,11 +73,15 @@ func (s *FileSpec) sopsSources() []sopsSource {
 }
 
 // secret: the content is not to be shown or recorded in the clear.
-func (s *FileSpec) secret() bool { return s.Sensitive || s.Decrypt != "" }
+func (s *FileSpec) secret() bool { return s.Sensitive || s.holdsSecret() }
 
-// mode is the wanted mode: a decrypted file's is 0600 unless given.
+// holdsSecret: the content is a secret Git keeps encrypted, a SOPS file's
+// plaintext or a rendering that used a secret variable.
+func (s *FileSpec) holdsSecret() bool { return s.Decrypt != "" || s.secretVars }
+
+// mode is the wanted mode: a File holding a secret is 0600 unless given.
 func (s *FileSpec) mode() *resource.Mode {
-	if s.Mode == nil && s.Decrypt != "" {
+	if s.Mode == nil && s.holdsSecret() {
 		m := resource.Mode(0o600)
 		return &m
 	}

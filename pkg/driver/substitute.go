@@ -25,14 +25,15 @@ import (
 
 // substitute renders a File's content, or its source (which it then holds
 // as content: the rendered bytes, named by their own digest). A secret
-// variable makes the File sensitive.
+// variable makes the File sensitive, and it holds a secret (0600 unless
+// its mode is given, as a decrypted File).
 func (s *FileSpec) substitute(v *resource.Validation) {
 	if !v.Substitutes() {
 		return
 	}
 	v.Substitutable() // even a File declared absent
 	switch {
-	case s.Ensure.Absent():
+	case s.Ensure.Absent(), s.Decrypt != "": // decrypt and substitute are refused
 	case s.Content != nil:
 		out := v.Substitute("spec.content", *s.Content)
 		s.Content = &out
@@ -42,7 +43,7 @@ func (s *FileSpec) substitute(v *resource.Validation) {
 		}
 	}
 	if v.Secret() {
-		s.Sensitive = true
+		s.Sensitive, s.secretVars = true, true
 	}
 }
 

@@ -106,3 +106,20 @@ func grepState(t *testing.T, dir, secret string, file []byte) {
 		})
 	}
 }
+
+// TestFileDecryptSubstitute: a File cannot both decrypt and substitute
+// (it rendered the ciphertext, and wrote it as the secret): the load
+// refuses the pair, and says where secret values go.
+func TestFileDecryptSubstitute(t *testing.T) {
+	h := newHost(t)
+	h.write(filepath.Join(h.repo, "db.yaml"), fixture(t, "basic.yaml"))
+	h.write(filepath.Join(h.repo, "f.yaml"), manifest+`kind: File
+metadata: {name: db}
+spec: {path: /etc/db.yaml, source: db.yaml, decrypt: sops, substitute: true}
+`)
+	_, err := loadSet(t, h.repo)
+	want := "f.yaml:4: document 1 (File/db): spec.substitute: a File cannot both decrypt and substitute"
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "SOPS-encrypted vars file") {
+		t.Fatalf("got %v; want %q, naming vars files", err, want)
+	}
+}

@@ -63,7 +63,9 @@ func HostVars(h Host) *vars.Set {
 // (as the first matching rule gives the paths, a catch-all rule at the
 // end gives defaults), a rule's vars beat its files, and a later file
 // beats an earlier one (vars/common.yaml, then vars/{name}.yaml).
-// Problems name fleet.yaml's line and field, and the vars file's line.
+// Problems name fleet.yaml's line and field, and the vars file's line. An
+// encrypted vars file, on a host without a key (decrypt nil), gives its
+// names locked: a rendering that uses one fails, naming it.
 func (f *Fleet) Vars(tree fs.FS, h Host, decrypt vars.Decrypt) (*vars.Set, error) {
 	s := HostVars(h)
 	var errs Problems
@@ -90,6 +92,19 @@ func (f *Fleet) Vars(tree fs.FS, h Host, decrypt vars.Decrypt) (*vars.Set, error
 				continue
 			case err != nil:
 				fail(err, err.Error())
+				continue
+			}
+			if decrypt == nil && vars.IsSOPS(data) {
+				// No key on this host: the names are defined, locked; only
+				// a resource that uses one fails.
+				lines, err := vars.ParseLocked(p, data)
+				if err != nil {
+					fail(err, strings.ReplaceAll(err.Error(), "\n", "; "))
+					continue
+				}
+				for _, k := range slices.Sorted(maps.Keys(lines)) {
+					s.Add(k, vars.Value{Secret: true, Locked: true, From: p})
+				}
 				continue
 			}
 			values, _, secret, err := vars.ParseFile(p, data, decrypt)

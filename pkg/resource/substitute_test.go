@@ -1,7 +1,6 @@
 package resource_test
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -101,10 +100,25 @@ func TestFleetVarsPrecedence(t *testing.T) {
 		t.Error("a host without a machine ID has one")
 	}
 
-	// No key: the encrypted file is refused, naming it.
-	_, err = f.Vars(tree, resource.Host{Name: "db1"}, nil)
-	if !errors.Is(err, vars.ErrNoDecrypt) || !strings.Contains(err.Error(), "fleet.yaml:13: document 1 (Fleet/prod): spec.hosts[1].varsFiles[2]: vars/secret.yaml: is SOPS-encrypted") {
-		t.Errorf("no key: %v", err)
+	// No key: the encrypted file's names are defined, locked (SOPS
+	// leaves names in the clear); a rendering that uses one fails, naming
+	// it, its file, the host and the flag; the rest renders.
+	s, err = f.Vars(tree, resource.Host{Name: "db1"}, nil)
+	if err != nil {
+		t.Fatalf("no key: %v", err)
+	}
+	if v, ok := s.Lookup("g"); !ok || !v.Locked || !v.Secret || v.Text != "" || v.Shown() != vars.RedactedLocked || v.From != "vars/secret.yaml" {
+		t.Errorf("no key: g = %+v (defined %v); want it locked, from vars/secret.yaml", v, ok)
+	}
+	if out, _, err := vars.Render("${a}", s); err != nil || out != "rule2" {
+		t.Errorf("no key: a plain variable renders %q, %v", out, err)
+	}
+	_, _, err = vars.Render("${g}", s)
+	if err == nil || err.Error() != `line 1, column 1: ${g} is a secret of vars/secret.yaml, which is SOPS-encrypted, and host "db1" has no age key to decrypt it: give --age-key-file (or SOPS_AGE_KEY_FILE)` {
+		t.Errorf("no key: a locked variable renders: %v", err)
+	}
+	if out, used, err := vars.Render("[${g}]", s.Lenient()); err != nil || out != "[]" || !used.Secret() {
+		t.Errorf("no key, lenient (a fleet's syntax): %q, %v, %v; want it rendered empty, a secret used", out, used, err)
 	}
 }
 

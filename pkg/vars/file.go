@@ -93,7 +93,8 @@ func IsSOPS(data []byte) bool {
 
 // ParseFile reads a vars file: a flat YAML (or JSON) mapping of names to
 // scalar values. One with a top-level sops key is decrypted first (its
-// values are secret; secret reports it). Problems name the file and line.
+// values are secret; secret reports it); without decrypt it is refused
+// (ParseLocked reads its names). Problems name the file and line.
 func ParseFile(name string, data []byte, decrypt Decrypt) (values map[string]string, lines map[string]int, secret bool, err error) {
 	if IsSOPS(data) {
 		if decrypt == nil {
@@ -107,6 +108,14 @@ func ParseFile(name string, data []byte, decrypt Decrypt) (values map[string]str
 	}
 	values, lines, err = parseFlat(name, data, secret)
 	return values, lines, secret, err
+}
+
+// ParseLocked reads the names of a SOPS-encrypted vars file without its
+// key: SOPS encrypts values, not names. Its problems are those ParseFile
+// reports of the plaintext's shape, at their lines, quoting no value.
+func ParseLocked(name string, data []byte) (lines map[string]int, err error) {
+	_, lines, err = parseFlat(name, data, true)
+	return lines, err
 }
 
 // parseFlat decodes a flat mapping of scalars. In a secret file, no error
@@ -170,6 +179,9 @@ func parseFlat(name string, data []byte, secret bool) (map[string]string, map[st
 	}
 	if len(errs) > 0 {
 		slices.SortStableFunc(errs, func(a, b error) int { return a.(*FileError).Line - b.(*FileError).Line })
+		if n := len(errs) - MaxProblems; n > 0 {
+			errs = append(errs[:MaxProblems], &FileError{File: name, Line: errs[MaxProblems].(*FileError).Line, Msg: fmt.Sprintf("and %d more problems from here on (only the first %d are told)", n, MaxProblems)})
+		}
 		return nil, nil, errors.Join(errs...)
 	}
 	return values, lines, nil

@@ -21,13 +21,27 @@ type Value struct {
 	// From says where the value was defined, for `fleet targets --vars`
 	// ("host facts", "fleet.yaml rule 2", "vars/web1.yaml").
 	From string
+	// Locked marks a secret this host cannot read: its file is
+	// SOPS-encrypted and the host has no key. The name is defined (SOPS
+	// leaves names in the clear); a rendering that uses it fails.
+	Locked bool
 }
 
 // Redacted is what a secret value shows as.
 const Redacted = "(secret)"
 
+// RedactedLocked is what a locked value shows as.
+const RedactedLocked = "(secret; no age key on this host)"
+
+// MaxProblems bounds the problems one template reports; the rest are
+// counted.
+const MaxProblems = 20
+
 // Shown is the value as it may be displayed: a secret's is redacted.
 func (v Value) Shown() string {
+	if v.Locked {
+		return RedactedLocked
+	}
 	if v.Secret {
 		return Redacted
 	}
@@ -42,8 +56,8 @@ type Set struct {
 	lenient bool
 }
 
-// Lenient is s where every name is defined: a name s does not define
-// renders as "". It checks a template's syntax where the host, and so
+// Lenient is s where every name is defined: a name s does not define,
+// or a locked one, renders as "". It checks a template's syntax where the host, and so
 // its variables, are not known (validating every rule of a fleet).
 func (s *Set) Lenient() *Set {
 	cp := *s
@@ -168,17 +182,30 @@ func CheckName(name string) string {
 // a literal ${X}; a $ not followed by { (or a $$ not followed by {) is
 // left as it is, so shell scripts pass through. Strict: a name s does
 // not define, or a malformed reference (${, ${}, ${a b}), is an *Error at
-// its line and column; every problem in text is returned (errors.Join),
-// the rendering only when there is none.
+// its line and column; the first MaxProblems problems of text are
+// returned (errors.Join), then one that counts the rest, the rendering
+// only when there is none. It runs in time linear in len(text).
 func Render(text string, s *Set) (string, Used, error) {
 	var b strings.Builder
 	b.Grow(len(text))
 	used := Used{}
 	var errs []error
+	var more *Error // the first problem past MaxProblems, where the count starts
+	nmore := 0
 	line, lineStart := 1, 0
-	fail := func(at int, name, msg string) {
-		errs = append(errs, &Error{Line: line, Column: at - lineStart + 1, Name: name, Host: s.Host(), Msg: msg})
+	fail := func(at int, name string, msg func() string) {
+		if len(errs) < MaxProblems {
+			errs = append(errs, &Error{Line: line, Column: at - lineStart + 1, Name: name, Host: s.Host(), Msg: msg()})
+			return
+		}
+		if nmore++; more == nil {
+			more = &Error{Line: line, Column: at - lineStart + 1, Host: s.Host()}
+		}
 	}
+	// stop is the first } or newline at or after where it was last
+	// looked for: every ${ before it ends there, so a line of unclosed
+	// ${ is searched once, not once for each.
+	stop := -1
 	for i := 0; i < len(text); {
 		c := text[i]
 		switch {
@@ -200,26 +227,45 @@ func Render(text string, s *Set) (string, Used, error) {
 			i++
 			continue
 		}
-		end := strings.IndexAny(text[i+2:], "}\n")
-		if end < 0 || text[i+2+end] != '}' {
-			fail(i, "", "${ is not closed by } on its line; write $${ for a literal ${")
+		if stop < i+2 {
+			stop = len(text)
+			if k := strings.IndexAny(text[i+2:], "}\n"); k >= 0 {
+				stop = i + 2 + k
+			}
+		}
+		if stop == len(text) || text[stop] != '}' {
+			fail(i, "", func() string { return "${ is not closed by } on its line; write $${ for a literal ${" })
 			b.WriteString("${")
 			i += 2
 			continue
 		}
-		name := text[i+2 : i+2+end]
+		name := text[i+2 : stop]
 		switch v, ok := s.Lookup(name); {
 		case name == "":
-			fail(i, "", "${} names no variable; write $${} for a literal ${}")
+			fail(i, "", func() string { return "${} names no variable; write $${} for a literal ${}" })
 		case !validName(name):
-			fail(i, "", fmt.Sprintf("${%s} is not a variable reference: a name has letters, digits and _ . - /; write $${ for a literal ${", clip(name)))
+			fail(i, "", func() string {
+				return fmt.Sprintf("${%s} is not a variable reference: a name has letters, digits and _ . - /; write $${ for a literal ${", clip(name))
+			})
 		case !ok:
-			fail(i, name, fmt.Sprintf("${%s} is not defined for host %q%s", name, s.Host(), suggest(name, s)))
+			fail(i, name, func() string {
+				return fmt.Sprintf("${%s} is not defined for host %q%s", name, s.Host(), suggest(name, s))
+			})
+		case v.Locked && !s.lenient:
+			fail(i, name, func() string {
+				return fmt.Sprintf("${%s} is a secret of %s, which is SOPS-encrypted, and host %q has no age key to decrypt it: give --age-key-file (or SOPS_AGE_KEY_FILE)", name, v.From, s.Host())
+			})
+		case v.Locked:
+			used[name] = v // lenient: used, a secret, rendered as ""
 		default:
 			used[name] = v
 			b.WriteString(v.Text)
 		}
-		i += 2 + end + 1
+		i = stop + 1
+	}
+	if more != nil {
+		more.Msg = fmt.Sprintf("and %d more problems from here on (only the first %d are told)", nmore, MaxProblems)
+		errs = append(errs, more)
 	}
 	if len(errs) > 0 {
 		return "", nil, joinErrors(errs)

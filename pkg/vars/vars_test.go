@@ -2,8 +2,10 @@ package vars
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 )
 
@@ -125,6 +127,7 @@ func TestParseFile(t *testing.T) {
 		{"a b: x\n", "is not a variable name"},
 		{"a: 1\n---\nb: 2\n", "vars/a.yaml:3: a vars file is one mapping"},
 		{"a: [\n", "vars/a.yaml: "},
+		{strings.Repeat("1a: x\n", 50), "vars/a.yaml:21: and 30 more problems from here on"},
 		{"sops: {age: []}\na: ENC[x]\n", "is SOPS-encrypted, and no SOPS key is configured"},
 	} {
 		_, _, _, err := ParseFile("vars/a.yaml", []byte(tc.in), nil)
@@ -189,5 +192,40 @@ func BenchmarkRender(b *testing.B) {
 		if _, _, err := Render(text, s); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestRenderBounded: a hostile template (600 KB of unclosed ${, every
+// reference malformed) is read in linear time, and at most MaxProblems
+// problems are reported, then how many more there are.
+func TestRenderBounded(t *testing.T) {
+	for name, in := range map[string]string{
+		"unclosed":  strings.Repeat("${", 300_000),
+		"malformed": strings.Repeat("${a b}", 100_000),
+		"undefined": strings.Repeat("${db.hots}", 60_000),
+	} {
+		t.Run(name, func(t *testing.T) {
+			done := make(chan error, 1)
+			start := time.Now()
+			go func() {
+				_, _, err := Render(in, testSet())
+				done <- err
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("Render of %d bytes did not end in 10 s: not linear", len(in))
+			}
+			t.Logf("%d bytes in %v", len(in), time.Since(start))
+			var all Errors
+			if !errors.As(err, &all) || len(all) != MaxProblems+1 {
+				t.Fatalf("got %d problems; want the first %d and a summary", len(all), MaxProblems)
+			}
+			last := all[MaxProblems].(*Error)
+			if want := fmt.Sprintf("and %d more problems", strings.Count(in, "${")-MaxProblems); !strings.Contains(last.Msg, want) || last.Line != 1 || last.Column < 1 {
+				t.Fatalf("summary = %+v; want %q at its position", last, want)
+			}
+		})
 	}
 }
