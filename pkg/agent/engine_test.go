@@ -347,8 +347,14 @@ func TestAgentDoesNotUndoANewerSync(t *testing.T) {
 		writeFile(t, filepath.Join(repo, "f.yaml"), "apiVersion: cortex-sync/v1alpha1\nkind: File\nmetadata: {name: f}\nspec: {path: /etc/f, content: "+content+"}\n")
 	}
 	manifest("v1")
-	a := runAgent(t, repo, agent.Options{
+	var logb syncbuf.Buffer
+	a := runAgent(t, repo, agent.Options{Log: slog.New(slog.NewTextHandler(&logb, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	defer func() {
+		if t.Failed() {
+			t.Log(logb.String())
+		}
+	}()
 	p := filepath.Join(root, "etc/f")
 	waitFor(t, 30*time.Second, "v1 applied and the agent ready", func() bool {
 		b, _ := os.ReadFile(p)

@@ -66,6 +66,13 @@ func (s *Session) act(ctx context.Context, d *Desired, c *diff.Change) diff.Outc
 	if o := s.gate(ctx, d, c, s.w.View(), now); o != nil {
 		return s.note(d, *o)
 	}
+	if s.current() != d {
+		// A newer desired state was adopted while this change was planned
+		// (the agent fetched again, after a snapshot another cortex-sync
+		// saved): acting on the old one would undo what the new one says.
+		// The adoption queued what it changed; this one looks again.
+		return diff.Outcome{Verdict: diff.Waiting, Change: c, Err: ErrSuperseded, Until: now}
+	}
 	if c.Action == diff.Forget {
 		// Left on the host as it is: only the record goes.
 		s.w.Update(func(snap *state.Snapshot) { snap.Drop(string(c.ID)) })

@@ -48,6 +48,10 @@ var (
 	ErrDependentFirst     = diff.ErrDependentFirst
 )
 
+// ErrSuperseded: a change planned against a desired state a newer one
+// replaced before it was applied; it is planned again.
+var ErrSuperseded = errors.New("a newer desired state was adopted while this change was planned: planned again")
+
 // Hold is a policy from outside the engine that may hold a change back for
 // a while (the agent's fight detector; a fleet's rollout slot): a zero
 // until lets the change go.
