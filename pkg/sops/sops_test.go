@@ -11,9 +11,11 @@ import (
 	"time"
 )
 
+// keys parses a fixture's age identities (ReadKeys would refuse the file:
+// Git keeps it 0644).
 func keys(t testing.TB, name string) *Keys {
 	t.Helper()
-	k, err := ReadKeys(filepath.Join("testdata", name))
+	k, err := ParseKeys(filepath.Join("testdata", name), fixture(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +191,42 @@ func TestYAMLManyKeys(t *testing.T) {
 	}
 	if d := time.Since(start); d > 3*time.Second {
 		t.Fatalf("100,000 keys read in %v", d)
+	}
+}
+
+// TestReadKeysMode: an age key file that group or others may read or
+// write is refused, as ssh refuses a private key; 0600 and 0400 are read.
+func TestReadKeysMode(t *testing.T) {
+	key := fixture(t, "host.agekey")
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o600, 0o400} {
+		t.Run(mode.String(), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "host.agekey")
+			if err := os.WriteFile(file, key, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(file, mode); err != nil {
+				t.Fatal(err)
+			}
+			k, err := ReadKeys(file)
+			if mode&0o077 == 0 {
+				if err != nil || len(k.Recipients()) != 1 {
+					t.Fatalf("got %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("read")
+			}
+			for _, w := range []string{file, fmt.Sprintf("mode %04o", mode), "chmod 600 " + file} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	dir := t.TempDir()
+	if _, err := ReadKeys(dir); err == nil || !strings.Contains(err.Error(), dir+" is not a regular file") {
+		t.Fatalf("a directory: got %v", err)
 	}
 }
 
