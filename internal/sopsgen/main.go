@@ -144,6 +144,11 @@ func main() {
 	g.good("app.env", appEnv, host, sops.Metadata{})
 	g.good("rotated.env", appEnv, host, sops.Metadata{})
 	g.good("changed.env", strings.Replace(appEnv, "tok-123456", "tok-999999", 1), host, sops.Metadata{})
+	// dotenv files that decrypt but that no program may get: a variable
+	// cortex-sync sets, a name that is not one, a key given twice
+	g.good("reserved.env", "APP_MODE=prod\nPATH=/tmp/evil\n", host, sops.Metadata{})
+	g.good("badname.env", "1BAD=x\n", host, sops.Metadata{})
+	g.good("dup.env", "TOKEN=first-dup-value\nOTHER=1\nTOKEN=second-dup-value\n", host, sops.Metadata{})
 	g.good("vars.yaml", varsYAML, host, sops.Metadata{}) // a vars file (substitution)
 	g.good("vars-rotated.yaml", varsYAML, host, sops.Metadata{})
 	g.good("secret.bin", string(bin), host, sops.Metadata{})

@@ -288,3 +288,15 @@ func TestDecryptEnv(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestDecryptEnvTwice: a variable given twice is refused, naming it and
+// its lines, never a value (the sops library keeps both).
+func TestDecryptEnvTwice(t *testing.T) {
+	_, err := DecryptEnv("dup.env", fixture(t, "dup.env"), keys(t, "host.agekey"))
+	if err == nil || !strings.Contains(err.Error(), "dup.env: variable \"TOKEN\" is given on lines 1 and 3; give it once") {
+		t.Fatalf("got %v", err)
+	}
+	if strings.Contains(err.Error(), "dup-value") {
+		t.Fatalf("error %q shows a value", err)
+	}
+}
