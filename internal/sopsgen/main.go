@@ -4,6 +4,7 @@
 // module so that the main build never compiles sops' cloud KMS SDKs.
 //
 //	go run . ../../pkg/sops/testdata   (make sops-fixtures)
+//	go run . ../../pkg/sops/testdata many.yaml   (only the files named)
 package main
 
 import (
@@ -108,13 +109,17 @@ PLAIN_unencrypted=visible
 type gen struct {
 	dir         string
 	host, other *age.X25519Identity
+	only        map[string]bool // the fixtures to write (with their .plain); all if empty
 }
 
 func main() {
-	if len(os.Args) != 2 {
-		log.Fatal("usage: sopsgen DIR")
+	if len(os.Args) < 2 {
+		log.Fatal("usage: sopsgen DIR [NAME...]")
 	}
-	g := &gen{dir: os.Args[1]}
+	g := &gen{dir: os.Args[1], only: map[string]bool{}}
+	for _, name := range os.Args[2:] {
+		g.only[name] = true
+	}
 	// The keys of an earlier run are kept: a fixture added later is made
 	// for the same hosts, and the others' ciphertext alone changes.
 	g.host, g.other = g.identity("host.agekey"), g.identity("other.agekey")
@@ -139,6 +144,11 @@ func main() {
 	g.good("app.env", appEnv, host, sops.Metadata{})
 	g.good("rotated.env", appEnv, host, sops.Metadata{})
 	g.good("changed.env", strings.Replace(appEnv, "tok-123456", "tok-999999", 1), host, sops.Metadata{})
+	// dotenv files that decrypt but that no program may get: a variable
+	// cortex-sync sets, a name that is not one, a key given twice
+	g.good("reserved.env", "APP_MODE=prod\nPATH=/tmp/evil\n", host, sops.Metadata{})
+	g.good("badname.env", "1BAD=x\n", host, sops.Metadata{})
+	g.good("dup.env", "TOKEN=first-dup-value\nOTHER=1\nTOKEN=second-dup-value\n", host, sops.Metadata{})
 	g.good("vars.yaml", varsYAML, host, sops.Metadata{}) // a vars file (substitution)
 	g.good("vars-rotated.yaml", varsYAML, host, sops.Metadata{})
 	g.good("secret.bin", string(bin), host, sops.Metadata{})
@@ -164,6 +174,12 @@ func main() {
 		fmt.Fprintf(&big, "key%04d: %s\n", i, bytes.Repeat([]byte("x"), 1024))
 	}
 	g.write("big.yaml", g.encrypt("big.yaml", big.String(), host, sops.Metadata{}))
+	// many small values, for the benchmark that keeps YAML decryption linear
+	var many strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&many, "k%06d: v\n", i)
+	}
+	g.good("many.yaml", many.String(), host, sops.Metadata{})
 }
 
 func (g *gen) good(name, plain string, recipients []string, md sops.Metadata) {
@@ -239,6 +255,9 @@ func (g *gen) shamir(name, plain string) {
 }
 
 func (g *gen) write(name string, b []byte) {
+	if len(g.only) > 0 && !g.only[strings.TrimSuffix(name, ".plain")] {
+		return
+	}
 	if err := os.WriteFile(filepath.Join(g.dir, name), b, 0o644); err != nil {
 		log.Fatal(err)
 	}

@@ -141,6 +141,10 @@ func (p *plaintext) Close() error {
 // given, and its repository path.
 type sopsSource struct {
 	field, source, path string
+	// check, if set, is what the plan checks of the plaintext beyond
+	// decrypting it (a dotenv file's variable names); validate --decrypt
+	// runs it too. Its error names the source, never a value.
+	check func(plain []byte) error
 }
 
 // encrypted is a spec that decrypts SOPS files of the repository.
@@ -163,11 +167,14 @@ func CheckDecrypt(tree source.Tree, set *resource.Set, d *Decrypter) (int, error
 		}
 		for _, s := range e.sopsSources() {
 			plain, err := env.decryptFile(s.path, s.source)
+			if err == nil && s.check != nil {
+				err = s.check(plain)
+			}
+			clear(plain)
 			if err != nil {
 				problems = append(problems, &resource.FieldError{Origin: r.Origin, Line: r.Origin.Line, ID: r.ID(), Field: s.field, Msg: err.Error()})
 				continue
 			}
-			clear(plain)
 			n++
 		}
 	}

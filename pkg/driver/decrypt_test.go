@@ -14,6 +14,21 @@ import (
 // sopsData is pkg/sops's fixtures, made with the sops library.
 var sopsData = filepath.Join("..", "sops", "testdata")
 
+// hostAgeKey is a 0600 copy of the fixtures' age key (Git keeps it 0644,
+// which the key's reader refuses).
+func hostAgeKey(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(sopsData, "host.agekey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "host.agekey")
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 func sopsTree(t *testing.T, files map[string]string) source.Tree {
 	t.Helper()
 	dir := t.TempDir()
@@ -40,7 +55,7 @@ func sopsTree(t *testing.T, files map[string]string) source.Tree {
 // decrypts nothing.
 func TestDecryptedID(t *testing.T) {
 	tree := sopsTree(t, map[string]string{"a.yaml": "basic.yaml", "b.yaml": "rotated.yaml", "c.yaml": "regex.yaml"})
-	d := NewDecrypter(filepath.Join(sopsData, "host.agekey"))
+	d := NewDecrypter(hostAgeKey(t))
 	env := &Env{Tree: tree, Decrypter: d, Keys: NewKeys(state.At(t.TempDir()))}
 	ids := map[string]string{}
 	for _, n := range []string{"a.yaml", "b.yaml", "c.yaml"} {
@@ -81,7 +96,7 @@ func TestDecryptedID(t *testing.T) {
 // naming the file.
 func TestDecryptRefusals(t *testing.T) {
 	tree := sopsTree(t, map[string]string{"other.yaml": "other.yaml", "tampered.yaml": "tampered-removed.yaml"})
-	env := &Env{Tree: tree, Decrypter: NewDecrypter(filepath.Join(sopsData, "host.agekey")), Keys: NewKeys(state.At(t.TempDir()))}
+	env := &Env{Tree: tree, Decrypter: NewDecrypter(hostAgeKey(t)), Keys: NewKeys(state.At(t.TempDir()))}
 	for name, want := range map[string]string{"other.yaml": "other.yaml: encrypted for age age1", "tampered.yaml": "tampered.yaml: MAC mismatch"} {
 		if _, err := env.decryptedID(name, name); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", name, err, want)

@@ -22,6 +22,17 @@ import (
 // sopsFixtures is pkg/sops's fixtures, made with the sops library.
 var sopsFixtures = filepath.Join("..", "sops", "testdata")
 
+// ageKeyFile is a 0600 copy of the fixtures' age key (Git keeps it 0644,
+// which the key's reader refuses).
+func ageKeyFile(t *testing.T) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "host.agekey")
+	if err := os.WriteFile(file, []byte(fixture(t, "host.agekey")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
 func fixture(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(sopsFixtures, name))
@@ -133,7 +144,7 @@ func TestDirectoryDecryptRefusals(t *testing.T) {
 func sopsSession(h *host, write bool) *reconcile.Session {
 	h.t.Helper()
 	ctx := context.Background()
-	cfg := reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second, AgeKeyFile: filepath.Join(sopsFixtures, "host.agekey")}
+	cfg := reconcile.Config{Root: h.root, StateDir: h.stdir, Concurrency: 2, LockTimeout: time.Second, AgeKeyFile: ageKeyFile(h.t)}
 	d, err := reconcile.Load(ctx, &source.Dir{Dir: h.repo, Cache: state.At(filepath.Join(h.stdir, "cache"))}, cfg.Manifests(), nil)
 	if err != nil {
 		h.t.Fatal(err)

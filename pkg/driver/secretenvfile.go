@@ -52,7 +52,17 @@ func (x *Exec) sopsSources() []sopsSource {
 	if x.SecretEnvFile == nil {
 		return nil
 	}
-	return []sopsSource{{field: secretEnvFileField + ".source", source: x.SecretEnvFile.Source, path: x.SecretEnvFile.sourcePath}}
+	f := x.SecretEnvFile
+	return []sopsSource{{field: secretEnvFileField + ".source", source: f.Source, path: f.sourcePath, check: func(plain []byte) error {
+		vars, err := sops.ParseEnv(plain)
+		if err == nil {
+			_, err = x.envSecrets(vars)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.Source, err)
+		}
+		return nil
+	}}}
 }
 
 // hasSecrets: the program gets secrets, from host files or the repository.
@@ -81,6 +91,18 @@ func readSecretEnvFile(env *Env, x *Exec) ([]secret, error) {
 	if err != nil {
 		return fail(err)
 	}
+	out, err := x.envSecrets(vars)
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", f.Source, err))
+	}
+	return out, nil
+}
+
+// envSecrets are the variables of the Exec's SOPS dotenv file as secrets,
+// checked as the plan and validate --decrypt check them: a name that is
+// not one, or that clashes with env, secretEnv or cortex-sync's own, is an
+// error naming it, never its value.
+func (x *Exec) envSecrets(vars []sops.Var) ([]secret, error) {
 	out := make([]secret, 0, len(vars))
 	for _, v := range vars {
 		bad := ""
@@ -99,9 +121,9 @@ func readSecretEnvFile(env *Env, x *Exec) ([]secret, error) {
 			bad = "holds a NUL byte, which an environment variable cannot"
 		}
 		if bad != "" {
-			return fail(fmt.Errorf("%s: variable %q %s", f.Source, v.Name, bad))
+			return nil, fmt.Errorf("variable %q %s", v.Name, bad)
 		}
-		out = append(out, secret{name: v.Name, path: f.Source, value: v.Value})
+		out = append(out, secret{name: v.Name, path: x.SecretEnvFile.Source, value: v.Value})
 	}
 	return out, nil
 }

@@ -12,10 +12,12 @@ type Var struct {
 }
 
 // ParseEnv reads a decrypted dotenv file as sops writes one: KEY=value
-// lines, "\n" in a value for a newline, # comments. Errors name lines,
-// never values.
+// lines, "\n" in a value for a newline, # comments. A KEY given twice is
+// refused (sops keeps both; which would a program get?). Errors name keys
+// and lines, never values.
 func ParseEnv(plain []byte) ([]Var, error) {
 	var out []Var
+	lines := map[string]int{}
 	for n, line := range bytes.Split(plain, []byte("\n")) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
@@ -24,6 +26,10 @@ func ParseEnv(plain []byte) ([]Var, error) {
 		if !ok {
 			return nil, fmt.Errorf("line %d is not KEY=value", n+1)
 		}
+		if first, dup := lines[string(k)]; dup {
+			return nil, fmt.Errorf("variable %q is given on lines %d and %d; give it once", k, first, n+1)
+		}
+		lines[string(k)] = n + 1
 		out = append(out, Var{Name: string(k), Value: strings.ReplaceAll(string(v), `\n`, "\n")})
 	}
 	return out, nil

@@ -3,7 +3,9 @@ package sops
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 
 	"filippo.io/age"
 )
@@ -15,12 +17,36 @@ type Keys struct {
 	public     []string // the recipient of each X25519 identity
 }
 
+// maxKeyFile bounds an age identity file: a few lines each.
+const maxKeyFile = 1 << 20
+
 // ReadKeys reads an age identity file (as age-keygen writes it: comments
-// and AGE-SECRET-KEY-1… lines), once.
+// and AGE-SECRET-KEY-1… lines), once. A file that group or others may
+// read or write is refused, as ssh refuses a private key: whoever reads it
+// reads every secret of the repository.
 func ReadKeys(file string) (*Keys, error) {
-	b, err := os.ReadFile(file)
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NONBLOCK, 0) // a fifo does not block
 	if err != nil {
 		return nil, fmt.Errorf("age key file: %w", err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("age key file: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("age key file %s is not a regular file", file)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("age key file %s is open to group or others (mode %04o); chmod 600 %s", file, perm, file)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("age key file: %w", err)
+	}
+	defer clear(b)
+	if len(b) > maxKeyFile {
+		return nil, fmt.Errorf("age key file %s is larger than %d bytes", file, maxKeyFile)
 	}
 	return ParseKeys(file, b)
 }

@@ -3,15 +3,19 @@ package sops
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
+// keys parses a fixture's age identities (ReadKeys would refuse the file:
+// Git keeps it 0644).
 func keys(t testing.TB, name string) *Keys {
 	t.Helper()
-	k, err := ReadKeys(filepath.Join("testdata", name))
+	k, err := ParseKeys(filepath.Join("testdata", name), fixture(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +148,11 @@ func TestRefusedBadInput(t *testing.T) {
 		{"x.json", []byte(`["a"]`), "x.json: not a SOPS json file: the top level is not an object"},
 		{"x.env", []byte("A=1\nnot a pair\n"), "x.env: not a SOPS dotenv file: line 2 is not KEY=value"},
 		{"x.ini", []byte("[a]\n"), "x.ini: SOPS ini files are not supported"},
+		{"x.yaml", []byte("a: 1\nb: 2\na: 3\n"), `x.yaml: not a SOPS yaml file: line 3: mapping key "a" already defined at line 1`},
+		{"x.yaml", []byte("a:\n  b: 1\n  b: 2\n"), `line 3: mapping key "b" already defined at line 2`},
+		{"x.yaml", []byte("a: 1\n---\nb: 1\nb: 2\n"), `line 4: mapping key "b" already defined at line 3`},
+		{"x.yaml", []byte("a: &x [*x]\n"), `anchor "x" contains itself`},
+		{"x.yaml", laughs(), "excessive aliasing"},
 		{"x.yaml", bytes.Replace(basic, []byte("lastmodified: "), []byte("lastmodified: x"), 1), "not an RFC 3339 time"},
 		{"x.yaml", bytes.Replace(basic, []byte("    mac: "), []byte("    nomac: "), 1), "sops.mac is missing"},
 		{"x.yaml", bytes.Replace(basic, []byte("    unencrypted_suffix: _unencrypted"), []byte("    unencrypted_suffix: _unencrypted\n    encrypted_regex: x"), 1), "more than one of"},
@@ -154,6 +163,70 @@ func TestRefusedBadInput(t *testing.T) {
 				t.Fatalf("got %v, want %q", err, c.want)
 			}
 		})
+	}
+}
+
+// laughs is a small YAML document whose aliases expand to 10^9 values.
+func laughs() []byte {
+	var b bytes.Buffer
+	b.WriteString("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i < 9; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [%s]\n", i, i, strings.TrimSuffix(strings.Repeat(fmt.Sprintf("*a%d, ", i-1), 10), ", "))
+	}
+	return b.Bytes()
+}
+
+// TestYAMLManyKeys: reading a YAML mapping is linear in its keys. yaml.v3's
+// own duplicate-key check (run when decoding into a map) compares every key
+// with every other: 100,000 keys took about 20 s.
+func TestYAMLManyKeys(t *testing.T) {
+	var b bytes.Buffer
+	for i := range 100_000 {
+		fmt.Fprintf(&b, "k%06d: v\n", i)
+	}
+	start := time.Now()
+	_, err := Decrypt("many.yaml", b.Bytes(), keys(t, "host.agekey"))
+	if err == nil || !strings.Contains(err.Error(), "no sops metadata") {
+		t.Fatalf("got %v", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("100,000 keys read in %v", d)
+	}
+}
+
+// TestReadKeysMode: an age key file that group or others may read or
+// write is refused, as ssh refuses a private key; 0600 and 0400 are read.
+func TestReadKeysMode(t *testing.T) {
+	key := fixture(t, "host.agekey")
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604, 0o620, 0o600, 0o400} {
+		t.Run(mode.String(), func(t *testing.T) {
+			file := filepath.Join(t.TempDir(), "host.agekey")
+			if err := os.WriteFile(file, key, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(file, mode); err != nil {
+				t.Fatal(err)
+			}
+			k, err := ReadKeys(file)
+			if mode&0o077 == 0 {
+				if err != nil || len(k.Recipients()) != 1 {
+					t.Fatalf("got %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("read")
+			}
+			for _, w := range []string{file, fmt.Sprintf("mode %04o", mode), "chmod 600 " + file} {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not say %q", err, w)
+				}
+			}
+		})
+	}
+	dir := t.TempDir()
+	if _, err := ReadKeys(dir); err == nil || !strings.Contains(err.Error(), dir+" is not a regular file") {
+		t.Fatalf("a directory: got %v", err)
 	}
 }
 
@@ -173,11 +246,17 @@ func TestParseKeys(t *testing.T) {
 
 func BenchmarkDecrypt(b *testing.B) {
 	k := keys(b, "host.agekey")
-	for _, name := range []string{"big.bin", "big.yaml"} {
+	// big.*: 1 MiB of plaintext; many.yaml: 20,000 small values (it was
+	// quadratic: 2.9 s a decryption)
+	for _, name := range []string{"big.bin", "big.yaml", "many.yaml"} {
 		data := fixture(b, name)
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			b.SetBytes(1 << 20)
+			if name == "many.yaml" {
+				b.SetBytes(int64(len(fixture(b, name+".plain"))))
+			} else {
+				b.SetBytes(1 << 20)
+			}
 			for b.Loop() {
 				if _, err := Decrypt(name, data, k); err != nil {
 					b.Fatal(err)
@@ -207,5 +286,17 @@ func TestDecryptEnv(t *testing.T) {
 	}
 	if _, err := DecryptEnv("basic.yaml", fixture(t, "basic.yaml"), keys(t, "host.agekey")); err == nil || !strings.Contains(err.Error(), "basic.yaml: a SOPS yaml file, not dotenv") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// TestDecryptEnvTwice: a variable given twice is refused, naming it and
+// its lines, never a value (the sops library keeps both).
+func TestDecryptEnvTwice(t *testing.T) {
+	_, err := DecryptEnv("dup.env", fixture(t, "dup.env"), keys(t, "host.agekey"))
+	if err == nil || !strings.Contains(err.Error(), "dup.env: variable \"TOKEN\" is given on lines 1 and 3; give it once") {
+		t.Fatalf("got %v", err)
+	}
+	if strings.Contains(err.Error(), "dup-value") {
+		t.Fatalf("error %q shows a value", err)
 	}
 }

@@ -15,12 +15,6 @@ import (
 // their order, the output is indented by four.
 
 func loadYAML(in []byte) (*document, error) {
-	// yaml.v3 checks for duplicate keys only when decoding into a map.
-	if len(in) > 0 {
-		if err := yaml.NewDecoder(bytes.NewReader(in)).Decode(map[string]any{}); err != nil {
-			return nil, err
-		}
-	}
 	var branches []branch
 	d := yaml.NewDecoder(bytes.NewReader(in))
 	for {
@@ -32,6 +26,10 @@ func loadYAML(in []byte) (*document, error) {
 		if err != nil {
 			return nil, err
 		}
+		c := yamlCheck{open: map[*yaml.Node]bool{}}
+		if err := c.node(&n, false); err != nil {
+			return nil, err
+		}
 		b, err := yamlMapping(&n, nil, false)
 		if err != nil {
 			return nil, err
@@ -39,6 +37,66 @@ func loadYAML(in []byte) (*document, error) {
 		branches = append(branches, b)
 	}
 	return withMetadata(branches)
+}
+
+// yamlCheck refuses what yaml.v3 refuses only when decoding into a map,
+// in one walk linear in the document: a key twice in a mapping (yaml.v3
+// compares every key with every other, quadratic), an alias of itself, and
+// aliases that expand to far more than the document (its ratio).
+type yamlCheck struct {
+	nodes, aliased int
+	open           map[*yaml.Node]bool // the anchors being expanded
+}
+
+func (c *yamlCheck) node(n *yaml.Node, inAlias bool) error {
+	c.nodes++
+	if inAlias {
+		c.aliased++
+	}
+	if c.aliased > 100 && c.nodes > 1000 && float64(c.aliased)/float64(c.nodes) > aliasRatio(c.nodes) {
+		return errors.New("the document contains excessive aliasing")
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		if c.open[n.Alias] {
+			return fmt.Errorf("line %d: anchor %q contains itself", n.Line, n.Value)
+		}
+		c.open[n.Alias] = true
+		defer delete(c.open, n.Alias)
+		return c.node(n.Alias, true)
+	case yaml.MappingNode:
+		type key struct {
+			kind  yaml.Kind
+			value string
+		}
+		seen := make(map[key]int, len(n.Content)/2)
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if line, ok := seen[key{k.Kind, k.Value}]; ok {
+				return fmt.Errorf("line %d: mapping key %q already defined at line %d", k.Line, k.Value, line)
+			}
+			seen[key{k.Kind, k.Value}] = k.Line
+		}
+	}
+	for _, e := range n.Content {
+		if err := c.node(e, inAlias); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// aliasRatio is yaml.v3's bound on the share of nodes that come from
+// aliases: 99% of a small document, down to 10% of one of 4M nodes.
+func aliasRatio(nodes int) float64 {
+	const low, high = 400_000, 4_000_000
+	switch {
+	case nodes <= low:
+		return 0.99
+	case nodes >= high:
+		return 0.10
+	}
+	return 0.99 - 0.89*float64(nodes-low)/float64(high-low)
 }
 
 // withMetadata takes the "sops" entry out of every document; the first
