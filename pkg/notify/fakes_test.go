@@ -31,7 +31,7 @@ type forgeFake struct {
 	// limited answers the next requests with the forge's rate limit.
 	limited int
 	resetAt time.Time // GitHub: when the rate limit resets
-	refused []string // why requests were refused
+	refused []string  // why requests were refused
 }
 
 var sha40 = regexp.MustCompile(`^[0-9a-f]{40}$`)

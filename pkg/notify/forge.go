@@ -63,16 +63,16 @@ func resolveForge(c Config, gitURL string) (forgeTarget, error) {
 	if c.Type != GitLab && strings.Count(t.repo, "/") != 1 {
 		return t, fmt.Errorf("notify %s: repository %q: write owner/name", c.Type, t.repo)
 	}
+	if t.api == "" && c.Type == GitHub && (!ok || host == "github.com") {
+		t.api = "https://api.github.com"
+	}
 	if t.api == "" {
 		if !ok {
 			return t, fmt.Errorf("notify %s: url is required: the source's Git URL %q names no host (give the API's URL)", c.Type, gitURL)
 		}
 		switch c.Type {
 		case GitHub:
-			t.api = "https://api.github.com"
-			if host != "github.com" {
-				t.api = "https://" + host + "/api/v3" // GitHub Enterprise Server
-			}
+			t.api = "https://" + host + "/api/v3" // GitHub Enterprise Server
 		case GitLab:
 			t.api = "https://" + host + "/api/v4"
 		case Gitea:

@@ -457,6 +457,7 @@ func TestResolveForge(t *testing.T) {
 		{GitLab, "ssh://git@gitlab.example.com:2222/acme/ops/infra.git", "", "https://gitlab.example.com/api/v4", "acme/ops/infra"},
 		{GitLab, "https://gitlab.example.com/acme/infra.git", "1234", "https://gitlab.example.com/api/v4", "1234"},
 		{Gitea, "https://git.example.com/gitea/acme/infra.git", "", "https://git.example.com/api/v1", "acme/infra"},
+		{GitHub, "/srv/git/infra", "acme/infra", "https://api.github.com", "acme/infra"},
 	} {
 		got, err := resolveForge(Config{Type: tc.typ, Repository: tc.given}, tc.gitURL)
 		if err != nil || got.api != tc.api || got.repo != tc.repo {
