@@ -36,11 +36,10 @@ func writeFile(t *testing.T, name, content string) string {
 
 // start makes and runs a notifier until the test ends; it returns the
 // notifier, its metrics and its log.
-func start(t *testing.T, c Config, o Options) (*Notifier, *Metrics, *bytes.Buffer) {
+func start(t *testing.T, c Config, o Options) (*Notifier, *Metrics, *logBuffer) {
 	t.Helper()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	o.Log = slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logs := &logBuffer{}
+	o.Log = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(prometheus.NewRegistry())
 	}
@@ -55,18 +54,25 @@ func start(t *testing.T, c Config, o Options) (*Notifier, *Metrics, *bytes.Buffe
 	done := make(chan struct{})
 	go func() { n.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return n, o.Metrics, &logs
+	return n, o.Metrics, logs
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	b  *bytes.Buffer
+// logBuffer is a log the notifier writes while the test reads it.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
 }
 
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // eventually waits for cond, failing the test after 10s.
@@ -365,6 +371,8 @@ func TestRateLimited(t *testing.T) {
 	n3, m3, _ := start(t, Config{Type: Slack, URL: h.srv.URL}, Options{MaxDelay: time.Minute})
 	n3.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad})
 	eventually(t, "given up", func() bool { return counter(m3, failedOf, "slack") == 1 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if h.requests != 1 {
 		t.Errorf("%d requests, want 1", h.requests)
 	}
