@@ -3,6 +3,7 @@ package notify
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,8 +18,35 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/cortex-sync/cortex-sync/pkg/events"
+	"github.com/cortex-sync/cortex-sync/pkg/notify/notifytest"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
+
+func newHook(t *testing.T, key string) *notifytest.Hook {
+	h := notifytest.NewHook(key)
+	t.Cleanup(h.Server.Close)
+	return h
+}
+
+func newForge(t *testing.T, typ Type, token, repo string) *notifytest.Forge {
+	f := notifytest.NewForge(string(typ), token, repo)
+	t.Cleanup(f.Server.Close)
+	return f
+}
+
+// bodies are the signed bodies h accepted.
+func bodies(t *testing.T, h *notifytest.Hook) []Payload {
+	t.Helper()
+	var out []Payload
+	for _, b := range h.Bodies() {
+		var p Payload
+		if err := json.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
 
 const (
 	shaA = "0123456789abcdef0123456789abcdef01234567"
@@ -101,18 +129,17 @@ func retriesOf(m *Metrics) *prometheus.CounterVec { return m.retriesTotal }
 // TestWebhookSignedBody: one JSON body per event, signed with the
 // secretFile's key; a receiver with another key refuses it.
 func TestWebhookSignedBody(t *testing.T) {
-	hook := newHookFake(t, "s3cret")
+	hook := newHook(t, "s3cret")
 	secret := writeFile(t, "secret", "s3cret\n") // a trailing newline is not part of the key
-	n, m, _ := start(t, Config{Type: Webhook, URL: hook.srv.URL + "/hooks/cortex", SecretFile: secret}, Options{Host: "web1"})
+	n, m, _ := start(t, Config{Type: Webhook, URL: hook.Server.URL + "/hooks/cortex", SecretFile: secret}, Options{Host: "web1"})
 	e := events.Event{Time: time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC), Host: "web1", Severity: events.Warning,
 		Reason: events.DriftCorrected, Resource: "File/motd", Revision: "main@sha1:" + shaA, Message: "put back: content changed on the host"}
 	n.Emit(e)
-	eventually(t, "the webhook", func() bool { b, _, _ := hook.got(); return len(b) == 1 })
-	bodies, _, refused := hook.got()
-	if refused != 0 {
-		t.Fatalf("refused %d", refused)
+	eventually(t, "the webhook", func() bool { return len(hook.Bodies()) == 1 })
+	if r := hook.Refused(); r != 0 {
+		t.Fatalf("refused %d", r)
 	}
-	if got := bodies[0]; got.Event != e || got.Count != 0 || got.Recovered {
+	if got := bodies(t, hook)[0]; got.Event != e || got.Count != 0 || got.Recovered {
 		t.Errorf("body %+v, want the event %+v", got, e)
 	}
 	if counter(m, sentOf, "webhook") != 1 {
@@ -120,22 +147,22 @@ func TestWebhookSignedBody(t *testing.T) {
 	}
 
 	// Signed with another key: the receiver refuses, the agent counts a failure.
-	other := newHookFake(t, "another")
-	n2, m2, _ := start(t, Config{Type: Webhook, URL: other.srv.URL, SecretFile: secret}, Options{})
+	other := newHook(t, "another")
+	n2, m2, _ := start(t, Config{Type: Webhook, URL: other.Server.URL, SecretFile: secret}, Options{})
 	n2.Emit(e)
 	eventually(t, "the failure", func() bool { return counter(m2, failedOf, "webhook") == 1 })
-	if b, _, refused := other.got(); len(b) != 0 || refused != 1 {
+	if b, refused := other.Bodies(), other.Refused(); len(b) != 0 || refused != 1 {
 		t.Errorf("another key: accepted %d, refused %d", len(b), refused)
 	}
 }
 
 // TestSlackText: a Slack-compatible webhook gets {"text": …}, one line.
 func TestSlackText(t *testing.T) {
-	hook := newHookFake(t, "")
-	n, _, logs := start(t, Config{Type: Slack, URL: hook.srv.URL + "/services/T000/B000/XXXXSECRET"}, Options{})
+	hook := newHook(t, "")
+	n, _, logs := start(t, Config{Type: Slack, URL: hook.Server.URL + "/services/T000/B000/XXXXSECRET"}, Options{})
 	n.Emit(events.Event{Host: "web1", Severity: events.Error, Reason: events.RevisionBad, Revision: "main@sha1:" + shaA, Message: "Process/api failed its probe"})
-	eventually(t, "the message", func() bool { _, txt, _ := hook.got(); return len(txt) == 1 })
-	_, texts, _ := hook.got()
+	eventually(t, "the message", func() bool { return len(hook.Texts()) == 1 })
+	texts := hook.Texts()
 	if want := "web1 error RevisionBad: Process/api failed its probe [main@sha1:" + shaA + "]"; texts[0] != want {
 		t.Errorf("text %q, want %q", texts[0], want)
 	}
@@ -158,9 +185,9 @@ func TestCommitStatusPerHost(t *testing.T) {
 		{Gitea, "acme/infra", "ssh://git@gitea.example.com:2222/acme/infra.git", "pending", "success", "failure"},
 	} {
 		t.Run(string(tc.typ), func(t *testing.T) {
-			fake := newForgeFake(t, tc.typ, "tok-123", tc.repo)
+			fake := newForge(t, tc.typ, "tok-123", tc.repo)
 			token := writeFile(t, "token", "tok-123\n")
-			c := Config{Type: tc.typ, URL: fake.srv.URL, TokenFile: token}
+			c := Config{Type: tc.typ, URL: fake.Server.URL, TokenFile: token}
 			web1, m1, logs := start(t, c, Options{Host: "web1", GitURL: tc.gitURL})
 			web2, _, _ := start(t, c, Options{Host: "web2", GitURL: tc.gitURL})
 			rev := "main@sha1:" + shaA
@@ -168,7 +195,7 @@ func TestCommitStatusPerHost(t *testing.T) {
 			web1.Emit(applied)
 			web2.Emit(applied)
 			eventually(t, "pending on both", func() bool {
-				return fake.status(shaA, "cortex-sync/web1") == tc.pending && fake.status(shaA, "cortex-sync/web2") == tc.pending
+				return fake.Status(shaA, "cortex-sync/web1") == tc.pending && fake.Status(shaA, "cortex-sync/web2") == tc.pending
 			})
 			web1.Emit(events.Event{Severity: events.Info, Reason: events.RevisionGood, Revision: rev, Message: "healthy for 30s"})
 			web2.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad, Revision: rev, Message: strings.Repeat("Process/api failed its probe; ", 20)})
@@ -177,14 +204,14 @@ func TestCommitStatusPerHost(t *testing.T) {
 			// Not a commit status's business.
 			web1.Emit(events.Event{Severity: events.Warning, Reason: events.DriftCorrected, Resource: "File/motd", Revision: rev})
 			eventually(t, "the verdicts", func() bool {
-				return fake.status(shaA, "cortex-sync/web1") == tc.success && fake.status(shaA, "cortex-sync/web2") == tc.rolledBk
+				return fake.Status(shaA, "cortex-sync/web1") == tc.success && fake.Status(shaA, "cortex-sync/web2") == tc.rolledBk &&
+					len(fake.Requests()) >= 5
 			})
-			if s := fake.status(shaB, "cortex-sync/web2"); s != "" {
+			time.Sleep(20 * time.Millisecond) // nothing more comes
+			if s := fake.Status(shaB, "cortex-sync/web2"); s != "" {
 				t.Errorf("the revision rolled back to got %q", s)
 			}
-			fake.mu.Lock()
-			refused, n := fake.refused, len(fake.requests)
-			fake.mu.Unlock()
+			refused, n := fake.Refused(), len(fake.Requests())
 			if len(refused) != 0 || n != 5 {
 				t.Errorf("%d requests (want 5: two pending, good, bad, rolled back), refused: %q", n, refused)
 			}
@@ -213,33 +240,33 @@ func TestCommitStatusPerHost(t *testing.T) {
 // TestDedup: the same event within the window is told once, then once
 // more with its count; another event is told at once.
 func TestDedup(t *testing.T) {
-	hook := newHookFake(t, "k")
+	hook := newHook(t, "k")
 	const window = 300 * time.Millisecond
-	n, _, _ := start(t, Config{Type: Webhook, URL: hook.srv.URL, SecretFile: writeFile(t, "k", "k"), Dedup: dur(window)}, Options{})
+	n, _, _ := start(t, Config{Type: Webhook, URL: hook.Server.URL, SecretFile: writeFile(t, "k", "k"), Dedup: dur(window)}, Options{})
 	e := events.Event{Host: "web1", Severity: events.Warning, Reason: events.FightStarted, Resource: "File/motd", Message: "undone 5 times in 10m"}
 	for range 3 {
 		n.Emit(e)
 	}
 	n.Emit(events.Event{Host: "web1", Severity: events.Info, Reason: events.DriftCorrected, Resource: "File/other", Message: "put back"})
-	eventually(t, "the first two", func() bool { b, _, _ := hook.got(); return len(b) >= 2 })
+	eventually(t, "the first two", func() bool { return len(hook.Bodies()) >= 2 })
 	time.Sleep(window / 2)
-	if b, _, _ := hook.got(); len(b) != 2 {
+	if b := bodies(t, hook); len(b) != 2 {
 		t.Fatalf("%d bodies within the window, want 2 (the repeats held): %+v", len(b), b)
 	}
-	eventually(t, "the count", func() bool { b, _, _ := hook.got(); return len(b) == 3 })
-	b, _, _ := hook.got()
+	eventually(t, "the count", func() bool { return len(hook.Bodies()) == 3 })
+	b := bodies(t, hook)
 	if got := b[2]; got.Count != 3 || got.Window != "300ms" || got.Message != "undone 5 times in 10m (×3 in 300ms)" {
 		t.Errorf("the repeat: count %d window %q message %q", got.Count, got.Window, got.Message)
 	}
 	// After the window, the same event is new again: told at once.
 	n.Emit(e)
-	eventually(t, "the event again", func() bool { b, _, _ := hook.got(); return len(b) == 4 })
-	if b, _, _ := hook.got(); b[3].Count != 0 || b[3].Message != e.Message {
+	eventually(t, "the event again", func() bool { return len(hook.Bodies()) == 4 })
+	if b := bodies(t, hook); b[3].Count != 0 || b[3].Message != e.Message {
 		t.Errorf("after the window: %+v", b[3])
 	}
 	// A repeat told once and no more: nothing more once the window ends.
 	time.Sleep(2 * window)
-	if b, _, _ := hook.got(); len(b) != 4 {
+	if b := hook.Bodies(); len(b) != 4 {
 		t.Errorf("%d bodies, want 4", len(b))
 	}
 }
@@ -248,16 +275,16 @@ func TestDedup(t *testing.T) {
 // raised is told as recovered, even past a severity filter; one whose
 // condition was never raised is filtered as any info event.
 func TestRecovered(t *testing.T) {
-	hook := newHookFake(t, "k")
-	n, _, _ := start(t, Config{Type: Webhook, URL: hook.srv.URL, SecretFile: writeFile(t, "k", "k"), Severity: events.Warning}, Options{})
+	hook := newHook(t, "k")
+	n, _, _ := start(t, Config{Type: Webhook, URL: hook.Server.URL, SecretFile: writeFile(t, "k", "k"), Severity: events.Warning}, Options{})
 	failing := events.Event{Host: "web1", Severity: events.Warning, Reason: events.SourceFailing, Message: "fetch: connection refused", Condition: "source"}
 	n.Emit(failing)
 	n.Emit(events.Event{Host: "web1", Severity: events.Info, Reason: events.FightEnded, Resource: "File/motd", Condition: "fight:File/motd"}) // never raised
 	n.Emit(events.Event{Host: "web1", Severity: events.Info, Reason: events.SourceRecovered, Message: "fetched main@sha1:" + shaA, Condition: "source"})
 	n.Emit(events.Event{Host: "web1", Severity: events.Info, Reason: events.SourceRecovered, Message: "again", Condition: "source"}) // already cleared
-	eventually(t, "the recovery", func() bool { b, _, _ := hook.got(); return len(b) >= 2 })
+	eventually(t, "the recovery", func() bool { return len(hook.Bodies()) >= 2 })
 	time.Sleep(50 * time.Millisecond)
-	b, _, _ := hook.got()
+	b := bodies(t, hook)
 	if len(b) != 2 {
 		t.Fatalf("%d bodies, want 2 (failing, recovered): %+v", len(b), b)
 	}
@@ -275,11 +302,11 @@ func TestRecovered(t *testing.T) {
 // rest is dropped and counted.
 func TestEndpointDown(t *testing.T) {
 	hang := make(chan struct{})
-	srv := newHookFake(t, "")
-	srv.answer = func(w http.ResponseWriter, _ int) bool { <-hang; return true }
+	srv := newHook(t, "")
+	srv.Answer = func(w http.ResponseWriter, _ int) bool { <-hang; return true }
 	defer close(hang)
 	const queue = 16
-	n, m, _ := start(t, Config{Type: Slack, URL: srv.srv.URL}, Options{QueueSize: queue, Client: &http.Client{Timeout: time.Minute}})
+	n, m, _ := start(t, Config{Type: Slack, URL: srv.Server.URL}, Options{QueueSize: queue, Client: &http.Client{Timeout: time.Minute}})
 	const emitted = 20000
 	began := time.Now()
 	for i := range emitted {
@@ -318,8 +345,8 @@ func TestEndpointDown(t *testing.T) {
 // not before and not again and again; a 500 is retried with backoff,
 // a 400 is not retried.
 func TestRateLimited(t *testing.T) {
-	hook := newHookFake(t, "")
-	hook.answer = func(w http.ResponseWriter, n int) bool {
+	hook := newHook(t, "")
+	hook.Answer = func(w http.ResponseWriter, n int) bool {
 		if n == 1 {
 			w.Header().Set("Retry-After", "1")
 			http.Error(w, "rate_limited", http.StatusTooManyRequests)
@@ -327,12 +354,10 @@ func TestRateLimited(t *testing.T) {
 		}
 		return false
 	}
-	n, m, _ := start(t, Config{Type: Slack, URL: hook.srv.URL}, Options{})
+	n, m, _ := start(t, Config{Type: Slack, URL: hook.Server.URL}, Options{})
 	n.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad, Message: "bad"})
-	eventually(t, "the retry", func() bool { _, txt, _ := hook.got(); return len(txt) == 1 })
-	hook.mu.Lock()
-	times := hook.times
-	hook.mu.Unlock()
+	eventually(t, "the retry", func() bool { return len(hook.Texts()) == 1 })
+	times := hook.Requests()
 	if len(times) != 2 {
 		t.Fatalf("%d requests, want 2", len(times))
 	}
@@ -347,34 +372,30 @@ func TestRateLimited(t *testing.T) {
 		code     int
 		requests int
 	}{{http.StatusInternalServerError, 3}, {http.StatusBadRequest, 1}, {http.StatusForbidden, 1}} {
-		h := newHookFake(t, "")
-		h.answer = func(w http.ResponseWriter, _ int) bool { http.Error(w, "no", tc.code); return true }
-		n, m, _ := start(t, Config{Type: Slack, URL: h.srv.URL}, Options{Attempts: 3})
+		h := newHook(t, "")
+		h.Answer = func(w http.ResponseWriter, _ int) bool { http.Error(w, "no", tc.code); return true }
+		n, m, _ := start(t, Config{Type: Slack, URL: h.Server.URL}, Options{Attempts: 3})
 		n.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad})
 		eventually(t, "the failure", func() bool { return counter(m, failedOf, "slack") == 1 })
 		time.Sleep(50 * time.Millisecond)
-		h.mu.Lock()
-		got := h.requests
-		h.mu.Unlock()
+		got := len(h.Requests())
 		if got != tc.requests {
 			t.Errorf("%d: %d requests, want %d", tc.code, got, tc.requests)
 		}
 	}
 
 	// A Retry-After beyond MaxDelay: given up, not retried early.
-	h := newHookFake(t, "")
-	h.answer = func(w http.ResponseWriter, _ int) bool {
+	h := newHook(t, "")
+	h.Answer = func(w http.ResponseWriter, _ int) bool {
 		w.Header().Set("Retry-After", "3600")
 		http.Error(w, "later", http.StatusTooManyRequests)
 		return true
 	}
-	n3, m3, _ := start(t, Config{Type: Slack, URL: h.srv.URL}, Options{MaxDelay: time.Minute})
+	n3, m3, _ := start(t, Config{Type: Slack, URL: h.Server.URL}, Options{MaxDelay: time.Minute})
 	n3.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad})
 	eventually(t, "given up", func() bool { return counter(m3, failedOf, "slack") == 1 })
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.requests != 1 {
-		t.Errorf("%d requests, want 1", h.requests)
+	if r := len(h.Requests()); r != 1 {
+		t.Errorf("%d requests, want 1", r)
 	}
 }
 
@@ -383,20 +404,18 @@ func TestRateLimited(t *testing.T) {
 func TestForgeRateLimited(t *testing.T) {
 	for _, typ := range []Type{GitHub, GitLab, Gitea} {
 		t.Run(string(typ), func(t *testing.T) {
-			fake := newForgeFake(t, typ, "tok", "acme/infra")
-			fake.limited = 1
-			n, m, _ := start(t, Config{Type: typ, URL: fake.srv.URL, TokenFile: writeFile(t, "t", "tok"), Repository: "acme/infra"}, Options{Host: "web1"})
+			fake := newForge(t, typ, "tok", "acme/infra")
+			fake.Limit(1)
+			n, m, _ := start(t, Config{Type: typ, URL: fake.Server.URL, TokenFile: writeFile(t, "t", "tok"), Repository: "acme/infra"}, Options{Host: "web1"})
 			n.Emit(events.Event{Severity: events.Info, Reason: events.RevisionGood, Revision: "v1.2.0@sha1:" + shaA})
-			eventually(t, "the status", func() bool { return fake.status(shaA, "cortex-sync/web1") == "success" })
-			fake.mu.Lock()
-			times := fake.requests
-			fake.mu.Unlock()
+			eventually(t, "the status", func() bool { return fake.Status(shaA, "cortex-sync/web1") == "success" })
+			times := fake.Requests()
 			if len(times) != 2 {
 				t.Fatalf("%d requests, want 2", len(times))
 			}
 			// GitHub: not before the reset; the others: Retry-After's second.
-			if typ == GitHub && times[1].Before(fake.resetAt) {
-				t.Errorf("retried at %v, before the reset at %v", times[1], fake.resetAt)
+			if typ == GitHub && times[1].Before(fake.ResetAt()) {
+				t.Errorf("retried at %v, before the reset at %v", times[1], fake.ResetAt())
 			}
 			if gap := times[1].Sub(times[0]); typ != GitHub && gap < time.Second {
 				t.Errorf("retried after %v", gap)
