@@ -28,8 +28,8 @@ type Forge struct {
 	Token  string
 	Repo   string // owner/name; GitLab: the project's path
 	Server *httptest.Server
-	// Changed, when set, is called after each request, with the lock
-	// held (to record the fake's state where a script reads it).
+	// Changed, when set, is called after each request (to record the
+	// fake's state where a script reads it).
 	Changed func(*Forge)
 
 	mu       sync.Mutex
@@ -102,11 +102,15 @@ func (f *Forge) refuse(w http.ResponseWriter, code int, why string) {
 }
 
 func (f *Forge) serve(w http.ResponseWriter, r *http.Request) {
+	f.handle(w, r)
+	if f.Changed != nil {
+		f.Changed(f)
+	}
+}
+
+func (f *Forge) handle(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.Changed != nil {
-		defer f.Changed(f)
-	}
 	f.requests = append(f.requests, time.Now())
 	if r.Method != http.MethodPost {
 		f.refuse(w, http.StatusMethodNotAllowed, "POST only")
@@ -219,7 +223,7 @@ type Hook struct {
 	// Answer, when set, may answer a request instead (n counts from 1):
 	// a 429, a 500, or never.
 	Answer func(w http.ResponseWriter, n int) bool
-	// Changed, when set, is called after each request, with the lock held.
+	// Changed, when set, is called after each request.
 	Changed func(*Hook)
 
 	key      []byte
@@ -250,6 +254,13 @@ func Sign(key, body []byte) string {
 }
 
 func (h *Hook) serve(w http.ResponseWriter, r *http.Request) {
+	h.handle(w, r)
+	if h.Changed != nil {
+		h.Changed(h)
+	}
+}
+
+func (h *Hook) handle(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	h.requests++
 	h.times = append(h.times, time.Now())
@@ -261,9 +272,6 @@ func (h *Hook) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.Changed != nil {
-		defer h.Changed(h)
-	}
 	body, _ := io.ReadAll(r.Body)
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		h.refused++
