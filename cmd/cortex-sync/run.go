@@ -234,6 +234,9 @@ func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 	if err := checkRoot(gg.root); err != nil {
 		return nil, nil, err
 	}
+	if _, _, err := got.notify.notifiers(gg, got.src.repo, prometheus.NewRegistry()); err != nil {
+		return nil, nil, err // a token file gone: keep the running config
+	}
 	return gg, got, nil
 }
 
