@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"unicode"
 
@@ -99,8 +100,14 @@ func applyConfigTo(cmd *cobra.Command, file string, others map[string]string) er
 		f := cmd.Flag(name)
 		switch {
 		case f == nil && known[name]:
-			if v.Kind == yaml.ScalarNode {
+			switch {
+			case v.Kind == yaml.ScalarNode:
 				others[name] = v.Value
+			case v.Kind == yaml.SequenceNode && structFields[k.Value]:
+				// A list of entries (notify): as YAML, for the files it names.
+				if b, err := yaml.Marshal(v); err == nil {
+					others[name] = string(b)
+				}
 			}
 			continue // meant for another command
 		case f == nil || name == "config":
@@ -117,6 +124,9 @@ func applyConfigTo(cmd *cobra.Command, file string, others map[string]string) er
 		}
 		for _, item := range values {
 			if item.Kind == yaml.MappingNode && structFields[k.Value] {
+				if err := checkKeys(item, field, f.Value, where); err != nil {
+					return err
+				}
 				item = flowScalar(item) // a host check: its flag takes it as YAML
 			}
 			if item.Kind != yaml.ScalarNode {
@@ -137,7 +147,25 @@ var mapFields = map[string]bool{"labels": true}
 
 // structFields are the fields whose values are mappings (a list of
 // them): their flag takes each as YAML.
-var structFields = map[string]bool{"healthChecks": true}
+var structFields = map[string]bool{"healthChecks": true, "notify": true}
+
+// checkKeys refuses, on its own line, a key of an entry that its flag
+// does not know (a flag that lists its fields: notify), rather than at
+// the entry's first line once flattened.
+func checkKeys(m *yaml.Node, field string, v pflag.Value, where func(*yaml.Node, string, string, ...any) error) error {
+	lister, ok := v.(interface{ Fields() []string })
+	if !ok {
+		return nil
+	}
+	known := lister.Fields()
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if !slices.Contains(known, k.Value) {
+			return where(k, field+"."+k.Value, "unknown field%s (an entry has %s)", resource.DidYouMean(k.Value, known), strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
 
 // flowScalar writes a mapping as one line of YAML, keeping its line.
 func flowScalar(m *yaml.Node) *yaml.Node {

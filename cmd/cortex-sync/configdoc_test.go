@@ -101,7 +101,8 @@ var fieldExamples = map[string]string{
 	"etcdCertFile":  "/etc/cortex-sync/etcd-client.pem", "etcdKeyFile": "/etc/cortex-sync/etcd-client-key.pem",
 	"etcdCaFile":   "/etc/cortex-sync/etcd-ca.pem",
 	"healthChecks": `[{name: ssh, tcp: {address: "127.0.0.1:22"}}]`, "onFailure": "halt",
-	"to": "main@sha1:4b825dc642cb",
+	"notify": `[{type: github, tokenFile: /etc/cortex-sync/github-token}, {type: webhook, url: "https://hooks.example.com/cortex", secretFile: /etc/cortex-sync/hook-key, severity: warning}]`,
+	"to":     "main@sha1:4b825dc642cb",
 }
 
 func (a agentField) example() string {

@@ -202,6 +202,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"ranfor":     cmdRanFor,
 			"grepr":      cmdGrepR,
 			"recipe":     cmdRecipe,
+			"notifyfake": cmdNotifyFake,
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {

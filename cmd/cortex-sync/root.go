@@ -16,6 +16,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/cortex-sync/cortex-sync/internal/exemem"
+	"github.com/cortex-sync/cortex-sync/pkg/notify"
 	"github.com/cortex-sync/cortex-sync/pkg/progress"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -393,6 +394,18 @@ func ownFiles(cmd *cobra.Command, others map[string]string) []reconcile.Own {
 		if v != "" {
 			own = append(own, reconcile.Own{Path: v, What: "the file of --" + name})
 		}
+	}
+	// The notify entries' secret and token files.
+	var entries []notify.Config
+	if f := cmd.Flags().Lookup("notify"); f != nil {
+		if nf, ok := f.Value.(*notifyFlags); ok {
+			entries = *nf
+		}
+	} else if others["notify"] != "" {
+		entries, _ = notify.ParseList(others["notify"]) // checked by run, not here
+	}
+	for _, p := range notifyFiles(entries) {
+		own = append(own, reconcile.Own{Path: p, What: "a notify entry's secret or token file"})
 	}
 	return own
 }

@@ -43,6 +43,7 @@ type runOptions struct {
 	gate              gateFlags
 	etcd              etcdFlags
 	singletonTTL      time.Duration
+	notify            notifyFlags
 }
 
 func newRunCmd(g *globals, io streams) *cobra.Command {
@@ -69,6 +70,11 @@ status to etcd on change, applies a new revision only with a slot of the
 rollout of the revision's fleet.yaml, and runs the singleton Processes it
 holds. etcd being down stops none of the rest: the host keeps its revision
 and keeps healing.
+
+With --notify (the Agent file's notify list) it tells what it decides as it
+happens: a signed webhook, a Slack-compatible webhook, and a commit status
+per host on GitHub, GitLab or Gitea (docs/notifications.md); delivery never
+holds up reconciling.
 
 It serves /metrics, /healthz, /readyz, /api/v1/status, /api/v1/fleet, POST
 /api/v1/reconcile and POST /hooks/git on --listen (127.0.0.1:9797).
@@ -108,6 +114,7 @@ SIGUSR2), and on its way out hands them over to a re-executed supervisor.`,
 	addRetentionFlags(cmd, &o.retention, "once a reconcile converged (at most hourly)")
 	o.gate.add(cmd, true)
 	o.etcd.add(f)
+	f.Var(&o.notify, "notify", `where to tell what the agent decides, as YAML: '{type: webhook, url: URL, secretFile: FILE}' (or slack; github, gitlab, gitea with tokenFile: commit status), with severity:, reasons:, exclude:, dedup:; repeatable (docs/notifications.md)`)
 	f.DurationVar(&o.singletonTTL, "singleton-ttl", fleet.DefaultSingletonTTL, "in a fleet, the lease of a singleton this host holds: another host starts it about this long after this one stops answering")
 	return cmd
 }
@@ -130,6 +137,9 @@ func runAgent(ctx context.Context, g *globals, o *runOptions, stderr io.Writer) 
 	// anything (state dirs, a supervisor).
 	if err := agent.CheckListen(o.listen, o.tokenFile); err != nil {
 		return err
+	}
+	if _, _, err := o.notify.notifiers(g, o.src.repo, prometheus.NewRegistry()); err != nil {
+		return err // so is a notify entry (checked again by each reload)
 	}
 	// One agent a state dir, for its whole life (reloads included).
 	alock, err := state.At(g.stateDir).LockAgent()
@@ -226,6 +236,9 @@ func reloadOptions(stderr io.Writer) (*globals, *runOptions, error) {
 	if err := checkRoot(gg.root); err != nil {
 		return nil, nil, err
 	}
+	if _, _, err := got.notify.notifiers(gg, got.src.repo, prometheus.NewRegistry()); err != nil {
+		return nil, nil, err // a token file gone: keep the running config
+	}
 	return gg, got, nil
 }
 
@@ -250,6 +263,11 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
 		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log, Lock: alock,
 	}
+	notifier, notifying, err := o.notify.notifiers(g, o.src.repo, reg)
+	if err != nil {
+		return err
+	}
+	aopts.Events = notifier
 	link, err := o.etcd.link(g, o.singletonTTL, outlive)
 	if err != nil {
 		return err
@@ -311,6 +329,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 	// leave its server answering.
 	eg, ctx := errgroup.WithContext(ctx)
 	eg.Go(func() error { return srv.Serve(ctx) })
+	eg.Go(func() error { notifying(ctx); return nil })
 	eg.Go(func() error {
 		err := a.Run(ctx)
 		if err == nil && ctx.Err() == nil {

@@ -12,6 +12,7 @@ import (
 	orderedmap "github.com/pb33f/ordered-map/v2"
 
 	"github.com/cortex-sync/cortex-sync/pkg/driver"
+	"github.com/cortex-sync/cortex-sync/pkg/notify"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
@@ -240,6 +241,11 @@ func agentSchema() *jsonschema.Schema {
 				r, _ := reflector()
 				item := r.Reflect(&reconcile.HostCheck{})
 				item.Version, item.Required = "", []string{"name"}
+				s = &jsonschema.Schema{Type: "array", Items: item}
+			case "notifier": // notify: a list of entries
+				r, _ := reflector()
+				item := r.Reflect(&notify.Config{})
+				item.Version, item.Required = "", []string{"type"}
 				s = &jsonschema.Schema{Type: "array", Items: item}
 			default:
 				s = &jsonschema.Schema{Type: "string"}

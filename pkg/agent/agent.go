@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -67,6 +68,7 @@ type Options struct {
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
 	Log                 *slog.Logger
+	Events              events.Sink // nil: none
 }
 
 func (o *Options) defaults() {

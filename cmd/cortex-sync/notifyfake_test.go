@@ -1,0 +1,116 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/cortex-sync/cortex-sync/pkg/notify/notifytest"
+)
+
+// cmdNotifyFake starts a fake notification endpoint in the test process,
+// for the rest of the script (pkg/notify/notifytest: each implements its
+// API's documented contract):
+//
+//	notifyfake NAME webhook KEYFILE                     signed JSON bodies
+//	notifyfake NAME slack                               {"text": …}
+//	notifyfake NAME github|gitlab|gitea TOKENFILE REPO  commit statuses
+//
+// with, after them, -limit N (the first N requests get the rate limit:
+// 429 and Retry-After: 1; GitHub: 403, x-ratelimit-remaining 0) or -hang
+// (it takes the connection and never answers). It sets $NAME_URL (a
+// forge's API) and, after each request, writes what it took to
+// $WORK/NAME.json: requests, refused, bodies, texts, and statuses by
+// "SHA CONTEXT".
+func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
+	usage := "usage: notifyfake NAME webhook KEYFILE | NAME slack | NAME github|gitlab|gitea TOKENFILE REPO [-limit N] [-hang]"
+	if neg || len(args) < 2 {
+		ts.Fatalf("%s", usage)
+	}
+	name, typ := args[0], args[1]
+	rest := args[2:]
+	read := func(file string) string { return strings.TrimSpace(ts.ReadFile(file)) }
+	limit, hang := 0, false
+	var opts []string
+	for i := 0; i < len(rest); i++ {
+		switch rest[i] {
+		case "-limit":
+			if i+1 >= len(rest) {
+				ts.Fatalf("%s", usage)
+			}
+			n, err := strconv.Atoi(rest[i+1])
+			if err != nil {
+				ts.Fatalf("notifyfake: -limit %q", rest[i+1])
+			}
+			limit, i = n, i+1
+		case "-hang":
+			hang = true
+		default:
+			opts = append(opts, rest[i])
+		}
+	}
+	state := filepath.Join(ts.Getenv("WORK"), name+".json")
+	var mu sync.Mutex // one writer; each snapshot taken under it, so the last is the newest
+	write := func(snapshot func() map[string]any) {
+		mu.Lock()
+		defer mu.Unlock()
+		b, _ := json.MarshalIndent(snapshot(), "", "  ")
+		tmp := state + ".tmp"
+		if os.WriteFile(tmp, append(b, '\n'), 0o600) == nil {
+			os.Rename(tmp, state)
+		}
+	}
+	unblock := make(chan struct{})
+	switch typ {
+	case "webhook", "slack":
+		key := ""
+		if typ == "webhook" {
+			if len(opts) != 1 {
+				ts.Fatalf("%s", usage)
+			}
+			key = read(opts[0])
+		}
+		h := notifytest.NewHook(key)
+		h.Answer = func(w http.ResponseWriter, n int) bool {
+			switch {
+			case hang:
+				<-unblock
+				return true
+			case n <= limit:
+				w.Header().Set("Retry-After", "1")
+				http.Error(w, "rate_limited", http.StatusTooManyRequests)
+				return true
+			}
+			return false
+		}
+		h.Changed = func(h *notifytest.Hook) {
+			write(func() map[string]any {
+				return map[string]any{"requests": len(h.Requests()), "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
+			})
+		}
+		ts.Defer(func() { close(unblock); h.Server.Close() })
+		ts.Setenv(name+"_URL", h.Server.URL)
+	case "github", "gitlab", "gitea":
+		if len(opts) != 2 || hang {
+			ts.Fatalf("%s", usage)
+		}
+		f := notifytest.NewForge(typ, read(opts[0]), opts[1])
+		f.Limit(limit)
+		f.Changed = func(f *notifytest.Forge) {
+			write(func() map[string]any {
+				return map[string]any{"requests": len(f.Requests()), "refused": f.Refused(), "statuses": f.Statuses()}
+			})
+		}
+		ts.Defer(f.Server.Close)
+		ts.Setenv(name+"_URL", f.Server.URL)
+	default:
+		ts.Fatalf("%s", usage)
+	}
+	write(func() map[string]any { return map[string]any{"requests": 0} })
+}
