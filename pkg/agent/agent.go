@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/source"
@@ -66,7 +67,10 @@ type Options struct {
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
-	Log                 *slog.Logger
+	// Events hears every event the agent tells (events.go), beside its
+	// local event log: notifications. Nil: events.Discard.
+	Events events.Sink
+	Log    *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -106,6 +110,9 @@ func (o *Options) defaults() {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(NewRegistry())
 	}
+	if o.Events == nil {
+		o.Events = events.Discard
+	}
 }
 
 // policy is what the options let the engine do.
@@ -138,6 +145,12 @@ type Agent struct {
 	keys     keyLoop
 	pub      reporter
 	stateDir stateWatch
+	// fights are the resources told fighting (FightStarted), until told
+	// ended.
+	fights struct {
+		sync.Mutex
+		on map[resource.ID]bool
+	}
 }
 
 // revisionLoop is the poll loop's: what it fetches, admits and tries. Its
@@ -176,6 +189,8 @@ type revisionLoop struct {
 	// followFails counts the failures in a row to load the revision a
 	// rollback holds the host on.
 	followFails int
+	// applied is the revision last told applied in full.
+	applied string
 }
 
 // keyLoop is the workers': the queue of keys and what each one is owed.
@@ -314,6 +329,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { watch.run(ctx) })
 	wg.Go(func() { a.poll(ctx, watch) })
 	wg.Go(func() { a.keepStateDir(ctx, watch) })
+	wg.Go(func() { a.watchFights(ctx) })
 	if a.opts.Fleet != nil {
 		wg.Go(func() { a.fleetLoop(ctx) })
 	}
@@ -497,9 +513,14 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		return
 	}
 	a.revs.mu.Lock()
-	refused := a.revs.refused != nil
+	refused, failing := a.revs.refused != nil, a.revs.fetchErr
 	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime = nil, nil, time.Now()
 	a.revs.mu.Unlock()
+	if failing != nil {
+		a.log.Info("the source answers again", "revision", d.Revision())
+		a.tell(events.Event{Severity: events.Info, Reason: events.SourceRecovered, Revision: d.Revision(), Condition: condSource,
+			Message: "the source answers again: fetched " + d.Revision()})
+	}
 	if refused {
 		a.opts.Metrics.SetRefused("")
 		a.publishNow()
@@ -522,8 +543,16 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		pre = a.fetched(d, old)
 	}
 	a.revs.mu.Lock()
+	fresh := d.Revision() != a.revs.head
 	a.revs.head = d.Revision()
 	a.revs.mu.Unlock()
+	if fresh && d.Revision() != "" {
+		msg := "fetched " + d.Revision()
+		if old != nil && old.Revision() != "" {
+			msg += "; the host is on " + old.Revision()
+		}
+		a.tell(events.Event{Severity: events.Info, Reason: events.RevisionFetched, Revision: d.Revision(), Message: msg})
+	}
 	trigger := t
 	if old != nil && t == TriggerInterval {
 		trigger = TriggerRevision
@@ -637,8 +666,13 @@ func (a *Agent) refuse(err error) bool {
 	case errors.As(err, &me):
 		r = &reconcile.Refusal{Revision: me.Revision, Reason: RefusedManifests}
 	default:
+		first := a.revs.fetchErr == nil
 		a.revs.fetchErr = err
 		a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
+		if first {
+			a.tell(events.Event{Severity: events.Warning, Reason: events.SourceFailing, Condition: condSource,
+				Message: "fetch failed; the host stays on the revision it has: " + err.Error()})
+		}
 		return false
 	}
 	if r.Revision == "" {
@@ -653,6 +687,8 @@ func (a *Agent) refuse(err error) bool {
 			log = log.With("commit", r.Commit, "signer", r.Signer)
 		}
 		log.Error("revision refused; the host stays on the revision it has", "error", err)
+		a.tell(events.Event{Severity: events.Error, Reason: events.RevisionRefused, Revision: r.Revision, Condition: condRevision,
+			Message: r.Summary() + "; the host stays on the revision it has"})
 	}
 	a.opts.Metrics.SetRefused(r.Reason)
 	a.revs.fetchErr = nil

@@ -159,6 +159,7 @@ func (a *Agent) settle() {
 		// sync records it; the snapshot is saved, and the retention runs.
 		if s.SettleFor(d, converged) && converged {
 			a.lookNow() // applied in full: the revision on trial may be judged
+			a.appliedYet(d.Revision())
 			s.Writer().Retain(a.opts.Retention, retentionEvery)
 			a.rolledBackYet()
 		}

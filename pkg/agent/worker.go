@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -158,8 +160,11 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	}
 	if drift {
 		m.DriftCorrected(c.Kind)
+		a.tell(events.Event{Severity: events.Info, Reason: events.DriftCorrected, Resource: string(id), Revision: d.Revision(),
+			Message: fmt.Sprintf("%s changed on the host (%s): %s to what Git says", id, c.Reason, c.Action)})
 		if f := a.fight.Record(string(id)); f.Fighting {
 			log.Warn("fighting: something keeps undoing this resource; corrected once left alone", "corrections", f.Corrections, "settle", a.opts.FightSettle)
+			a.fightStarted(id, f)
 		}
 	}
 	if c.Action == diff.Restart {

@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cortex-sync/cortex-sync/pkg/events"
+	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// The agent tells what it decides as events (pkg/events), written once
+// where the decision is made: to Options.Events (notifications) and to the
+// local event log of the state dir (cortex-sync events, /api/v1/events).
+// A message names what and why from what status shows, which holds no
+// secret.
+
+// tell completes e (time, host) and emits it to every sink. It never
+// blocks for long: each sink queues, dropping when full.
+func (a *Agent) tell(e events.Event) {
+	if e.Time.IsZero() {
+		e.Time = time.Now().UTC()
+	}
+	if e.Host == "" {
+		e.Host = a.hostName()
+	}
+	a.opts.Events.Emit(e)
+}
+
+// hostName is the host's name in events: the fleet's name for it, or the
+// system's.
+func (a *Agent) hostName() string {
+	if n := a.opts.Engine.Host.Name; n != "" {
+		return n
+	}
+	return systemHost()
+}
+
+var systemHost = sync.OnceValue(func() string {
+	n, _ := os.Hostname()
+	return n
+})
+
+// Conditions a warning or an error raises and a later info event clears.
+const (
+	condSource      = "source"
+	condRevision    = "revision"
+	condCoordinator = "coordinator"
+)
+
+func condResource(id string) string { return "resource:" + id }
+func condFight(id string) string    { return "fight:" + id }
+
+// appliedYet tells, once a revision, that it converged in full.
+func (a *Agent) appliedYet(rev string) {
+	if rev == "" {
+		return
+	}
+	a.revs.mu.Lock()
+	told := a.revs.applied == rev
+	a.revs.applied = rev
+	a.revs.mu.Unlock()
+	if told {
+		return
+	}
+	msg := "applied in full"
+	if t := a.sess.View().Trial(); t != nil && t.Revision == rev {
+		msg += "; on trial"
+	}
+	a.tell(events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: rev, Condition: condRevision, Message: msg})
+}
+
+// fightStarted tells, once a fight, that id is fighting.
+func (a *Agent) fightStarted(id resource.ID, f Fight) {
+	a.fights.Lock()
+	defer a.fights.Unlock()
+	if a.fights.on == nil {
+		a.fights.on = map[resource.ID]bool{}
+	}
+	if a.fights.on[id] {
+		return
+	}
+	a.fights.on[id] = true
+	a.tell(events.Event{Severity: events.Warning, Reason: events.FightStarted, Resource: string(id), Condition: condFight(string(id)),
+		Message: fmt.Sprintf("%s: something keeps undoing it (%d corrections within the fight window); corrected once left alone for %s", id, f.Corrections, a.opts.FightSettle)})
+}
+
+// fightsEnded tells of each fight told that is over: the resource is not
+// fighting any more (few corrections within the window), or it left Git.
+func (a *Agent) fightsEnded() {
+	a.fights.Lock()
+	defer a.fights.Unlock()
+	for id := range a.fights.on {
+		if a.fight.Status(string(id)).Fighting {
+			continue
+		}
+		delete(a.fights.on, id)
+		a.tell(events.Event{Severity: events.Info, Reason: events.FightEnded, Resource: string(id), Condition: condFight(string(id)),
+			Message: string(id) + ": left alone; no longer fighting"})
+	}
+}
+
+// failingResource is the resource a judgement names, if it names one
+// ("Process/web", not "check ssh").
+func failingResource(j reconcile.Judgement) string {
+	if strings.Contains(j.Failing, "/") && !strings.Contains(j.Failing, " ") {
+		return j.Failing
+	}
+	return ""
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// fightsEvery is how often fights told are looked at for their end.
+const fightsEvery = time.Second
+
+// watchFights tells of fights that ended, until ctx ends.
+func (a *Agent) watchFights(ctx context.Context) {
+	tick := time.NewTicker(fightsEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			a.fightsEnded()
+		}
+	}
+}
