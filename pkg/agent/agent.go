@@ -141,6 +141,9 @@ type Agent struct {
 	// before closing.
 	bg sync.WaitGroup
 
+	// eventLog is the state dir's event log, open while Run runs.
+	eventLog atomic.Pointer[events.Log]
+
 	revs     revisionLoop
 	keys     keyLoop
 	pub      reporter
@@ -304,6 +307,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	w.Lost = func() { a.stateDir.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
 	a.revs.life = sess.Life(a.opts.Source, a.opts.Engine.Manifests())
+	if err := a.openEventLog(); err != nil {
+		sess.Close()
+		return err
+	}
+	defer a.closeEventLog()
 	a.pub.since = time.Now().UTC().Truncate(time.Second)
 	a.gaugeRolledBack()
 	close(a.ready)

@@ -2,8 +2,12 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -29,6 +33,9 @@ func (a *Agent) tell(e events.Event) {
 		e.Host = a.hostName()
 	}
 	a.opts.Events.Emit(e)
+	if l := a.eventLog.Load(); l != nil {
+		l.Emit(e)
+	}
 }
 
 // hostName is the host's name in events: the fleet's name for it, or the
@@ -134,5 +141,95 @@ func (a *Agent) watchFights(ctx context.Context) {
 		case <-tick.C:
 			a.fightsEnded()
 		}
+	}
+}
+
+// openEventLog opens the state dir's event log for Run.
+func (a *Agent) openEventLog() error {
+	l, err := events.OpenLog(a.sess.State, events.LogOptions{
+		Dropped: a.opts.Metrics.eventsDropped.Inc,
+		Failed:  func(err error) { a.log.Warn("event log write failed; the event is lost", "error", err) },
+	})
+	if err != nil {
+		return fmt.Errorf("open the event log in the state dir: %w", err)
+	}
+	a.eventLog.Store(l)
+	return nil
+}
+
+// closeEventLog writes what is queued and closes the event log.
+func (a *Agent) closeEventLog() {
+	if l := a.eventLog.Swap(nil); l != nil {
+		if err := l.Close(); err != nil {
+			a.log.Warn("close the event log", "error", err)
+		}
+	}
+}
+
+// Events calls each for every event of the state dir's log at or after
+// since, oldest first; with follow it then waits for more until ctx ends
+// (/api/v1/events).
+func (a *Agent) Events(ctx context.Context, since time.Time, follow bool, each func(events.Event) error) error {
+	s := a.session()
+	if s == nil {
+		return errors.New("the agent is starting: no event log yet")
+	}
+	poll := time.Duration(0)
+	if follow {
+		poll = followPoll
+	}
+	return events.Follow(ctx, s.State, since, poll, each)
+}
+
+// followPoll is how often a follower of the event log looks for more.
+const followPoll = 100 * time.Millisecond
+
+// events serves GET /api/v1/events: the local event log as JSON lines
+// (application/x-ndjson), one event a line, oldest first. ?since= is a
+// duration back from now or a time; ?follow=1 keeps the response open and
+// writes (and flushes) each new event as it is told, until the client
+// goes or the agent stops.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Events == nil {
+		writeJSON(w, http.StatusNotImplemented, map[string]string{"error": "no events here"})
+		return
+	}
+	q := r.URL.Query()
+	since, err := events.ParseSince(q.Get("since"), time.Now())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	follow := false
+	if v := q.Get("follow"); v != "" {
+		if follow, err = strconv.ParseBool(v); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "follow=" + v + ": want 1 or 0"})
+			return
+		}
+	}
+	rc := http.NewResponseController(w)
+	if follow {
+		rc.SetWriteDeadline(time.Time{}) // a stream outlives the server's write timeout
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	rc.Flush() // a follower knows at once it is connected
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	defer context.AfterFunc(s.streams, cancel)()
+	enc := json.NewEncoder(w)
+	err = s.opts.Events(ctx, since, follow, func(e events.Event) error {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+		if follow {
+			return rc.Flush()
+		}
+		return nil
+	})
+	if err != nil && r.Context().Err() == nil {
+		s.log.Warn("events request ended", "error", err)
 	}
 }
