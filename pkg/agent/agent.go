@@ -192,8 +192,10 @@ type revisionLoop struct {
 	// followFails counts the failures in a row to load the revision a
 	// rollback holds the host on.
 	followFails int
-	// applied is the revision last told applied in full.
-	applied string
+	// applied is the revision last told applied in full; gated, the
+	// newest fetched that takes a rollout slot; paused, the rollout pause
+	// last told; lost, the coordinator's trouble last told.
+	applied, gated, paused, lost string
 }
 
 // keyLoop is the workers': the queue of keys and what each one is owed.
@@ -294,7 +296,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.opts.Fleet != nil {
 		sess.AddRevisionGate(judgeFirst{a})
-		sess.AddRevisionGate(a.opts.Fleet)
+		sess.AddRevisionGate(toldGate{a.opts.Fleet, a})
 		a.opts.Fleet.Suspended(a.opts.Suspend)
 	}
 	w := sess.Writer()
@@ -323,6 +325,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer watch.close()
+	watch.tell = a.tell
 	a.keys.mu.Lock()
 	a.keys.watch = watch
 	a.keys.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 // The agent tells what it decides as events (pkg/events), written once
@@ -57,6 +58,7 @@ const (
 	condSource      = "source"
 	condRevision    = "revision"
 	condCoordinator = "coordinator"
+	condRollout     = "rollout"
 )
 
 func condResource(id string) string { return "resource:" + id }
@@ -231,5 +233,109 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	})
 	if err != nil && r.Context().Err() == nil {
 		s.log.Warn("events request ended", "error", err)
+	}
+}
+
+// restartedOnItsOwn tells of n restarts a supervisor made on its own: a
+// crash, or a kill for a failing liveness probe. Called with the
+// watcher's mu held.
+func (w *watcher) restartedOnItsOwn(id resource.ID, st *supervise.Status, n int) {
+	if w.tell == nil {
+		return
+	}
+	e := events.Event{Severity: events.Warning, Reason: events.ProcessRestarted, Resource: string(id)}
+	what := "it " + st.LastExit.String()
+	if st.LastExit != nil && st.LastExit.Liveness {
+		e.Reason, what = events.ProcessKilled, "killed for failing its liveness probe"
+		if st.LastExit.Reason != "" {
+			what += ": " + st.LastExit.Reason
+		}
+	}
+	times := ""
+	if n > 1 {
+		times = fmt.Sprintf(" (%d times since last seen)", n)
+	}
+	e.Message = fmt.Sprintf("%s: %s; started again by its supervisor%s, %d restarts in all", id, what, times, st.Restarts)
+	w.tell(e)
+}
+
+// changed tells of a process's state that its supervisor changed from
+// was: failed (given up on), or running again after it failed. Called
+// with the watcher's mu held.
+func (w *watcher) changed(id resource.ID, was supervise.State, st *supervise.Status) {
+	if w.tell == nil || was == st.State {
+		return
+	}
+	switch {
+	case st.State == supervise.Failed:
+		why := st.StartError
+		if why == "" && st.LastExit != nil {
+			why = "it " + st.LastExit.String()
+			if st.QuickExits > 0 {
+				why += fmt.Sprintf(", %d quick failures in a row", st.QuickExits)
+			}
+		}
+		w.tell(events.Event{Severity: events.Error, Reason: events.ProcessFailed, Resource: string(id), Condition: condResource(string(id)),
+			Message: fmt.Sprintf("%s failed: %s; its supervisor gave up (cortex-sync restart %s, or a new revision, starts it again)", id, why, id)})
+	case was == supervise.Failed && st.State == supervise.Running:
+		w.tell(events.Event{Severity: events.Info, Reason: events.ProcessRunning, Resource: string(id), Condition: condResource(string(id)),
+			Message: string(id) + " runs again"})
+	}
+}
+
+// toldGate is the coordinator as a revision gate, telling what its rollout
+// decides for this host: a slot taken, the rollout paused.
+type toldGate struct {
+	Coordinator
+	a *Agent
+}
+
+// pauser is an error of a rollout that is paused (fleetagent.WaitError).
+type pauser interface{ RolloutPaused() bool }
+
+func (g toldGate) Admit(ctx context.Context, rev string) error {
+	err := g.Coordinator.Admit(ctx, rev)
+	a := g.a
+	a.revs.mu.Lock()
+	gated := a.revs.gated == rev
+	var p pauser
+	paused := err != nil && errors.As(err, &p) && p.RolloutPaused()
+	tellPause := paused && a.revs.paused != err.Error()
+	if paused {
+		a.revs.paused = err.Error()
+	} else if err == nil {
+		a.revs.paused = ""
+	}
+	a.revs.mu.Unlock()
+	switch {
+	case err == nil && gated:
+		a.tell(events.Event{Severity: events.Info, Reason: events.RolloutSlotTaken, Revision: rev, Condition: condRollout,
+			Message: "rollout slot taken: applying " + rev})
+	case tellPause:
+		a.tell(events.Event{Severity: events.Warning, Reason: events.RolloutPaused, Revision: rev, Condition: condRollout,
+			Message: err.Error() + "; the host stays on the revision it is on"})
+	}
+	return err
+}
+
+// coordinatorSaid tells when the host's coordinator stops answering, and
+// when it answers again. A host not in its fleet yet (no fleet.yaml
+// fetched) has lost nothing.
+func (a *Agent) coordinatorSaid(info reconcile.FleetReport) {
+	lost := ""
+	if info.Fleet != "" {
+		lost = info.Coordinator
+	}
+	a.revs.mu.Lock()
+	was := a.revs.lost
+	a.revs.lost = lost
+	a.revs.mu.Unlock()
+	switch {
+	case was == "" && lost != "":
+		a.tell(events.Event{Severity: events.Warning, Reason: events.CoordinatorLost, Condition: condCoordinator,
+			Message: "the fleet's coordinator does not answer: " + lost + "; the host keeps its revision and keeps healing"})
+	case was != "" && lost == "":
+		a.tell(events.Event{Severity: events.Info, Reason: events.CoordinatorBack, Condition: condCoordinator,
+			Message: "the fleet's coordinator answers again"})
 	}
 }

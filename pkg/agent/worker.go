@@ -168,7 +168,14 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 		}
 	}
 	if c.Action == diff.Restart {
-		m.ProcessRestarted(restartReason(c))
+		why := restartReason(c)
+		m.ProcessRestarted(why)
+		sev := events.Info
+		if why == RestartCrash {
+			sev = events.Warning
+		}
+		a.tell(events.Event{Severity: sev, Reason: events.ProcessRestarted, Resource: string(id), Revision: d.Revision(),
+			Message: fmt.Sprintf("%s restarted by the agent (%s): %s", id, why, c.Reason)})
 	}
 	for _, dep := range a.sess.Dependents(id) {
 		a.enqueue(dep) // it may have waited, or been blocked, on this one

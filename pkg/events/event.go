@@ -34,6 +34,7 @@ const (
 	ProcessRestarted   Reason = "ProcessRestarted" // it exited and was started again
 	ProcessKilled      Reason = "ProcessKilled"    // killed for failing its liveness probe
 	ProcessFailed      Reason = "ProcessFailed"    // given up on: its startLimit, or exited for good
+	ProcessRunning     Reason = "ProcessRunning"   // running again after it failed
 	CoordinatorLost    Reason = "CoordinatorLost"  // etcd unreachable: the host keeps its revision
 	CoordinatorBack    Reason = "CoordinatorBack"
 	RolloutSlotTaken   Reason = "RolloutSlotTaken" // a fleet rollout let this host apply a revision
