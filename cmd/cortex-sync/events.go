@@ -50,7 +50,7 @@ until interrupted. -o json writes one JSON object a line (docs/plan-json.md).`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.since, "since", "", "only the events of the last DURATION (1h) or since a TIME (RFC 3339, or a date)")
-	f.BoolVarP(&o.follow, "follow", "f", false, "then wait for new events until interrupted")
+	f.BoolVarP(&o.follow, "follow", "f", false, "keep printing what is appended")
 	f.StringVarP(&o.output, "output", "o", "text", "text or json (one event a line)")
 	return cmd
 }

@@ -161,7 +161,7 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	if drift {
 		m.DriftCorrected(c.Kind)
 		a.tell(events.Event{Severity: events.Info, Reason: events.DriftCorrected, Resource: string(id), Revision: d.Revision(),
-			Message: fmt.Sprintf("%s changed on the host (%s): %s to what Git says", id, c.Reason, c.Action)})
+			Message: fmt.Sprintf("%s put back to what Git says (%s: %s)", id, c.Reason, c.Action)})
 		if f := a.fight.Record(string(id)); f.Fighting {
 			log.Warn("fighting: something keeps undoing this resource; corrected once left alone", "corrections", f.Corrections, "settle", a.opts.FightSettle)
 			a.fightStarted(id, f)
