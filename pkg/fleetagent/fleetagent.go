@@ -241,11 +241,11 @@ type WaitError struct {
 }
 
 func (e *WaitError) Error() string { return e.Why }
+func (e *WaitError) Unwrap() error { return ErrWaiting }
 
 // RolloutPaused says the rollout is paused (the agent tells it as an
 // event, RolloutPaused).
 func (e *WaitError) RolloutPaused() bool { return e.Paused }
-func (e *WaitError) Unwrap() error { return ErrWaiting }
 
 // waitText says why a host waits, in words that change only when the
 // reason does (the counts are in fleet status).
