@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unicode/utf8"
 )
@@ -196,6 +197,12 @@ func (l *Log) append(e Event) error {
 	if err := json.NewEncoder(&l.buf).Encode(e); err != nil { // ends in a newline
 		return err
 	}
+	if unlinked(l.f) { // the state dir was removed under the agent
+		l.f.Close()
+		if err := l.open(); err != nil {
+			return err
+		}
+	}
 	if l.size > 0 && l.size+int64(l.buf.Len()) > l.opts.MaxBytes {
 		if err := l.rotate(); err != nil {
 			return err
@@ -204,6 +211,16 @@ func (l *Log) append(e Event) error {
 	n, err := l.f.Write(l.buf.Bytes())
 	l.size += int64(n)
 	return err
+}
+
+// unlinked says whether f's file was removed.
+func unlinked(f *os.File) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && st.Nlink == 0
 }
 
 // rotate makes the log the old one and begins a new one.

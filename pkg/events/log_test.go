@@ -275,3 +275,25 @@ func TestParseSince(t *testing.T) {
 		}
 	}
 }
+
+func TestLogFollowsItsFileRemoved(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, events.LogOptions{})
+	emitAll(l, 0, 1)
+	waitLines(t, dir, 1)
+	os.Remove(filepath.Join(dir, events.LogFile)) // the state dir's content removed under the agent
+	emitAll(l, 1, 1)
+	l.Close()
+	if got := readAll(t, dir, time.Time{}); len(got) != 1 || got[0] != ev(1) {
+		t.Errorf("after the log was removed: %v, want the event told since", got)
+	}
+}
+
+func waitLines(t *testing.T, dir string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(readAll(t, dir, time.Time{})) < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d events not written", n)
+		}
+	}
+}
