@@ -666,6 +666,12 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 // revision it has. It reports whether a revision was refused.
 func (a *Agent) refuse(err error) bool {
 	defer a.publishNow()
+	var told []events.Event // told once the lock is let go
+	defer func() {
+		for _, e := range told {
+			a.tell(e)
+		}
+	}()
 	a.revs.mu.Lock()
 	defer a.revs.mu.Unlock()
 	var me *reconcile.ManifestError
@@ -681,7 +687,7 @@ func (a *Agent) refuse(err error) bool {
 		a.revs.fetchErr = err
 		a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
 		if first {
-			a.tell(events.Event{Severity: events.Warning, Reason: events.SourceFailing, Condition: condSource,
+			told = append(told, events.Event{Severity: events.Warning, Reason: events.SourceFailing, Condition: condSource,
 				Message: "fetch failed; the host stays on the revision it has: " + err.Error()})
 		}
 		return false
@@ -698,7 +704,7 @@ func (a *Agent) refuse(err error) bool {
 			log = log.With("commit", r.Commit, "signer", r.Signer)
 		}
 		log.Error("revision refused; the host stays on the revision it has", "error", err)
-		a.tell(events.Event{Severity: events.Error, Reason: events.RevisionRefused, Revision: r.Revision, Condition: condRevision,
+		told = append(told, events.Event{Severity: events.Error, Reason: events.RevisionRefused, Revision: r.Revision, Condition: condRevision,
 			Message: r.Summary() + "; the host stays on the revision it has"})
 	}
 	a.opts.Metrics.SetRefused(r.Reason)

@@ -76,11 +76,16 @@ func (a *Agent) appliedYet(rev string) {
 	if told {
 		return
 	}
-	msg := "applied in full"
-	if t := a.sess.View().Trial(); t != nil && t.Revision == rev {
-		msg += "; on trial"
+	e := events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: rev, Condition: condRevision, Message: "applied in full"}
+	view := a.sess.View()
+	switch {
+	case view.Pin != nil && view.Pin.Revision == rev:
+		// Rolled back to: what raised "revision" still holds.
+		e.Condition, e.Message = "", "applied in full: a rollback holds the host on it while the source's head is "+view.Pin.Head
+	case view.Trial() != nil && view.Trial().Revision == rev:
+		e.Message += "; on trial"
 	}
-	a.tell(events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: rev, Condition: condRevision, Message: msg})
+	a.tell(e)
 }
 
 // fightStarted tells, once a fight, that id is fighting.
