@@ -265,14 +265,15 @@ func (w *watcher) restartedOnItsOwn(id resource.ID, st *supervise.Status, n int)
 }
 
 // changed tells of a process's state that its supervisor changed from
-// was: failed (given up on), or running again after it failed. Called
-// with the watcher's mu held.
+// was: failed (given up on), or running again after it failed (by way of
+// starting). Called with the watcher's mu held.
 func (w *watcher) changed(id resource.ID, was supervise.State, st *supervise.Status) {
 	if w.tell == nil || was == st.State {
 		return
 	}
 	switch {
 	case st.State == supervise.Failed:
+		w.failed[id] = true
 		why := st.StartError
 		if why == "" && st.LastExit != nil {
 			why = "it " + st.LastExit.String()
@@ -282,7 +283,8 @@ func (w *watcher) changed(id resource.ID, was supervise.State, st *supervise.Sta
 		}
 		w.tell(events.Event{Severity: events.Error, Reason: events.ProcessFailed, Resource: string(id), Condition: condResource(string(id)),
 			Message: fmt.Sprintf("%s failed: %s; its supervisor gave up (cortex-sync restart %s, or a new revision, starts it again)", id, why, id)})
-	case was == supervise.Failed && st.State == supervise.Running:
+	case w.failed[id] && st.State == supervise.Running:
+		delete(w.failed, id)
 		w.tell(events.Event{Severity: events.Info, Reason: events.ProcessRunning, Resource: string(id), Condition: condResource(string(id)),
 			Message: string(id) + " runs again"})
 	}

@@ -252,3 +252,37 @@ func TestEventsOfDriftAndAFight(t *testing.T) {
 		t.Errorf("a bad since: %v, want 400", resp)
 	}
 }
+
+// TestEventsOfAProcess: a process that keeps exiting is told restarted by
+// its supervisor (a warning); one that fails for good is told failed (an
+// error raising resource:ID), and running again once a fix starts it
+// (info, clearing it). The supervisors are real.
+func TestEventsOfAProcess(t *testing.T) {
+	repo, root, stateDir := t.TempDir(), t.TempDir(), t.TempDir()
+	process := func(command, minUptime string) {
+		writeFile(t, filepath.Join(repo, "p.yaml"), fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Process\nmetadata: {name: job}\nspec:\n  command: [sh, -c, %q]\n  minUptime: %s\n  startLimit: 1\n  stopTimeout: 1s\n", command, minUptime))
+	}
+	process("sleep 0.3; exit 3", "100ms") // never a quick failure: restarted again and again
+	rec := &recorder{}
+	t.Cleanup(func() { stopAll(t, repo, root, stateDir) }) // once the agent stopped
+	a := runAgent(t, repo, agent.Options{Events: rec, Prune: true,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	restarted := rec.wait(t, events.ProcessRestarted, func(e events.Event) bool { return e.Severity == events.Warning })
+	if restarted.Resource != "Process/job" || !strings.Contains(restarted.Message, "exited with code 3") {
+		t.Errorf("restarted: %+v", restarted)
+	}
+
+	process("sleep 0.3; exit 3", "1h") // every exit a quick one: failed at the first
+	a.Reconcile(agent.TriggerManual)
+	failed := rec.wait(t, events.ProcessFailed, nil)
+	if failed.Severity != events.Error || failed.Resource != "Process/job" || failed.Condition != "resource:Process/job" || !strings.Contains(failed.Message, "exited with code 3") {
+		t.Errorf("failed: %+v", failed)
+	}
+
+	process("sleep 1000", "100ms")
+	a.Reconcile(agent.TriggerManual)
+	running := rec.wait(t, events.ProcessRunning, nil)
+	if running.Severity != events.Info || running.Condition != failed.Condition {
+		t.Errorf("running again: %+v, want info clearing %s", running, failed.Condition)
+	}
+}

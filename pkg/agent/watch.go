@@ -47,16 +47,17 @@ type watcher struct {
 
 	stop, stopped *os.File // a pipe: closing its write end ends every pidfd wait
 
-	mu    sync.Mutex
-	dirs  map[string][]resource.ID        // watched host directory → interested keys
-	paths map[string]resource.ID          // managed host path → its key
-	trees map[string]resource.ID          // host directory inside a mirror → its Directory
-	files map[string]resource.ID          // state file → its key
-	tops  map[resource.ID]string          // a mirror's key → its top on the host
-	shims map[resource.ID]int             // key → supervisor pid watched
-	runs  map[resource.ID]int             // key → restarts its supervisor reported
-	ran   map[resource.ID]supervise.State // key → the state its supervisor reported last
-	full  bool                            // ran out of watches (said once)
+	mu     sync.Mutex
+	dirs   map[string][]resource.ID        // watched host directory → interested keys
+	paths  map[string]resource.ID          // managed host path → its key
+	trees  map[string]resource.ID          // host directory inside a mirror → its Directory
+	files  map[string]resource.ID          // state file → its key
+	tops   map[resource.ID]string          // a mirror's key → its top on the host
+	shims  map[resource.ID]int             // key → supervisor pid watched
+	runs   map[resource.ID]int             // key → restarts its supervisor reported
+	ran    map[resource.ID]supervise.State // key → the state its supervisor reported last
+	failed map[resource.ID]bool            // keys told failed, until told running again
+	full   bool                            // ran out of watches (said once)
 }
 
 // keySink is the key loop as the watcher sees it: where what it saw goes.
@@ -87,7 +88,7 @@ func newWatcher(keys keySink, procsDir state.Dir, log *slog.Logger, restarted fu
 	procs, _ := filepath.Abs(procsDir.Path())
 	w := &watcher{keys: keys, log: log, restarted: restarted, fs: f, stop: stop, stopped: stopped, procs: procs, procsDir: procsDir,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
-		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}}
+		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}, failed: map[resource.ID]bool{}}
 	w.watchProcs()
 	return w, nil
 }
