@@ -18,6 +18,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
 
@@ -284,5 +285,65 @@ func TestEventsOfAProcess(t *testing.T) {
 	running := rec.wait(t, events.ProcessRunning, nil)
 	if running.Severity != events.Info || running.Condition != failed.Condition {
 		t.Errorf("running again: %+v, want info clearing %s", running, failed.Condition)
+	}
+}
+
+// TestEventsOfASourceFailingAndRecovered: a fetch refused for a wrong
+// password is told failing once (a warning raising "source"), whatever the
+// retries, and never with the password; the right one is told recovered
+// (clearing it). Real smart HTTP with basic auth.
+func TestEventsOfASourceFailingAndRecovered(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	repo.Commit("one", map[string]*string{"m.yaml": fileManifest("motd", "one\n")})
+	srv := repo.HTTP(t, "deploy", "right-horse-battery")
+	root, stateDir := t.TempDir(), t.TempDir()
+	pass := filepath.Join(t.TempDir(), "password")
+	const wrong = "wrong-staple-s3cret"
+	writeFile(t, pass, wrong+"\n")
+	src := gitSource(srv.URL, stateDir)
+	src.Auth = source.Auth{Username: "deploy", PasswordFile: pass}
+	rec := &recorder{}
+	reg := agent.NewRegistry()
+	a := agent.New(agent.Options{Events: rec, Source: src, Metrics: agent.NewMetrics(reg), Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true,
+		Engine: reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	}()
+	failing := rec.wait(t, events.SourceFailing, nil)
+	if failing.Severity != events.Warning || failing.Condition != "source" || !strings.Contains(failing.Message, "fetch failed") {
+		t.Errorf("source failing: %+v", failing)
+	}
+	for n := 2.0; n <= 3; n++ { // fails again: not told again
+		a.Reconcile(agent.TriggerManual)
+		waitFor(t, 30*time.Second, "another fetch failed", func() bool { return counter(reg, "cortexsync_source_fetch_errors_total") >= n })
+	}
+
+	writeFile(t, pass, "right-horse-battery\n") // read again at every fetch
+	a.Reconcile(agent.TriggerManual)
+	recovered := rec.wait(t, events.SourceRecovered, nil)
+	if recovered.Severity != events.Info || recovered.Condition != "source" || !strings.HasPrefix(recovered.Revision, "main@sha1:") {
+		t.Errorf("source recovered: %+v", recovered)
+	}
+	if n := len(slices.DeleteFunc(rec.all(), func(e events.Event) bool { return e.Reason != events.SourceFailing })); n != 1 {
+		t.Errorf("told failing %d times, want once:\n%s", n, rec)
+	}
+	cancel()
+	<-done
+	done <- nil
+	logged, err := os.ReadFile(filepath.Join(stateDir, events.LogFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(logged), wrong) || strings.Contains(rec.String(), wrong) {
+		t.Errorf("an event holds the password")
+	}
+	if !strings.Contains(string(logged), `"reason":"SourceRecovered"`) {
+		t.Errorf("the log misses the recovery:\n%s", logged)
 	}
 }
