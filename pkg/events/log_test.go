@@ -19,7 +19,7 @@ func ev(i int) events.Event {
 		Reason: events.DriftCorrected, Resource: fmt.Sprintf("File/f%d", i), Message: fmt.Sprintf("event %d", i)}
 }
 
-func openLog(t *testing.T, dir string, opts events.LogOptions) *events.Log {
+func openLog(t testing.TB, dir string, opts events.LogOptions) *events.Log {
 	t.Helper()
 	l, err := events.OpenLog(state.At(dir), opts)
 	if err != nil {
