@@ -67,10 +67,10 @@ type Options struct {
 	// RetryBase and RetryMax bound the per-key backoff of failed applies.
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
+	Log                 *slog.Logger
 	// Events hears every event the agent tells (events.go), beside its
 	// local event log: notifications. Nil: events.Discard.
 	Events events.Sink
-	Log    *slog.Logger
 }
 
 func (o *Options) defaults() {
@@ -523,15 +523,11 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
+	a.sourceRecovered(d.Revision())
 	a.revs.mu.Lock()
-	refused, failing := a.revs.refused != nil, a.revs.fetchErr
+	refused := a.revs.refused != nil
 	a.revs.fetchErr, a.revs.refused, a.revs.fetchTime = nil, nil, time.Now()
 	a.revs.mu.Unlock()
-	if failing != nil {
-		a.log.Info("the source answers again", "revision", d.Revision())
-		a.tell(events.Event{Severity: events.Info, Reason: events.SourceRecovered, Revision: d.Revision(), Condition: condSource,
-			Message: "the source answers again: fetched " + d.Revision()})
-	}
 	if refused {
 		a.opts.Metrics.SetRefused("")
 		a.publishNow()
@@ -674,6 +670,7 @@ func (a *Agent) refuse(err error) bool {
 	}()
 	a.revs.mu.Lock()
 	defer a.revs.mu.Unlock()
+	told = append(told, a.sourceFailing(err)...)
 	var me *reconcile.ManifestError
 	var ue *source.UntrustedError
 	var r *reconcile.Refusal
@@ -683,13 +680,8 @@ func (a *Agent) refuse(err error) bool {
 	case errors.As(err, &me):
 		r = &reconcile.Refusal{Revision: me.Revision, Reason: RefusedManifests}
 	default:
-		first := a.revs.fetchErr == nil
 		a.revs.fetchErr = err
 		a.log.Error("fetch failed; the host stays on the revision it has", "error", err)
-		if first {
-			told = append(told, events.Event{Severity: events.Warning, Reason: events.SourceFailing, Condition: condSource,
-				Message: "fetch failed; the host stays on the revision it has: " + err.Error()})
-		}
 		return false
 	}
 	if r.Revision == "" {

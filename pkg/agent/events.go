@@ -15,6 +15,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
+	"github.com/cortex-sync/cortex-sync/pkg/source"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
@@ -344,5 +345,30 @@ func (a *Agent) coordinatorSaid(info reconcile.FleetReport) {
 	case was != "" && lost == "":
 		a.tell(events.Event{Severity: events.Info, Reason: events.CoordinatorBack, Condition: condCoordinator,
 			Message: "the fleet's coordinator answers again"})
+	}
+}
+
+// sourceFailing is the event of err, a failed fetch, when it is the first
+// of a run of failures (none when err refuses a revision: that is told
+// RevisionRefused). Called with revs.mu held, before refuse keeps err.
+func (a *Agent) sourceFailing(err error) []events.Event {
+	var me *reconcile.ManifestError
+	var ue *source.UntrustedError
+	if a.revs.fetchErr != nil || errors.As(err, &me) || errors.As(err, &ue) {
+		return nil
+	}
+	return []events.Event{{Severity: events.Warning, Reason: events.SourceFailing, Condition: condSource,
+		Message: "fetch failed; the host stays on the revision it has: " + err.Error()}}
+}
+
+// sourceRecovered tells that rev was fetched after fetches failed. Called
+// on the poll loop (which alone sets fetchErr) before a fetch clears it.
+func (a *Agent) sourceRecovered(rev string) {
+	a.revs.mu.Lock()
+	failing := a.revs.fetchErr != nil
+	a.revs.mu.Unlock()
+	if failing {
+		a.tell(events.Event{Severity: events.Info, Reason: events.SourceRecovered, Revision: rev, Condition: condSource,
+			Message: "the source answers again: fetched " + rev})
 	}
 }
