@@ -84,6 +84,8 @@ func checkPlanSignature(name string, data []byte, signersFile string) (string, e
 	}
 	v, err := signers.Verify(data, sig, planNamespace, "", time.Now())
 	switch {
+	case errors.Is(err, trust.ErrWeakSignature):
+		return "", fmt.Errorf("--plan %s: %w; sign with rsa-sha2-512 (ssh-keygen does) or an ed25519 key", sigName(name), err)
 	case errors.Is(err, trust.ErrNotAllowed):
 		return "", fmt.Errorf("--plan %s: signed by %s, which %s does not allow to sign plans (namespace %s): %w", sigName(name), fingerprintOf(sig), signersFile, planNamespace, err)
 	case err != nil:

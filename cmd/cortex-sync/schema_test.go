@@ -94,6 +94,7 @@ var specDocs = map[string]string{
 	"sensitive":                "true: the content is never shown in diffs or logs, and is named in state.json only by IDs keyed with the host key.",
 	"ensure":                   "present (default) or absent.",
 	"decrypt":                  "sops: the source is a SOPS-encrypted file (YAML, JSON, dotenv or binary) decrypted on the host with --age-key-file; the plaintext is handled as sensitive content and written with mode 0600 unless mode is given. See docs/secrets.md.",
+	"Directory.decrypt":        "sops: each SOPS-encrypted file of the source becomes a File of its own, File/<name>/<path below source>, decrypted on the host with --age-key-file into a 0600 file (owner and group as the Directory's); the mirror leaves those files out. See docs/secrets.md.",
 	"replace":                  "false: create the file when absent, never overwrite its content.",
 	"purge":                    "true: delete entries inside that nothing manages.",
 	"target":                   "What the link points at, written as given.",

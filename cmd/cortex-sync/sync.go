@@ -94,6 +94,13 @@ func syncRun(cmd *cobra.Command, g *globals, o *syncOptions, io streams) error {
 		return err
 	}
 	ctx := cmd.Context()
+	switch {
+	case o.dryRun && o.plan != "":
+		// A dry run would plan afresh and pass a plan the real run refuses.
+		return errors.New("--plan applies a saved plan and --dry-run applies nothing: to see a plan, run diff; to check one, run sync --plan without --dry-run (it refuses, changing nothing, when the plan does not hold)")
+	case o.plan == "" && cmd.Flags().Changed("plan-signers"):
+		return errors.New("--plan-signers checks the signature of a saved plan: give --plan too")
+	}
 	if o.dryRun {
 		return diffRun(cmd, g, &diffOptions{src: o.src, output: o.output, verify: o.verify, prune: o.prune, allowEmpty: o.allowEmpty, allowSourceChange: o.allowSourceChange, acceptRollback: o.state.acceptRollback}, io)
 	}
@@ -214,9 +221,6 @@ func orDirectory(rev string) string {
 // it against the plan made again. A file larger than --limit-plan-bytes
 // is refused before it is read.
 func readSaved(cmd *cobra.Command, o *syncOptions) (*diff.Saved, error) {
-	if o.dryRun {
-		return nil, errors.New("--plan applies a plan; to see one, run diff")
-	}
 	if o.state.acceptRollback {
 		return nil, errors.New("--plan applies what the plan was made for, and a plan is made without --accept-state-rollback; run cortex-sync state accept-rollback, then make the plan again with diff --out")
 	}

@@ -248,6 +248,15 @@ func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
 func (a *Agent) Retry(ctx context.Context) (string, error) {
 	return a.ask(ctx, func(ctx context.Context) (string, error) {
 		rev, err := a.revs.life.Retry(ctx)
+		if errors.Is(err, reconcile.ErrNothingToRetry) {
+			a.revs.mu.Lock()
+			r := a.revs.refused
+			a.revs.mu.Unlock()
+			if r != nil {
+				// Refused at every fetch, for what it is: no verb lets it in.
+				return "", fmt.Errorf("nothing to retry: %s; it is refused at every fetch, until a newer commit fixes that", r.Summary())
+			}
+		}
 		if err != nil {
 			return "", err
 		}

@@ -65,6 +65,11 @@ func One(ctx context.Context, o Observer, desired *resource.Resource, rec *state
 	case c.Err != nil:
 	case c.Action == NoOp:
 		c.Action = Forget // already gone from the host: only the record goes
+	case c.Observed.Declared:
+		// Declared gone in Git (an entry gone from the source of the
+		// Directory that declared it): deleted as a mirror deletes, with
+		// no --prune.
+		return c
 	case !rec.Created && len(c.Files) == 0:
 		// Prune deletes only what cortex-sync created: what was there
 		// before it took it over stays, as it is now.

@@ -31,9 +31,14 @@ type DirectorySpec struct {
 	Source string `yaml:"source" json:"source,omitempty"`
 	// Purge deletes entries inside that nothing manages.
 	Purge bool `yaml:"purge" json:"purge,omitempty"`
+	// Decrypt "sops": each SOPS-encrypted file of the source is a File of
+	// its own that holds its plaintext (see dirsops.go); the mirror
+	// leaves them out.
+	Decrypt string `yaml:"decrypt" json:"decrypt,omitempty"`
 
 	sourcePath string
 	rendered   map[string]string // substitute: true: each file's rendered text, by repository path
+	encrypted  []encryptedEntry  // decrypt: sops: the source's encrypted files
 }
 
 // Validate checks the Directory's fields.
@@ -43,6 +48,16 @@ func (s *DirectorySpec) Validate(v *resource.Validation) {
 	s.Ensure.Validate(v, "spec.ensure")
 	if s.Source != "" && !s.Ensure.Absent() {
 		s.sourcePath = v.SourcePath("spec.source", s.Source, true)
+	}
+	validDecrypt(v, "spec.decrypt", s.Decrypt)
+	switch {
+	case s.Decrypt == "" || s.Ensure.Absent():
+	case s.Source == "":
+		v.Errorf("spec.decrypt", "decrypts the encrypted files of a source; give spec.source")
+	case s.Substitute:
+		v.Errorf("spec.decrypt", "a Directory cannot both decrypt and substitute; render the secrets into a File with substitute: true")
+	case s.sourcePath != "":
+		s.findEncrypted(v)
 	}
 }
 
@@ -83,7 +98,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 	if r != nil {
 		spec = r.Spec.(*DirectorySpec)
 		p = spec.Path
-		env = spec.renderedEnv(env)
+		env = spec.sourceEnv(env)
 	}
 	p = pathOf(p, rec)
 	c := &diff.Change{Path: p}
@@ -162,7 +177,7 @@ func (directoryDriver) Observe(ctx context.Context, env *Env, r *resource.Resour
 // of its entries changed (Git tree IDs) names those.
 func (directoryDriver) changes(env *Env, old source.Tree, prev, r *resource.Resource, limit int) ([]string, bool) {
 	spec, was := r.Spec.(*DirectorySpec), prev.Spec.(*DirectorySpec)
-	if !spec.tracksContent() || spec.sourcePath == "" || spec.sourcePath != was.sourcePath || specHash(prev) != specHash(r) || env.recalled() || spec.rendered != nil {
+	if !spec.tracksContent() || spec.sourcePath == "" || spec.sourcePath != was.sourcePath || specHash(prev) != specHash(r) || env.recalled() || spec.rendered != nil || spec.encrypted != nil {
 		return nil, false
 	}
 	d, ok := env.Tree.(source.Differ)
@@ -193,7 +208,7 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 	if spec.Ensure.Absent() {
 		return nil, nil // absent already: nothing to record
 	}
-	env = spec.renderedEnv(env)
+	env = spec.sourceEnv(env)
 	d, base, err := env.Root.Parent(spec.Path, true)
 	if err != nil {
 		return nil, err
@@ -274,7 +289,8 @@ func (directoryDriver) Apply(ctx context.Context, env *Env, c *diff.Change) (*st
 // digest names a mirrored tree by its entries and their content IDs.
 func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 	spec := r.Spec.(*DirectorySpec)
-	env = spec.renderedEnv(env)
+	plain := env
+	env = spec.sourceEnv(env)
 	h := sha256.New()
 	h.Write([]byte(specHash(r)))
 	if spec.sourcePath == "" {
@@ -296,5 +312,8 @@ func (directoryDriver) digest(env *Env, r *resource.Resource) (string, error) {
 		fmt.Fprintf(h, "\n%s %o %s", e.Path, e.Mode, id)
 		return nil
 	})
+	if err == nil && !env.recalled() {
+		err = spec.decryptedDigest(plain, h)
+	}
 	return hex.EncodeToString(h.Sum(nil)), err
 }

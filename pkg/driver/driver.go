@@ -145,6 +145,11 @@ func (h Host) Observe(ctx context.Context, desired *resource.Resource, rec *stat
 	c, err := d.Observe(ctx, h.Env, desired, rec)
 	if c != nil {
 		markVarsChanged(c, varsChanged(h.Env, desired, rec))
+		if desired == nil && rec.GeneratedBy != "" && h.Env.Set != nil && h.Env.Set.Get(resource.ID(rec.GeneratedBy)) != nil {
+			// What declared it is still declared: it left Git as a file
+			// leaves a mirror's source.
+			c.Observed.Declared = true
+		}
 	}
 	return c, err
 }
@@ -202,11 +207,13 @@ func (h Host) Recall(rec *state.Entry) (*resource.Resource, error) {
 		r.recall()
 	}
 	id := resource.ID(rec.ID)
-	return &resource.Resource{
+	r := &resource.Resource{
 		APIVersion: resource.APIVersion, Kind: rec.Kind,
 		Metadata: resource.Metadata{Name: id.Name(), Annotations: rec.Annotations},
 		Spec:     spec,
-	}, nil
+	}
+	r.SetGeneratedBy(resource.ID(rec.GeneratedBy))
+	return r, nil
 }
 
 // RecallAll rebuilds the desired state as last applied from a snapshot:
@@ -292,7 +299,7 @@ func specHash(r *resource.Resource) string {
 
 // newEntry starts the record of an applied resource.
 func newEntry(r *resource.Resource, p string) *state.Entry {
-	return &state.Entry{ID: string(r.ID()), Kind: r.Kind, Path: p, SpecHash: specHash(r), NoPrune: r.PruneDisabled()}
+	return &state.Entry{ID: string(r.ID()), Kind: r.Kind, Path: p, SpecHash: specHash(r), NoPrune: r.PruneDisabled(), GeneratedBy: string(r.GeneratedBy())}
 }
 
 // parallel runs fn(0..n-1) on at most workers goroutines; after the first

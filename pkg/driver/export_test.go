@@ -54,3 +54,7 @@ func StopMirrorAfter(n int, kill bool) func() {
 
 // HostListings is how many host directories mirror plans listed so far.
 func HostListings() int64 { return listings.Load() }
+
+// DesiredDigest names everything a resource's desired state holds, as
+// restartOn and refreshOn see it.
+var DesiredDigest = desiredDigest

@@ -55,7 +55,7 @@ type treePlan struct {
 // directories handed to them, the last open directories handed over and
 // the comparisons waited for, and the plan put in order.
 func planTree(ctx context.Context, env *Env, r *resource.Resource, spec *DirectorySpec, top *hostfs.Dir, ix *treeIndex, out *treeWriter) (*treePlan, error) {
-	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out}
+	p := &treePlanner{env: env, r: r, spec: spec, top: top, ix: ix, out: out, yielded: yieldedPaths(env, r)}
 	if top != nil && ix.x != nil && ix.x.Len() > 0 {
 		p.scope = env.Scope // what an event named, in a tree written before
 	}
@@ -391,6 +391,9 @@ type treePlanner struct {
 	// what is below it) and the directories on the way to them: what a
 	// watch event named (Env.Scope).
 	scope []string
+	// yielded are host paths the mirror leaves alone in this pass (see
+	// yieldedPaths).
+	yielded map[string]bool
 }
 
 // relevant reports whether the entry at rel is looked at: in the scope,
@@ -739,6 +742,9 @@ func (p *treePlanner) decideEntry(ctx context.Context, d *dirCompare, e *desired
 	} else {
 		le, ok = d.live[name]
 	}
+	if ok && p.yielded[path.Join(p.spec.Path, e.Path)] {
+		return nil // written in the next pass, once its File is gone
+	}
 	op := treeOp{rel: e.Path, mode: mirrorMode(e.Entry), entry: e.Entry, typ: e.Mode.Type(), target: e.Target, seq: e.seq}
 	o := diff.Observation{Desired: true, Recorded: prev != nil, Exists: ok}
 	if ok && le.Mode.Type() != e.Mode.Type() {
@@ -815,6 +821,16 @@ func (p *treePlanner) decideUndesired(ctx context.Context, d *dirCompare) error 
 		switch {
 		case temp:
 			op.reason = diff.Drifted // left by an interrupted write
+		case !le.Mode.IsDir() && p.env.Set != nil && p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):
+			// Another resource's now (a file of the source that is
+			// encrypted now, which a File of its own decrypts): it
+			// takes it over as it is, and the index forgets it.
+			if prev != nil {
+				p.ix.mu.Lock()
+				p.ix.x.Delete(sub)
+				p.ix.mu.Unlock()
+			}
+			continue
 		case prev != nil || intended:
 			op.reason, op.backup = diff.RemovedFromGit, !owned
 		case p.spec.Purge && !p.env.Set.ManagesWithin(path.Join(p.spec.Path, sub), p.r.ID()):

@@ -23,7 +23,7 @@ var ErrNotAllowed = errors.New("outside the allowed paths")
 
 // ErrReserved reports a write on, into or over a path cortex-sync owns
 // (its state dir, its config and key files).
-var ErrReserved = errors.New("reserved: cortex-sync keeps its own state there")
+var ErrReserved = errors.New("reserved: cortex-sync keeps its own state or trust there")
 
 // Root is a host directory that confines every operation below it.
 type Root struct {

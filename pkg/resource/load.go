@@ -442,6 +442,7 @@ func decodeFile(file string, data []byte, kinds Kinds, tree fs.FS, b *budget) ([
 		r, err := decodeDoc(n.Content[0], origin, kinds, tree, b.vars)
 		if r != nil {
 			list = append(list, r)
+			list = append(list, generated(r)...)
 		}
 		errs = appendProblems(errs, err)
 	}

@@ -51,8 +51,9 @@ type Resource struct {
 	Spec       Spec     `yaml:"-"`
 	Origin     Origin   `yaml:"-"`
 
-	lines map[string]int // field path → line, for errors found after decoding
-	subst *Substitution  // what rendering it for this host used; nil without substitute: true
+	lines  map[string]int // field path → line, for errors found after decoding
+	subst  *Substitution  // what rendering it for this host used; nil without substitute: true
+	parent ID             // the resource that declared it (Generator); "" for a manifest's
 }
 
 // ID is "Kind/name".

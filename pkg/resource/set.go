@@ -156,6 +156,9 @@ func (s *Set) checkClaims() Problems {
 			if !strings.HasPrefix(o.Path, c.Path+"/") {
 				break
 			}
+			if o.res.parent == c.res.ID() {
+				continue // its own encrypted entry, which it leaves out of its mirror
+			}
 			errs = append(errs, fieldErr(o.res, o.Field, "%s lies inside %s, which %s mirrors from its source; manage it in the source instead", o.Path, c.Path, c.res.ID()))
 		}
 	}
@@ -187,7 +190,7 @@ func (s *Set) checkReserved(reserved []Reserved) Problems {
 	var errs Problems
 	for _, c := range s.claims {
 		if r, ok := ReservedBy(reserved, c.Path); ok {
-			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state there and no manifest may write it: %s", c.Path, r.Path, r.What, whatToDo(r)))
+			errs = append(errs, fieldErr(c.res, c.Field, "%s lies in %s, %s; cortex-sync keeps its own state or trust there and no manifest may write it: %s", c.Path, r.Path, r.What, whatToDo(r)))
 			continue
 		}
 		if c.Keeps {

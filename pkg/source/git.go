@@ -354,7 +354,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		}
 		return nil
 	}
-	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
+	if !c.holds(want) {
 		// Shallow only the first time: a depth-1 fetch into a shallow cache
 		// downloads the whole pack again, a depth-0 one only what is new.
 		// Ancestry mode walks back to the applied commit: the whole
@@ -413,6 +413,21 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	}
 	subject, _, _ := strings.Cut(strings.TrimSpace(commit.Message), "\n")
 	return &Checkout{Revision: want.name + "@sha1:" + want.commit.String(), Tree: t, Path: p, Notes: notes, Subject: subject}, nil
+}
+
+// holds reports whether the cache has what want names: its commit, and an
+// annotated tag's own object (signed again on the same commit, a tag is a
+// new object the commit does not bring).
+func (c *gitCache) holds(want *wanted) bool {
+	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
+		return false
+	}
+	if want.tip != want.commit {
+		if _, err := c.storage.EncodedObject(plumbing.TagObject, want.tip); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // wanted is a resolved ref.

@@ -138,9 +138,12 @@ func (g *Git) verify(c *gitCache, commit *object.Commit, w *wanted, deepen func(
 	}
 	mode := g.mode()
 	if (mode == VerifyTag || mode == VerifyTagAndHead) && w.tag {
+		if w.tip == w.commit {
+			return fail(&UntrustedError{Object: "tag " + w.name, Signer: "unsigned", Why: "a lightweight tag cannot carry a signature; use an annotated, signed tag"})
+		}
 		tag, err := object.GetTag(c.storage, w.tip)
 		if err != nil {
-			return fail(&UntrustedError{Object: "tag " + w.name, Signer: "unsigned", Why: "a lightweight tag cannot carry a signature; use an annotated, signed tag"})
+			return &corruptCacheError{fmt.Errorf("tag %s (%s): %w", w.name, w.tip, err)}
 		}
 		if e := roots.check(tagSigned(tag, w.name)); e != nil {
 			return fail(e)
@@ -185,7 +188,11 @@ func (g *Git) verifyAncestry(c *gitCache, tip *object.Commit, base plumbing.Hash
 		}
 		if e := roots.check(commitSigned(cur)); e != nil {
 			if n > 0 {
-				e.Why += fmt.Sprintf(" (it is %d first-parent commits below the tip; --verify-mode ancestry checks every commit since %s)", n, base)
+				below := fmt.Sprintf("%d first-parent commits", n)
+				if n == 1 {
+					below = "1 first-parent commit"
+				}
+				e.Why += fmt.Sprintf(" (it is %s below the tip; --verify-mode ancestry checks every commit since %s)", below, base)
 			}
 			return e
 		}
@@ -282,6 +289,9 @@ func (r *trustRoots) check(s *signed) *UntrustedError {
 
 func (r *trustRoots) checkSSH(s *signed, refuse func(string, string, ...any) *UntrustedError) *UntrustedError {
 	sig, err := trust.ParseSignature([]byte(s.signature))
+	if errors.Is(err, trust.ErrWeakSignature) {
+		return refuse("an SSH RSA key", "%v; sign with rsa-sha2-512 (any OpenSSH since 8.2 does) or an ed25519 key", err)
+	}
 	if err != nil {
 		return refuse("an unreadable SSH signature", "%v", err)
 	}

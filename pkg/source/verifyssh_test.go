@@ -226,7 +226,7 @@ func TestVerifySHA1RSA(t *testing.T) {
 	g := newGit(t, "file://"+repo.Dir)
 	g.VerifyAllowedSigners = writeFile(t, "test@example.com "+carol.pub+"\n")
 	_, err = g.Fetch(context.Background())
-	if u := untrusted(t, err); u.Object != "commit "+h.String() || !strings.Contains(u.Why, "SHA-1") {
+	if u := untrusted(t, err); u.Object != "commit "+h.String() || u.Signer != "an SSH RSA key" || !strings.Contains(u.Why, "SHA-1") || !strings.Contains(u.Why, "rsa-sha2-512") {
 		t.Errorf("%+v", u)
 	}
 }
@@ -282,7 +282,7 @@ func TestVerifyAncestry(t *testing.T) {
 	}
 	_, err := mk("ancestry", base).Fetch(context.Background())
 	u := untrusted(t, err)
-	if u.Object != "commit "+middle || u.Signer != "unsigned" || u.Revision != "main@sha1:"+tip || !strings.Contains(u.Why, "1 first-parent commits below the tip") {
+	if u.Object != "commit "+middle || u.Signer != "unsigned" || u.Revision != "main@sha1:"+tip || !strings.Contains(u.Why, "1 first-parent commit below the tip") {
 		t.Fatalf("%v", u)
 	}
 	if _, err := mk("ancestry", middle).Fetch(context.Background()); err != nil {
@@ -342,6 +342,17 @@ func TestVerifyTag(t *testing.T) {
 	}
 	if err := fetch("head", "v1.0.0"); err != nil {
 		t.Errorf("head mode does not look at the tag: %v", err)
+	}
+	// Refused, then the tag is signed again on the same commit: the cache
+	// holds the commit, not the new tag object, which is fetched.
+	again := newGit(t, "file://"+repo.Dir)
+	again.Branch, again.Tag, again.VerifyAllowedSigners, again.VerifyMode = "", "v1.0.0", allowed, "tag"
+	if _, err := again.Fetch(context.Background()); err == nil {
+		t.Fatal("an unsigned tag is trusted")
+	}
+	repo.Git("-C", repo.Dir, "tag", "-f", "-s", "-m", "signed now", "v1.0.0")
+	if _, err := again.Fetch(context.Background()); err != nil {
+		t.Errorf("the tag signed again on the same commit: %v", err)
 	}
 	g := newGit(t, "file://"+repo.Dir)
 	g.VerifyAllowedSigners, g.VerifyMode = allowed, "tag"

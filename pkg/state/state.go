@@ -126,6 +126,10 @@ type Entry struct {
 	Result *Result `json:"result,omitempty"`
 	// Vars is what a substituted resource was rendered from when applied.
 	Vars *Rendered `json:"vars,omitempty"`
+	// GeneratedBy names the resource that declared this one (the Directory
+	// of a decrypted entry): while it is declared, this one leaving Git is
+	// a deletion declared in Git, as a file gone from a mirror's source is.
+	GeneratedBy string `json:"generatedBy,omitempty"`
 }
 
 // Rendered is what rendering a resource (substitute: true) used: the

@@ -143,6 +143,7 @@ func TestVerifyAgreesWithSSHKeygen(t *testing.T) {
 		{name: "namespace pattern", allowed: `alice@example.com namespaces="g*,!file" ` + k.pub["alice"], principal: "alice@example.com", sig: "alice", ok: true},
 		{name: "signed for file", allowed: "alice@example.com " + k.pub["alice"], principal: "alice@example.com", sig: "alice-file", is: ErrNotAllowed},
 		{name: "expired", allowed: `alice@example.com valid-before="20200101" ` + k.pub["alice"], principal: "alice@example.com", sig: "alice", is: ErrNotAllowed},
+		{name: "an expired line, then a good one for the principal", allowed: `alice@example.com valid-before="20200101" ` + k.pub["alice"] + "\n*@example.com " + k.pub["alice"], principal: "alice@example.com", sig: "alice", ok: true},
 		{name: "expired at commit time", allowed: `alice@example.com valid-before="20200101Z" ` + k.pub["alice"], principal: "alice@example.com", sig: "alice", at: time.Date(2019, 6, 1, 0, 0, 0, 0, time.UTC), ok: true},
 		{name: "not yet valid", allowed: `alice@example.com valid-after="20990101000000Z" ` + k.pub["alice"], principal: "alice@example.com", sig: "alice", is: ErrNotAllowed},
 		{name: "valid window", allowed: `alice@example.com VALID-AFTER="202001010000",valid-before="20990101Z" ` + k.pub["alice"], principal: "alice@example.com", sig: "alice", ok: true},
