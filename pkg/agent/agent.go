@@ -68,9 +68,7 @@ type Options struct {
 	RetryBase, RetryMax time.Duration
 	Metrics             *Metrics // nil: on a registry of its own
 	Log                 *slog.Logger
-	// Events hears every event the agent tells (events.go), beside its
-	// local event log: notifications. Nil: events.Discard.
-	Events events.Sink
+	Events              events.Sink // nil: none
 }
 
 func (o *Options) defaults() {

@@ -20,8 +20,9 @@ import (
 )
 
 // The agent tells what it decides as events (pkg/events), written once
-// where the decision is made: to Options.Events (notifications) and to the
-// local event log of the state dir (cortex-sync events, /api/v1/events).
+// where the decision is made: to Options.Events (notifications; nil is
+// events.Discard) and to the local event log of the state dir
+// (cortex-sync events, /api/v1/events).
 // A message names what and why from what status shows, which holds no
 // secret.
 
