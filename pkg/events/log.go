@@ -261,7 +261,9 @@ func Read(files Files, since time.Time) ([]Event, error) {
 // Follow calls each for every event at or after since, oldest first; with
 // poll > 0 it then waits for more, looking every poll, and follows the log
 // across rotations until ctx ends (returning nil) or each fails (returning
-// its error). With poll 0 it returns once it read what is there.
+// its error); a follower that falls more than a whole file behind loses
+// what was rotated away. With poll 0 it returns once it read what is
+// there.
 func Follow(ctx context.Context, files Files, since time.Time, poll time.Duration, each func(Event) error) error {
 	// The newest file first: a rotation between the two opens then leaves
 	// the old file the same as the newest, read once, rather than an
@@ -321,7 +323,19 @@ func Follow(ctx context.Context, files Files, since time.Time, poll time.Duratio
 				closeFile(next)
 				return err
 			}
+			// Rotated twice since the last look: the file between is the
+			// old one now, read whole before the newest.
+			between, err := openRead(files, LogOldFile)
+			if err == nil && between != nil && !sameFile(between, cur) && !sameFile(between, next) {
+				t.partial = nil
+				err = t.drain(between)
+			}
+			closeFile(between)
 			closeFile(cur)
+			if err != nil {
+				closeFile(next)
+				return err
+			}
 		}
 		cur, t.partial = next, nil
 		if err := t.drain(cur); err != nil {

@@ -209,7 +209,7 @@ func TestLogTornLineSkippedThenCut(t *testing.T) {
 
 func TestFollowAcrossRotation(t *testing.T) {
 	dir := t.TempDir()
-	l := openLog(t, dir, events.LogOptions{MaxBytes: 1024, Queue: 10_000})
+	l := openLog(t, dir, events.LogOptions{MaxBytes: 4096, Queue: 10_000})
 	emitAll(l, 0, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -221,7 +221,7 @@ func TestFollowAcrossRotation(t *testing.T) {
 			return nil
 		})
 	}()
-	const n = 60 // a few rotations of 1 KiB
+	const n = 150 // a few rotations of 4 KiB
 	for i := 2; i < n; i++ {
 		l.Emit(ev(i))
 		time.Sleep(2 * time.Millisecond) // slower than a rotation, as events come
@@ -295,5 +295,55 @@ func waitLines(t *testing.T, dir string, n int) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d events not written", n)
 		}
+	}
+}
+
+// TestFollowAcrossTwoRotationsBetweenLooks: the log rotates twice while a
+// follower waits; the file in between is read, not lost.
+func TestFollowAcrossTwoRotationsBetweenLooks(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, events.LogOptions{MaxBytes: 1024, Queue: 10_000})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var mu sync.Mutex
+	var got []events.Event
+	done := make(chan error, 1)
+	go func() {
+		done <- events.Follow(ctx, state.At(dir), time.Time{}, 500*time.Millisecond, func(e events.Event) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, e)
+			return nil
+		})
+	}()
+	time.Sleep(100 * time.Millisecond) // the follower read the empty log, and waits
+	const n = 16 // about 170 bytes each: two rotations of 1 KiB, then some
+	emitAll(l, 0, n)
+	l.Close()
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		k := len(got)
+		mu.Unlock()
+		if k >= n || time.Now().After(waitFor) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != n {
+		t.Fatalf("followed %d events of %d", len(got), n)
+	}
+	for i, e := range got {
+		if e != ev(i) {
+			t.Fatalf("followed %v at %d, want %v", e, i, ev(i))
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	if data, _ := os.ReadFile(filepath.Join(dir, events.LogFile)); len(entries) != 2 || strings.Count(string(data), "\n") >= n/2 {
+		t.Fatalf("not rotated twice: the test proves nothing")
 	}
 }
