@@ -317,7 +317,7 @@ func TestFollowAcrossTwoRotationsBetweenLooks(t *testing.T) {
 		})
 	}()
 	time.Sleep(100 * time.Millisecond) // the follower read the empty log, and waits
-	const n = 16 // about 170 bytes each: two rotations of 1 KiB, then some
+	const n = 16                       // about 170 bytes each: two rotations of 1 KiB, then some
 	emitAll(l, 0, n)
 	l.Close()
 	waitFor := time.Now().Add(10 * time.Second)
