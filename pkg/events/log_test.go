@@ -316,8 +316,10 @@ func TestFollowAcrossTwoRotationsBetweenLooks(t *testing.T) {
 			return nil
 		})
 	}()
-	time.Sleep(100 * time.Millisecond) // the follower read the empty log, and waits
-	const n = 16                       // about 170 bytes each: two rotations of 1 KiB, then some
+	// The follower read the empty log, and waits: 16 events of about 170
+	// bytes rotate the log twice meanwhile.
+	time.Sleep(100 * time.Millisecond)
+	const n = 16
 	emitAll(l, 0, n)
 	l.Close()
 	waitFor := time.Now().Add(10 * time.Second)
