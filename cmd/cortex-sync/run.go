@@ -299,6 +299,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		Resume:    a.Resume,
 		Rollback:  a.Rollback,
 		Retry:     a.Retry,
+		Events:    a.Events,
 	}
 	if link != nil {
 		opts.Fleet = link.Document

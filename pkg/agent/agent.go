@@ -108,6 +108,9 @@ func (o *Options) defaults() {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics(NewRegistry())
 	}
+	if o.Events == nil {
+		o.Events = events.Discard
+	}
 }
 
 // policy is what the options let the engine do.
@@ -136,10 +139,19 @@ type Agent struct {
 	// before closing.
 	bg sync.WaitGroup
 
+	// eventLog is the state dir's event log, open while Run runs.
+	eventLog atomic.Pointer[events.Log]
+
 	revs     revisionLoop
 	keys     keyLoop
 	pub      reporter
 	stateDir stateWatch
+	// fights are the resources told fighting (FightStarted), until told
+	// ended.
+	fights struct {
+		sync.Mutex
+		on map[resource.ID]bool
+	}
 }
 
 // revisionLoop is the poll loop's: what it fetches, admits and tries. Its
@@ -181,6 +193,10 @@ type revisionLoop struct {
 	// followFails counts the failures in a row to load the revision a
 	// rollback holds the host on.
 	followFails int
+	// applied is the revision last told applied in full; gated, the
+	// newest fetched that takes a rollout slot; paused, the rollout pause
+	// last told; lost, the coordinator's trouble last told.
+	applied, gated, paused, lost string
 }
 
 // keyLoop is the workers': the queue of keys and what each one is owed.
@@ -281,7 +297,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.opts.Fleet != nil {
 		sess.AddRevisionGate(judgeFirst{a})
-		sess.AddRevisionGate(a.opts.Fleet)
+		sess.AddRevisionGate(toldGate{a.opts.Fleet, a})
 		a.opts.Fleet.Suspended(a.opts.Suspend)
 	}
 	w := sess.Writer()
@@ -294,6 +310,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	w.Lost = func() { a.stateDir.stateLost.Store(true); a.stateGone() }
 	a.sess = sess
 	a.revs.life = sess.Life(a.opts.Source, a.opts.Engine.Manifests())
+	if err := a.openEventLog(); err != nil {
+		sess.Close()
+		return err
+	}
+	defer a.closeEventLog()
 	a.pub.since = time.Now().UTC().Truncate(time.Second)
 	a.gaugeRolledBack()
 	close(a.ready)
@@ -305,6 +326,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	defer watch.close()
+	watch.tell = a.tell
 	a.keys.mu.Lock()
 	a.keys.watch = watch
 	a.keys.mu.Unlock()
@@ -319,6 +341,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Go(func() { watch.run(ctx) })
 	wg.Go(func() { a.poll(ctx, watch) })
 	wg.Go(func() { a.keepStateDir(ctx, watch) })
+	wg.Go(func() { a.watchFights(ctx) })
 	if a.opts.Fleet != nil {
 		wg.Go(func() { a.fleetLoop(ctx) })
 	}
@@ -501,6 +524,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
+	a.sourceRecovered(d.Revision())
 	a.revs.mu.Lock()
 	refused := a.revs.refused != nil
 	if a.revs.fetchErr != nil {
@@ -530,8 +554,16 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		pre = a.fetched(d, old)
 	}
 	a.revs.mu.Lock()
+	fresh := d.Revision() != a.revs.head
 	a.revs.head = d.Revision()
 	a.revs.mu.Unlock()
+	if fresh && d.Revision() != "" {
+		msg := "fetched " + d.Revision()
+		if old != nil && old.Revision() != "" {
+			msg += "; the host is on " + old.Revision()
+		}
+		a.tell(events.Event{Severity: events.Info, Reason: events.RevisionFetched, Revision: d.Revision(), Message: msg})
+	}
 	trigger := t
 	if old != nil && t == TriggerInterval {
 		trigger = TriggerRevision
@@ -634,8 +666,15 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 // revision it has. It reports whether a revision was refused.
 func (a *Agent) refuse(err error) bool {
 	defer a.publishNow()
+	var told []events.Event // told once the lock is let go
+	defer func() {
+		for _, e := range told {
+			a.tell(e)
+		}
+	}()
 	a.revs.mu.Lock()
 	defer a.revs.mu.Unlock()
+	told = append(told, a.sourceFailing(err)...)
 	var me *reconcile.ManifestError
 	var ue *source.UntrustedError
 	var r *reconcile.Refusal
@@ -664,6 +703,8 @@ func (a *Agent) refuse(err error) bool {
 			log = log.With("commit", r.Commit, "signer", r.Signer)
 		}
 		log.Error("revision refused; the host stays on the revision it has", "error", err)
+		told = append(told, events.Event{Severity: events.Error, Reason: events.RevisionRefused, Revision: r.Revision, Condition: condRevision,
+			Message: r.Summary() + "; the host stays on the revision it has"})
 	}
 	a.opts.Metrics.SetRefused(r.Reason)
 	a.revs.fetchErr = nil

@@ -110,6 +110,7 @@ func (a *Agent) fleetLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		f.Report(a.hostState(ctx))
+		a.coordinatorSaid(f.Info())
 		// What status reads follows the coordinator (reachable or not, who
 		// holds a singleton), though nothing else changed on the host.
 		if info := fmt.Sprintf("%+v", f.Info()); info != said {
@@ -187,6 +188,9 @@ func (a *Agent) fetched(d, old *reconcile.Desired) *changes {
 	}
 	f.Seen = a.revs.headSeen
 	a.revs.rollouts[d.Revision()] = f.Rollout
+	if f.Rollout != nil && f.Changes {
+		a.revs.gated = d.Revision() // a slot is taken to apply it
+	}
 	for rev := range a.revs.rollouts {
 		if len(a.revs.rollouts) > 8 && rev != d.Revision() && (old == nil || rev != old.Revision()) {
 			delete(a.revs.rollouts, rev) // only the newest few are ever tried

@@ -157,8 +157,12 @@ func (a *Agent) settle() {
 	a.bg.Go(func() {
 		// The revision counts as applied once all of it converged, as a
 		// sync records it; the snapshot is saved, and the retention runs.
+		before := s.View().Revision
 		if s.SettleFor(d, converged) && converged {
 			a.lookNow() // applied in full: the revision on trial may be judged
+			if before != d.Revision() {
+				a.appliedYet(d.Revision())
+			}
 			s.Writer().Retain(a.opts.Retention, retentionEvery)
 			a.rolledBackYet()
 		}

@@ -86,6 +86,7 @@ type Metrics struct {
 	rolledBack        prometheus.Gauge
 	verdict           *prometheus.GaugeVec
 	refused           *prometheus.GaugeVec
+	eventsDropped     prometheus.Counter
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -198,13 +199,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_revision_refused",
 			Help: "1 while the source's newest revision is refused, by why: signature (its commits fail verification) or manifests (they do not validate); else 0. The host stays on, and heals, the revision it runs.",
 		}, []string{"reason"}),
+		eventsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "cortexsync_events_dropped_total",
+			Help: "Events not written to the local event log because its queue was full (the agent never waits for it).",
+		}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict, m.refused)
+		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict, m.refused, m.eventsDropped)
 	m.SetVerdict("")
 	m.SetRefused("")
 	// Known label values start at zero so rate() and absent() work from

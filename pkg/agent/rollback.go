@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
 )
@@ -130,10 +131,18 @@ func (a *Agent) verdict(ctx context.Context, t *reconcile.Trial, j reconcile.Jud
 		took := j.At.Sub(t.Start)
 		a.opts.Metrics.ObserveGood(took)
 		log.Info("revision good: it is the last known good revision now", "took", took.Round(time.Millisecond))
+		a.tell(events.Event{Severity: events.Info, Reason: events.RevisionGood, Revision: t.Revision, Condition: condRevision,
+			Message: fmt.Sprintf("revision good after %s: it is the last known good revision now", took.Round(time.Millisecond))})
 	case reconcile.PhaseHalted:
 		log.Error("revision bad; the host stays on it", "failing", j.Failing, "why", out.Why)
+		a.tell(events.Event{Severity: events.Error, Reason: events.RevisionBad, Revision: t.Revision, Resource: failingResource(j), Condition: condRevision,
+			Message: "revision bad: " + j.Why() + "; the host stays on it: " + errText(out.Why)})
 	case reconcile.PhaseRolledBack:
 		log.Error("revision bad; rolling back to the last good revision", "to", out.To, "failing", j.Failing, "reason", j.Reason)
+		a.tell(events.Event{Severity: events.Error, Reason: events.RevisionBad, Revision: t.Revision, Resource: failingResource(j), Condition: condRevision,
+			Message: "revision bad: " + j.Why()})
+		a.tell(events.Event{Severity: events.Warning, Reason: events.RevisionRolledBack, Revision: t.Revision, Condition: condRevision,
+			Message: fmt.Sprintf("rolling back from %s to %s, the last good revision (%s); held there until a newer commit", t.Revision, out.To, j.Cause)})
 		a.opts.Metrics.RolledBack(j.Cause)
 		a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
 		a.settle()
@@ -158,6 +167,8 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 	a.revs.mu.Unlock()
 	if !same {
 		a.log.Warn("revision not applied; the host stays on the revision it is on", "revision", out.Revision, "why", out.Why)
+		a.tell(events.Event{Severity: events.Info, Reason: events.RevisionHeld, Revision: out.Revision,
+			Message: "revision not applied; the host stays on the revision it is on: " + errText(out.Why)})
 		a.publishNow()
 	}
 	switch {
@@ -223,6 +234,8 @@ func (a *Agent) Rollback(ctx context.Context, to string) (string, error) {
 		}
 		a.opts.Metrics.RolledBack(reconcile.CauseManual)
 		a.log.Warn("rolling back by hand; held there until a newer commit or cortex-sync resume", "revision", out.Revision, "to", out.To)
+		a.tell(events.Event{Severity: events.Warning, Reason: events.RevisionRolledBack, Revision: out.Revision,
+			Message: fmt.Sprintf("rolling back by hand from %s to %s; held there until a newer commit or cortex-sync resume", out.Revision, out.To)})
 		if out.Desired != nil {
 			a.adopt(ctx, old, out.Desired, nil, TriggerRollback, time.Now(), a.watcher(), nil)
 			a.settle()

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 )
 
 // DefaultAddr is where the agent listens unless told otherwise: loopback,
@@ -38,6 +40,10 @@ type ServerOptions struct {
 	Ready func(ctx context.Context) error
 	// Status is the status document served as JSON on GET /api/v1/status.
 	Status func(ctx context.Context) (any, error)
+	// Events hands each event of the local log at or after since to each,
+	// oldest first, then (follow) each new one until ctx ends: GET
+	// /api/v1/events (events.go).
+	Events func(ctx context.Context, since time.Time, follow bool, each func(events.Event) error) error
 	// Fleet is the fleet as etcd knows it (fleet status -o json), served on
 	// GET /api/v1/fleet; an error (etcd unreachable) answers 503.
 	Fleet func(ctx context.Context) (any, error)
@@ -76,6 +82,10 @@ type Server struct {
 	token   *secretFile
 	log     *slog.Logger
 	timeout time.Duration
+	// streams ends with a shutdown: an events follower is let go then,
+	// rather than held until the shutdown's timeout.
+	streams     context.Context
+	stopStreams context.CancelFunc
 }
 
 // NewServer checks opts and listens on opts.Addr. Listening beyond loopback
@@ -112,6 +122,8 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		return nil, fmt.Errorf("listen (--listen): %w", err)
 	}
 	s.srv.Handler = s.routes()
+	s.streams, s.stopStreams = context.WithCancel(context.Background())
+	s.srv.RegisterOnShutdown(s.stopStreams)
 	return s, nil
 }
 
@@ -221,6 +233,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/v1/status", func(w http.ResponseWriter, r *http.Request) {
 		s.document(w, r, s.opts.Status, "status", http.StatusInternalServerError)
 	})
+	mux.HandleFunc("GET /api/v1/events", s.events)
 	mux.HandleFunc("GET /api/v1/fleet", func(w http.ResponseWriter, r *http.Request) {
 		s.document(w, r, s.opts.Fleet, "fleet", http.StatusServiceUnavailable)
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 	"github.com/cortex-sync/cortex-sync/pkg/state"
@@ -36,22 +37,27 @@ type watcher struct {
 	log  *slog.Logger
 	// restarted counts a restart a supervisor made on its own, by reason.
 	restarted func(reason RestartReason)
-	fs        *fsnotify.Watcher
+	// tell tells what a supervisor reported on its own (events.go); nil
+	// tells nothing.
+	tell func(events.Event)
+	fs   *fsnotify.Watcher
 	// procs is where supervisors write their status; procsDir, its door.
 	procs    string
 	procsDir state.Dir
 
 	stop, stopped *os.File // a pipe: closing its write end ends every pidfd wait
 
-	mu    sync.Mutex
-	dirs  map[string][]resource.ID // watched host directory → interested keys
-	paths map[string]resource.ID   // managed host path → its key
-	trees map[string]resource.ID   // host directory inside a mirror → its Directory
-	files map[string]resource.ID   // state file → its key
-	tops  map[resource.ID]string   // a mirror's key → its top on the host
-	shims map[resource.ID]int      // key → supervisor pid watched
-	runs  map[resource.ID]int      // key → restarts its supervisor reported
-	full  bool                     // ran out of watches (said once)
+	mu     sync.Mutex
+	dirs   map[string][]resource.ID        // watched host directory → interested keys
+	paths  map[string]resource.ID          // managed host path → its key
+	trees  map[string]resource.ID          // host directory inside a mirror → its Directory
+	files  map[string]resource.ID          // state file → its key
+	tops   map[resource.ID]string          // a mirror's key → its top on the host
+	shims  map[resource.ID]int             // key → supervisor pid watched
+	runs   map[resource.ID]int             // key → restarts its supervisor reported
+	ran    map[resource.ID]supervise.State // key → the state its supervisor reported last
+	failed map[resource.ID]bool            // keys told failed, until told running again
+	full   bool                            // ran out of watches (said once)
 }
 
 // keySink is the key loop as the watcher sees it: where what it saw goes.
@@ -82,7 +88,7 @@ func newWatcher(keys keySink, procsDir state.Dir, log *slog.Logger, restarted fu
 	procs, _ := filepath.Abs(procsDir.Path())
 	w := &watcher{keys: keys, log: log, restarted: restarted, fs: f, stop: stop, stopped: stopped, procs: procs, procsDir: procsDir,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
-		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}}
+		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}, failed: map[resource.ID]bool{}}
 	w.watchProcs()
 	return w, nil
 }
@@ -272,8 +278,13 @@ func (w *watcher) countRestarts(id resource.ID, file string) {
 	if err != nil || st == nil {
 		return
 	}
+	was, sawState := w.ran[id]
+	w.ran[id] = st.State
 	seen, known := w.runs[id]
 	w.runs[id] = st.Restarts
+	if sawState {
+		w.changed(id, was, st)
+	}
 	if !known || st.Restarts <= seen {
 		return // first sight, or a new process (the count starts again)
 	}
@@ -284,6 +295,7 @@ func (w *watcher) countRestarts(id resource.ID, file string) {
 	for range st.Restarts - seen {
 		w.restarted(reason)
 	}
+	w.restartedOnItsOwn(id, st, st.Restarts-seen)
 }
 
 // watchShims opens a pidfd on every re-executed supervisor not watched

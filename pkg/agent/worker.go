@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"time"
 
 	"github.com/cortex-sync/cortex-sync/pkg/diff"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -158,12 +160,22 @@ func (a *Agent) account(id resource.ID, o diff.Outcome) {
 	}
 	if drift {
 		m.DriftCorrected(c.Kind)
+		a.tell(events.Event{Severity: events.Info, Reason: events.DriftCorrected, Resource: string(id), Revision: d.Revision(),
+			Message: fmt.Sprintf("%s put back to what Git says (%s: %s)", id, c.Reason, c.Action)})
 		if f := a.fight.Record(string(id)); f.Fighting {
 			log.Warn("fighting: something keeps undoing this resource; corrected once left alone", "corrections", f.Corrections, "settle", a.opts.FightSettle)
+			a.fightStarted(id, f)
 		}
 	}
 	if c.Action == diff.Restart {
-		m.ProcessRestarted(restartReason(c))
+		why := restartReason(c)
+		m.ProcessRestarted(why)
+		sev := events.Info
+		if why == RestartCrash {
+			sev = events.Warning
+		}
+		a.tell(events.Event{Severity: sev, Reason: events.ProcessRestarted, Resource: string(id), Revision: d.Revision(),
+			Message: fmt.Sprintf("%s restarted by the agent (%s): %s", id, why, c.Reason)})
 	}
 	for _, dep := range a.sess.Dependents(id) {
 		a.enqueue(dep) // it may have waited, or been blocked, on this one

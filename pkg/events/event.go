@@ -34,6 +34,7 @@ const (
 	ProcessRestarted   Reason = "ProcessRestarted" // it exited and was started again
 	ProcessKilled      Reason = "ProcessKilled"    // killed for failing its liveness probe
 	ProcessFailed      Reason = "ProcessFailed"    // given up on: its startLimit, or exited for good
+	ProcessRunning     Reason = "ProcessRunning"   // running again after it failed
 	CoordinatorLost    Reason = "CoordinatorLost"  // etcd unreachable: the host keeps its revision
 	CoordinatorBack    Reason = "CoordinatorBack"
 	RolloutSlotTaken   Reason = "RolloutSlotTaken" // a fleet rollout let this host apply a revision
@@ -41,6 +42,14 @@ const (
 	SourceFailing      Reason = "SourceFailing" // fetches fail: the host keeps its revision
 	SourceRecovered    Reason = "SourceRecovered"
 )
+
+// Reasons are every reason, in the order above: what a filter may name.
+var Reasons = []Reason{
+	RevisionFetched, RevisionRefused, RevisionApplied, RevisionGood, RevisionBad, RevisionRolledBack,
+	RevisionHeld, DriftCorrected, FightStarted, FightEnded, ProcessRestarted, ProcessKilled,
+	ProcessFailed, ProcessRunning, CoordinatorLost, CoordinatorBack, RolloutSlotTaken, RolloutPaused,
+	SourceFailing, SourceRecovered,
+}
 
 // Event is one thing a host decided or saw.
 type Event struct {

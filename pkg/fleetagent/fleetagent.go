@@ -223,7 +223,7 @@ func (l *Link) Admit(ctx context.Context, rev string) error {
 	}
 	if !d.Go {
 		l.retryIn(d.RetryAfter)
-		return &WaitError{Revision: rev, Why: waitText(rev, d, *f.Rollout)}
+		return &WaitError{Revision: rev, Why: waitText(rev, d, *f.Rollout), Paused: d.Wait == fleet.WaitStopped}
 	}
 	l.mu.Lock()
 	l.slot = rev
@@ -237,10 +237,15 @@ func (l *Link) Admit(ctx context.Context, rev string) error {
 type WaitError struct {
 	Revision string
 	Why      string
+	Paused   bool // the rollout is paused or aborted, not just busy
 }
 
 func (e *WaitError) Error() string { return e.Why }
 func (e *WaitError) Unwrap() error { return ErrWaiting }
+
+// RolloutPaused says the rollout is paused (the agent tells it as an
+// event, RolloutPaused).
+func (e *WaitError) RolloutPaused() bool { return e.Paused }
 
 // waitText says why a host waits, in words that change only when the
 // reason does (the counts are in fleet status).

@@ -21,6 +21,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -120,6 +121,7 @@ type host struct {
 	root, state string
 	log         *syncbuf.Buffer
 	gate        *countingGate
+	events      *recorder // what its agent told, across restarts
 	a           *agent.Agent
 	link        *Link
 	cancel      context.CancelFunc
@@ -133,7 +135,7 @@ func (f *fixture) start(name string) *host {
 	f.mu.Lock()
 	h := f.hosts[name]
 	if h == nil {
-		h = &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncbuf.Buffer{}}
+		h = &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncbuf.Buffer{}, events: &recorder{}}
 		f.hosts[name] = h
 		f.t.Cleanup(func() { h.stop(); supervise.StopAll(h.state) })
 	}
@@ -157,7 +159,7 @@ func (f *fixture) start(name string) *host {
 		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
 		Revisions:     reconcile.RevisionPolicy{MinReady: 30 * time.Second, ProgressDeadline: time.Hour},
 		RevisionGates: []reconcile.RevisionGate{h.gate},
-		Fleet:         link, Log: logger,
+		Fleet:         link, Log: logger, Events: h.events,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)
@@ -287,4 +289,39 @@ func (g *countingGate) asked() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.admits)
+}
+
+// recorder is an events.Sink that keeps what it is told.
+type recorder struct {
+	mu  sync.Mutex
+	got []events.Event
+}
+
+func (r *recorder) Emit(e events.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, e)
+}
+
+// told is the first event of reason about revision rev ("": any).
+func (r *recorder) told(reason events.Reason, rev string) *events.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.got {
+		if e.Reason == reason && (rev == "" || e.Revision == rev) {
+			return &e
+		}
+	}
+	return nil
+}
+
+// waitTold waits for an event of reason about rev on h.
+func (h *host) waitTold(reason events.Reason, rev string) events.Event {
+	h.f.t.Helper()
+	var e *events.Event
+	h.waitFor(30*time.Second, "told "+string(reason), func() bool {
+		e = h.events.told(reason, rev)
+		return e != nil
+	})
+	return *e
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/gittest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
+	"github.com/cortex-sync/cortex-sync/pkg/events"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
 	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -149,6 +150,15 @@ func TestCanaryFailure(t *testing.T) {
 		if st := h.status(); st.Revision != v1 {
 			t.Errorf("%s is on %s; want v1: only the canary may apply v2", h.name, st.Revision)
 		}
+		if e := h.waitTold(events.RolloutPaused, v2); e.Severity != events.Warning || e.Condition != "rollout" || !strings.Contains(e.Message, "paused") || e.Host != h.name {
+			t.Errorf("%s told %+v; want a warning that the rollout of v2 is paused", h.name, e)
+		}
+		if e := h.events.told(events.RolloutSlotTaken, v2); e != nil {
+			t.Errorf("%s told %+v; only the canary takes a slot", h.name, e)
+		}
+	}
+	if e := canary.waitTold(events.RolloutSlotTaken, v2); e.Severity != events.Info || e.Condition != "rollout" {
+		t.Errorf("the canary told %+v; want the slot taken for v2", e)
 	}
 	starts := f.starts("v2")
 	if len(starts) != 1 || f.hostOf(starts[0].root) != canary.name {
@@ -336,6 +346,9 @@ func TestEtcdDown(t *testing.T) {
 		r := reconcile.ReadAgentReport(state.At(quiet.state))
 		return r != nil && r.Fleet != nil && strings.Contains(r.Fleet.Coordinator, "coordinator unreachable")
 	})
+	if e := quiet.waitTold(events.CoordinatorLost, ""); e.Severity != events.Warning || e.Condition != "coordinator" || !strings.Contains(e.Message, "coordinator unreachable") {
+		t.Errorf("told %+v; want a warning that the coordinator is lost", e)
+	}
 	v2 := f.version("v2", true, true)
 	for _, h := range hosts {
 		h.fetch()
@@ -375,6 +388,9 @@ func TestEtcdDown(t *testing.T) {
 	cluster.StartAll()
 	for _, h := range append(hosts, late) {
 		h.good(v2, time.Minute)
+	}
+	if e := quiet.waitTold(events.CoordinatorBack, ""); e.Severity != events.Info || e.Condition != "coordinator" {
+		t.Errorf("told %+v; want the coordinator back, clearing coordinator", e)
 	}
 	waitConverged(t, f, v2)
 	hosts[0].waitFor(30*time.Second, "the singleton running again", func() bool { return len(running()) == 1 })

@@ -187,15 +187,9 @@ func (c Config) String() string {
 	return string(c.Type)
 }
 
-// Reasons are the reasons a filter may name. Keep in step with
-// pkg/events: a filter naming a reason not here is refused.
-var Reasons = []events.Reason{
-	events.RevisionFetched, events.RevisionRefused, events.RevisionApplied, events.RevisionGood,
-	events.RevisionBad, events.RevisionRolledBack, events.RevisionHeld, events.DriftCorrected,
-	events.FightStarted, events.FightEnded, events.ProcessRestarted, events.ProcessKilled,
-	events.ProcessFailed, events.CoordinatorLost, events.CoordinatorBack, events.RolloutSlotTaken,
-	events.RolloutPaused, events.SourceFailing, events.SourceRecovered,
-}
+// Reasons are the reasons a filter may name (all of pkg/events'): a
+// filter naming another is refused.
+var Reasons = events.Reasons
 
 func typeList() string {
 	s := make([]string, len(Types))
