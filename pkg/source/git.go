@@ -422,7 +422,7 @@ func (c *gitCache) holds(want *wanted) bool {
 	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
 		return false
 	}
-	if want.tip != want.commit {
+	if want.tag && want.tip != want.commit {
 		if _, err := c.storage.EncodedObject(plumbing.TagObject, want.tip); err != nil {
 			return false
 		}
