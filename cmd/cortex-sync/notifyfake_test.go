@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -27,7 +30,9 @@ import (
 // (it takes the connection and never answers). It sets $NAME_URL (a
 // forge's API) and, after each request, writes what it took to
 // $WORK/NAME.json: requests, refused, bodies, texts, and statuses by
-// "SHA CONTEXT".
+// "SHA CONTEXT". A webhook also writes each body it read as sent, one a
+// line, to $WORK/NAME.bodies, and its signature header to $WORK/NAME.sigs
+// (hmacsig checks them).
 func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 	usage := "usage: notifyfake NAME webhook KEYFILE | NAME slack | NAME github|gitlab|gitea TOKENFILE REPO [-limit N] [-hang]"
 	if neg || len(args) < 2 {
@@ -80,6 +85,7 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 		h.Answer = func(w http.ResponseWriter, n int) bool {
 			switch {
 			case hang:
+				h.Changed(h) // it took the request: counted, though it never answers
 				<-unblock
 				return true
 			case n <= limit:
@@ -90,6 +96,17 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 			return false
 		}
 		h.Changed = func(h *notifytest.Hook) {
+			if typ == "webhook" {
+				var bodies, sigs []byte
+				for _, r := range h.Received() {
+					bodies = append(append(bodies, r.Body...), '\n')
+					sigs = append(append(sigs, r.Signature...), '\n')
+				}
+				mu.Lock()
+				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".bodies"), bodies, 0o600)
+				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".sigs"), sigs, 0o600)
+				mu.Unlock()
+			}
 			write(func() map[string]any {
 				return map[string]any{"requests": len(h.Requests()), "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
 			})
@@ -113,4 +130,26 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s", usage)
 	}
 	write(func() map[string]any { return map[string]any{"requests": 0} })
+}
+
+// cmdHMACSig prints, for each line of FILE, the signature a receiver
+// computes for it as a body under the key in KEYFILE (its content without
+// surrounding whitespace), as docs/notifications.md tells receivers to:
+// "sha256=" and the hex of HMAC-SHA256(key, body). hmacsig KEYFILE FILE
+func cmdHMACSig(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: hmacsig KEYFILE FILE")
+	}
+	key := []byte(strings.TrimSpace(ts.ReadFile(args[0])))
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(ts.ReadFile(args[1]), "\n") {
+		body, ok := strings.CutSuffix(line, "\n")
+		if !ok {
+			break
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(body))
+		out.WriteString("sha256=" + hex.EncodeToString(m.Sum(nil)) + "\n")
+	}
+	ts.Stdout().Write([]byte(out.String()))
 }
