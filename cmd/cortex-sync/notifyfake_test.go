@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -29,7 +30,8 @@ import (
 // 429 and Retry-After: 1; GitHub: 403, x-ratelimit-remaining 0) or -hang
 // (it takes the connection and never answers). It sets $NAME_URL (a
 // forge's API) and, after each request, writes what it took to
-// $WORK/NAME.json: requests, refused, bodies, texts, and statuses by
+// $WORK/NAME.json: requests (a webhook's also "after": the time since
+// the request before each), refused, bodies, texts, and statuses by
 // "SHA CONTEXT". A webhook also writes each body it read as sent, one a
 // line, to $WORK/NAME.bodies, and its signature header to $WORK/NAME.sigs
 // (hmacsig checks them).
@@ -108,7 +110,15 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 				mu.Unlock()
 			}
 			write(func() map[string]any {
-				return map[string]any{"requests": len(h.Requests()), "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
+				times := h.Requests()
+				after := make([]string, len(times)) // since the request before: a retry waited as told
+				for i := range times {
+					after[i] = "0s"
+					if i > 0 {
+						after[i] = times[i].Sub(times[i-1]).Round(time.Millisecond).String()
+					}
+				}
+				return map[string]any{"requests": len(times), "after": after, "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
 			})
 		}
 		ts.Defer(func() { close(unblock); h.Server.Close() })
