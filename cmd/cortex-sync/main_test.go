@@ -203,6 +203,7 @@ func scriptParams(dir string, env map[string]string) testscript.Params {
 			"grepr":      cmdGrepR,
 			"recipe":     cmdRecipe,
 			"notifyfake": cmdNotifyFake,
+			"hmacsig":    cmdHMACSig,
 		},
 		Condition: func(cond string) (bool, error) {
 			switch cond {

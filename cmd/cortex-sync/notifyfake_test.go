@@ -1,6 +1,9 @@
 package main
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -8,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 
@@ -26,8 +30,11 @@ import (
 // 429 and Retry-After: 1; GitHub: 403, x-ratelimit-remaining 0) or -hang
 // (it takes the connection and never answers). It sets $NAME_URL (a
 // forge's API) and, after each request, writes what it took to
-// $WORK/NAME.json: requests, refused, bodies, texts, and statuses by
-// "SHA CONTEXT".
+// $WORK/NAME.json: requests (a webhook's also "after": the time since
+// the request before each), refused, bodies, texts, and statuses by
+// "SHA CONTEXT". A webhook also writes each body it read as sent, one a
+// line, to $WORK/NAME.bodies, and its signature header to $WORK/NAME.sigs
+// (hmacsig checks them).
 func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 	usage := "usage: notifyfake NAME webhook KEYFILE | NAME slack | NAME github|gitlab|gitea TOKENFILE REPO [-limit N] [-hang]"
 	if neg || len(args) < 2 {
@@ -80,6 +87,7 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 		h.Answer = func(w http.ResponseWriter, n int) bool {
 			switch {
 			case hang:
+				h.Changed(h) // it took the request: counted, though it never answers
 				<-unblock
 				return true
 			case n <= limit:
@@ -90,8 +98,27 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 			return false
 		}
 		h.Changed = func(h *notifytest.Hook) {
+			if typ == "webhook" {
+				var bodies, sigs []byte
+				for _, r := range h.Received() {
+					bodies = append(append(bodies, r.Body...), '\n')
+					sigs = append(append(sigs, r.Signature...), '\n')
+				}
+				mu.Lock()
+				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".bodies"), bodies, 0o600)
+				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".sigs"), sigs, 0o600)
+				mu.Unlock()
+			}
 			write(func() map[string]any {
-				return map[string]any{"requests": len(h.Requests()), "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
+				times := h.Requests()
+				after := make([]string, len(times)) // since the request before: a retry waited as told
+				for i := range times {
+					after[i] = "0s"
+					if i > 0 {
+						after[i] = times[i].Sub(times[i-1]).Round(time.Millisecond).String()
+					}
+				}
+				return map[string]any{"requests": len(times), "after": after, "refused": h.Refused(), "bodies": h.Bodies(), "texts": h.Texts()}
 			})
 		}
 		ts.Defer(func() { close(unblock); h.Server.Close() })
@@ -113,4 +140,26 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 		ts.Fatalf("%s", usage)
 	}
 	write(func() map[string]any { return map[string]any{"requests": 0} })
+}
+
+// cmdHMACSig prints, for each line of FILE, the signature a receiver
+// computes for it as a body under the key in KEYFILE (its content without
+// surrounding whitespace), as docs/notifications.md tells receivers to:
+// "sha256=" and the hex of HMAC-SHA256(key, body). hmacsig KEYFILE FILE
+func cmdHMACSig(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 2 {
+		ts.Fatalf("usage: hmacsig KEYFILE FILE")
+	}
+	key := []byte(strings.TrimSpace(ts.ReadFile(args[0])))
+	var out strings.Builder
+	for _, line := range strings.SplitAfter(ts.ReadFile(args[1]), "\n") {
+		body, ok := strings.CutSuffix(line, "\n")
+		if !ok {
+			break
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(body))
+		out.WriteString("sha256=" + hex.EncodeToString(m.Sum(nil)) + "\n")
+	}
+	ts.Stdout().Write([]byte(out.String()))
 }

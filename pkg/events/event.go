@@ -23,7 +23,7 @@ type Reason string
 const (
 	RevisionFetched    Reason = "RevisionFetched"    // a new revision of the source was seen
 	RevisionRefused    Reason = "RevisionRefused"    // refused: its signature or its manifests (Message says)
-	RevisionApplied    Reason = "RevisionApplied"    // applied in full (on trial when the agent judges it)
+	RevisionApplied    Reason = "RevisionApplied"    // applied in full (on trial when the agent judges it; no Condition: a rollback went back to it)
 	RevisionGood       Reason = "RevisionGood"       // judged good: the last known good revision now
 	RevisionBad        Reason = "RevisionBad"        // judged bad
 	RevisionRolledBack Reason = "RevisionRolledBack" // the host went back to another revision

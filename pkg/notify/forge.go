@@ -97,7 +97,7 @@ func shaOf(revision string) string {
 const statusDescriptionMax = 140
 
 // forgeSender writes commit statuses: pending when a revision is applied
-// (GitLab: running), success when it is judged good, failure when it is
+// on trial (GitLab: running), success when it is judged good, failure when it is
 // bad or rolled back, error when it is refused; one context per host.
 type forgeSender struct {
 	typ     Type
@@ -146,6 +146,12 @@ func (f *forgeSender) request(ctx context.Context, it item) (*http.Request, erro
 	revision := it.Revision
 	switch it.Reason {
 	case events.RevisionApplied:
+		if it.Condition == "" {
+			// The revision a rollback went back to, applied again: not
+			// on trial, and judged before; the status it has stands (a
+			// "pending" would undo its "success" for good).
+			return nil, nil
+		}
 		f.trial = revision
 	case events.RevisionRolledBack:
 		if f.trial != "" {

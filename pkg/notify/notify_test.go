@@ -191,7 +191,7 @@ func TestCommitStatusPerHost(t *testing.T) {
 			web1, m1, logs := start(t, c, Options{Host: "web1", GitURL: tc.gitURL})
 			web2, _, _ := start(t, c, Options{Host: "web2", GitURL: tc.gitURL})
 			rev := "main@sha1:" + shaA
-			applied := events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: rev, Message: "applied 3 changes"}
+			applied := events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: rev, Condition: "revision", Message: "applied in full; on trial"}
 			web1.Emit(applied)
 			web2.Emit(applied)
 			eventually(t, "pending on both", func() bool {
@@ -201,6 +201,10 @@ func TestCommitStatusPerHost(t *testing.T) {
 			web2.Emit(events.Event{Severity: events.Error, Reason: events.RevisionBad, Revision: rev, Message: strings.Repeat("Process/api failed its probe; ", 20)})
 			// The rollback names the revision gone back to: the failure stays on the bad one.
 			web2.Emit(events.Event{Severity: events.Warning, Reason: events.RevisionRolledBack, Revision: "main@sha1:" + shaB, Message: "rolled back to main@sha1:" + shaB})
+			// The revision gone back to is applied again, not on trial (no
+			// condition): the status it has stands.
+			web2.Emit(events.Event{Severity: events.Info, Reason: events.RevisionApplied, Revision: "main@sha1:" + shaB,
+				Message: "applied in full: a rollback holds the host on it while the source's head is " + rev})
 			// Not a commit status's business.
 			web1.Emit(events.Event{Severity: events.Warning, Reason: events.DriftCorrected, Resource: "File/motd", Revision: rev})
 			eventually(t, "the verdicts", func() bool {

@@ -228,6 +228,7 @@ type Hook struct {
 
 	key      []byte
 	mu       sync.Mutex
+	received []Received
 	bodies   []json.RawMessage
 	texts    []string
 	times    []time.Time
@@ -273,6 +274,7 @@ func (h *Hook) handle(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	body, _ := io.ReadAll(r.Body)
+	h.received = append(h.received, Received{Signature: r.Header.Get("X-Cortex-Sync-Signature"), Body: body})
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
 		h.refused++
 		http.Error(w, "invalid_payload", http.StatusBadRequest)
@@ -305,6 +307,20 @@ func (h *Hook) handle(w http.ResponseWriter, r *http.Request) {
 		h.texts = append(h.texts, text)
 	}
 	w.Write([]byte("ok"))
+}
+
+// Received is a request's body, as sent, and its signature header.
+type Received struct {
+	Signature string
+	Body      []byte
+}
+
+// Received are the requests read (not those Answer answered), accepted
+// or refused, in order: a test may check their signatures itself.
+func (h *Hook) Received() []Received {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]Received(nil), h.received...)
 }
 
 // Bodies are the signed bodies accepted, as sent.
