@@ -188,7 +188,7 @@ func TestLifeFailureLimit(t *testing.T) {
 		switch {
 		case limit == 0 && out.Phase != reconcile.PhaseGood:
 			t.Errorf("default policy: %s: %v", out.Phase, out.Why)
-		case limit == 1 && (out.Phase != reconcile.PhaseHalted || !strings.Contains(out.Why.Error(), "failed quickly 1 times in a row (failureLimit 1)")):
+		case limit == 1 && (out.Phase != reconcile.PhaseHalted || !strings.Contains(out.Why.Error(), "failed quickly once (failureLimit 1)")):
 			t.Errorf("failureLimit 1: %s: %v", out.Phase, out.Why)
 		}
 	}

@@ -271,7 +271,11 @@ func (s *Session) look(ctx context.Context, t *Trial, now time.Time) Judgement {
 			// Before health: a process up again after its quick failures
 			// failed them all the same.
 			if p.FailureLimit > 0 && rep.Failures >= p.FailureLimit {
-				return bad(rec.ID, CauseUnhealthy, "failed quickly %d times in a row (failureLimit %d): %s", rep.Failures, p.FailureLimit, rep.Reason)
+				times := fmt.Sprintf("%d times in a row", rep.Failures)
+				if rep.Failures == 1 {
+					times = "once"
+				}
+				return bad(rec.ID, CauseUnhealthy, "failed quickly %s (failureLimit %d): %s", times, p.FailureLimit, rep.Reason)
 			}
 			if rep.Health == health.Healthy {
 				continue
