@@ -212,7 +212,9 @@ func TestBackupsCloseWhatTheyOpen(t *testing.T) {
 	for range 20 {
 		h.mustSave("/srv/kb/f1.txt")
 	}
-	if after := openFDs(t); after != before {
+	// More, not different: a descriptor the runtime or another test's
+	// leftovers close meanwhile is no leak; one left per copy is 20 more.
+	if after := openFDs(t); after > before {
 		t.Fatalf("%d descriptors open after 20 copies, %d before", after, before)
 	}
 }
