@@ -89,8 +89,8 @@ func (k *kernel) wrap(add func(string) error) func(string) error {
 
 // watchedAgent runs an agent on a 100-file mirror (/srv/kb, two
 // directories of files) and a File in /var/x, its watches added through
-// k, its drift scan an hour away; it serves its API on a free port.
-func watchedAgent(t *testing.T, k *kernel, retryBase, retryMax time.Duration) (a *agent.Agent, reg *prometheus.Registry, root, stateDir, api string) {
+// k, its drift scan every scan; it serves its API on a free port.
+func watchedAgent(t *testing.T, k *kernel, scan, retryBase, retryMax time.Duration) (a *agent.Agent, reg *prometheus.Registry, root, stateDir, api string) {
 	t.Helper()
 	repo := gittest.NewRepo(t)
 	files := mirrorTree(100)
@@ -100,7 +100,7 @@ func watchedAgent(t *testing.T, k *kernel, retryBase, retryMax time.Duration) (a
 	a = agent.New(agent.Options{
 		Engine:   reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
 		Source:   &source.Git{URL: "file://" + repo.Dir, Branch: "main", Path: ".", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second},
-		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true,
+		Interval: time.Hour, DriftInterval: scan, SelfHeal: true,
 		Metrics: agent.NewMetrics(reg),
 	})
 	agent.SetWatchKernel(a, k.wrap, retryBase, retryMax)
@@ -165,7 +165,7 @@ func watchesSaid(t *testing.T, a *agent.Agent, reg *prometheus.Registry, stateDi
 func TestAgentWatchesOnceTheLimitAllows(t *testing.T) {
 	k := &kernel{refuses: func(string) bool { return true }}
 	k.full.Store(true)
-	a, reg, root, stateDir, api := watchedAgent(t, k, 5*time.Millisecond, 20*time.Millisecond)
+	a, reg, root, stateDir, api := watchedAgent(t, k, time.Hour, 5*time.Millisecond, 20*time.Millisecond)
 
 	var said watchCondition
 	waitFor(t, 10*time.Second, "the lack of watches reported", func() bool {
@@ -209,7 +209,7 @@ func TestAgentWatchesOnceTheLimitAllows(t *testing.T) {
 func TestAgentWatchFreedRetriesAtOnce(t *testing.T) {
 	k := &kernel{refuses: func(dir string) bool { return strings.Contains(dir, "/srv") }}
 	k.full.Store(true)
-	a, reg, root, stateDir, api := watchedAgent(t, k, time.Hour, time.Hour)
+	a, reg, root, stateDir, api := watchedAgent(t, k, time.Hour, time.Hour, time.Hour)
 	waitFor(t, 10*time.Second, "the mirror unwatched", func() bool { return watchesSaid(t, a, reg, stateDir, api).gauge > 0 })
 	if w := a.Watches(); w.Watched == 0 {
 		t.Fatalf("/var/x not watched: %+v", w)
@@ -223,4 +223,19 @@ func TestAgentWatchFreedRetriesAtOnce(t *testing.T) {
 	deep := filepath.Join(root, "srv/kb/d000/f00007.md")
 	writeFile(t, deep, "hand edit\n")
 	waitFor(t, 10*time.Second, "the edit healed by its watch", func() bool { b, _ := os.ReadFile(deep); return string(b) == "file 7\n" })
+}
+
+// TestAgentScanCoversUnwatched: out of watches for good, a hand edit in
+// an unwatched directory is healed by the drift scan.
+func TestAgentScanCoversUnwatched(t *testing.T) {
+	k := &kernel{refuses: func(dir string) bool { return strings.Contains(dir, "/srv") }}
+	k.full.Store(true)
+	a, reg, root, stateDir, api := watchedAgent(t, k, 200*time.Millisecond, time.Hour, time.Hour)
+	waitFor(t, 10*time.Second, "the mirror unwatched", func() bool { return watchesSaid(t, a, reg, stateDir, api).gauge > 0 })
+	deep := filepath.Join(root, "srv/kb/d001/f00077.md")
+	writeFile(t, deep, "hand edit\n")
+	waitFor(t, 10*time.Second, "the edit healed by the drift scan", func() bool { b, _ := os.ReadFile(deep); return string(b) == "file 77\n" })
+	if said := watchesSaid(t, a, reg, stateDir, api); said.gauge == 0 || said.condition == "" {
+		t.Errorf("healed by a watch the kernel refused: %+v", said)
+	}
 }
