@@ -74,12 +74,16 @@ type watcher struct {
 	// with backoff and at once when a watch frees; the drift scan covers
 	// them meanwhile.
 	unwatched map[string]struct{}
-	outSince  time.Time     // since when some are unwatched; zero when none
-	outErr    string        // the kernel's refusal, for the report
-	retryIn   time.Duration // the next retry's backoff
-	retry     *time.Timer   // the next retry; nil when none is due
-	closed    bool
-	told      WatchCount // what counted heard last
+	// absent are the directories of dirs the kernel did not watch for
+	// another reason (gone, most likely: the watch of its parent sees it
+	// come back, and the engine has it watched then).
+	absent   map[string]struct{}
+	outSince time.Time     // since when some are unwatched; zero when none
+	outErr   string        // the kernel's refusal, for the report
+	retryIn  time.Duration // the next retry's backoff
+	retry    *time.Timer   // the next retry; nil when none is due
+	closed   bool
+	told     WatchCount // what counted heard last
 }
 
 // WatchCount is how many directories the agent watches for drift, and how
@@ -135,7 +139,7 @@ func newWatcher(keys keySink, procsDir state.Dir, log *slog.Logger, restarted fu
 	w := &watcher{keys: keys, log: log, restarted: restarted, fs: f, stop: stop, stopped: stopped, procs: procs, procsDir: procsDir,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
 		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}, failed: map[resource.ID]bool{},
-		unwatched: map[string]struct{}{}, retryBase: watchRetryBase, retryMax: watchRetryMax, counted: func(WatchCount) {}}
+		unwatched: map[string]struct{}{}, absent: map[string]struct{}{}, retryBase: watchRetryBase, retryMax: watchRetryMax, counted: func(WatchCount) {}}
 	w.add = f.Add
 	w.watchProcs()
 	return w, nil
@@ -187,8 +191,11 @@ func (w *watcher) sync(ws reconcile.Watches) {
 // unwatch removes dir's watch, and says whether that freed one. Called
 // with mu held.
 func (w *watcher) unwatch(dir string) bool {
-	if _, ok := w.unwatched[dir]; ok {
-		delete(w.unwatched, dir)
+	_, out := w.unwatched[dir]
+	_, gone := w.absent[dir]
+	delete(w.unwatched, dir)
+	delete(w.absent, dir)
+	if out || gone {
 		return false
 	}
 	return w.fs.Remove(dir) == nil
@@ -264,6 +271,7 @@ func (w *watcher) watchTree(dir string, id resource.ID) {
 // meanwhile. Called with mu held.
 func (w *watcher) watch(dir string) {
 	err := w.add(dir)
+	delete(w.absent, dir)
 	switch {
 	case err == nil:
 		delete(w.unwatched, dir)
@@ -275,8 +283,8 @@ func (w *watcher) watch(dir string) {
 		}
 		w.retryLater()
 	default:
-		// Gone, most likely: its parent's watch sees it come back.
 		delete(w.unwatched, dir)
+		w.absent[dir] = struct{}{}
 	}
 }
 
@@ -349,7 +357,7 @@ func (w *watcher) count() {
 			w.retry = nil
 		}
 	}
-	c := WatchCount{Watched: len(w.dirs) - len(w.unwatched), Unwatched: len(w.unwatched), Since: w.outSince, Err: w.outErr}
+	c := WatchCount{Watched: len(w.dirs) - len(w.unwatched) - len(w.absent), Unwatched: len(w.unwatched), Since: w.outSince, Err: w.outErr}
 	if c != w.told {
 		w.told = c
 		w.counted(c)
@@ -434,6 +442,7 @@ func (w *watcher) event(ev fsnotify.Event) {
 	}
 	if _, ok := w.dirs[ev.Name]; ok && ev.Has(fsnotify.Remove) {
 		if _, unwatched := w.unwatched[ev.Name]; !unwatched {
+			w.absent[ev.Name] = struct{}{}
 			w.retryNow() // a watched directory removed: its watch freed
 		}
 	}
