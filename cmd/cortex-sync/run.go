@@ -292,6 +292,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 			}
 			return nil
 		},
+		Degraded:  func(context.Context) string { return a.Degraded() },
 		Status:    func(ctx context.Context) (any, error) { return a.Status(ctx), nil },
 		Observe:   func(ctx context.Context) { a.Status(ctx) },
 		Reconcile: func(context.Context) error { a.Reconcile(agent.TriggerManual); return nil },

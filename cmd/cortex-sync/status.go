@@ -225,6 +225,9 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 	for _, h := range r.Unobserved {
 		fmt.Fprintf(b, "Unobserved: %s: %s\n", h.ID, oneLine(h.Reason))
 	}
+	if w := r.Watches; w != nil && w.Condition != "" {
+		fmt.Fprintf(b, "Watches:    %s\n", oneLine(w.Condition))
+	}
 }
 
 // revisionText says what the revision gate knows: the verdict of the

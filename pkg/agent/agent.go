@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,6 +152,13 @@ type Agent struct {
 	fights struct {
 		sync.Mutex
 		on map[resource.ID]bool
+	}
+	// watchTest stands in for the kernel's watches in tests: wrap wraps
+	// the watcher's add (nil: the kernel's alone); base and max bound its
+	// retry (zero: the defaults).
+	watchTest struct {
+		wrap      func(add func(dir string) error) func(dir string) error
+		base, max time.Duration
 	}
 }
 
@@ -327,6 +335,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	defer watch.close()
 	watch.tell = a.tell
+	watch.counted = a.watchesCounted
+	if t := a.watchTest; t.wrap != nil {
+		watch.add = t.wrap(watch.add)
+		watch.retryBase, watch.retryMax = cmp.Or(t.base, watch.retryBase), cmp.Or(t.max, watch.retryMax)
+	}
 	a.keys.mu.Lock()
 	a.keys.watch = watch
 	a.keys.mu.Unlock()

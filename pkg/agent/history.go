@@ -197,7 +197,12 @@ type Conditions struct {
 	// reached and since when; empty while it answers. It does not make the
 	// host unready: the host is healthy, and keeps healing.
 	Coordinator string `json:"coordinator,omitempty"`
-	Message     string `json:"message,omitempty"`
+	// Watches says that directories go unwatched for want of inotify
+	// watches (fs.inotify.max_user_watches), how many and since when;
+	// empty while every one is watched. It does not make the host
+	// unready: the drift scan heals what the watches miss, later.
+	Watches string `json:"watches,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Status is /api/v1/status: the status document of status -o json (with
@@ -234,6 +239,9 @@ func (a *Agent) Status(ctx context.Context) *Status {
 	st.Conditions.PruneHeld = report.PruneHold
 	if f := report.Fleet; f != nil {
 		st.Conditions.Coordinator = f.Coordinator
+	}
+	if w := report.Watches; w != nil {
+		st.Conditions.Watches = w.Condition
 	}
 	st.Fighting = a.fight.Fighting()
 	ready, why := a.Ready()
@@ -285,6 +293,9 @@ func (a *Agent) report() *reconcile.AgentReport {
 	}
 	r.Suspended = s.Suspended()
 	r.Fleet = a.fleetReport()
+	if c := a.Watches(); c.Watched+c.Unwatched > 0 {
+		r.Watches = &reconcile.WatchReport{Directories: c.Watched, Unwatched: c.Unwatched, Since: c.Since, Error: c.Err, Condition: c.Condition(a.opts.DriftInterval)}
+	}
 	if err := s.PruneHold(); err != nil {
 		r.PruneHold = err.Error()
 	}

@@ -87,6 +87,7 @@ type Metrics struct {
 	verdict           *prometheus.GaugeVec
 	refused           *prometheus.GaugeVec
 	eventsDropped     prometheus.Counter
+	unwatched         prometheus.Gauge
 
 	// Workqueue is the provider to give a client-go work queue
 	// (workqueue.TypedRateLimitingQueueConfig.MetricsProvider).
@@ -203,13 +204,17 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "cortexsync_events_dropped_total",
 			Help: "Events not written to the local event log because its queue was full (the agent never waits for it).",
 		}),
+		unwatched: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "cortexsync_watch_unwatched_directories",
+			Help: "Directories the agent should watch for drift and cannot, for want of inotify watches (fs.inotify.max_user_watches): the drift scan covers them, their watches are retried.",
+		}),
 		now:            time.Now,
 		resourceSeries: map[resourceKey]bool{},
 		fightingSeries: map[string]bool{},
 	}
 	reg.MustRegister(m.reconciles, m.reconcileDuration, m.convergence, m.driftDetected, m.driftCorrected,
 		m.applies, m.resources, m.fighting, m.fetchDuration, m.fetchErrors, m.lastFetch, m.lastApply,
-		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict, m.refused, m.eventsDropped)
+		m.revision, m.restarts, m.observeErrors, m.rollbacks, m.goodSeconds, m.rolledBack, m.verdict, m.refused, m.eventsDropped, m.unwatched)
 	m.SetVerdict("")
 	m.SetRefused("")
 	// Known label values start at zero so rate() and absent() work from
@@ -253,6 +258,9 @@ func (m *Metrics) SetRefused(reason string) {
 		m.refused.WithLabelValues(r).Set(v)
 	}
 }
+
+// SetUnwatched sets cortexsync_watch_unwatched_directories.
+func (m *Metrics) SetUnwatched(n int) { m.unwatched.Set(float64(n)) }
 
 // ObserveReconcile counts one reconcile run and its duration.
 func (m *Metrics) ObserveReconcile(t Trigger, r Result, d time.Duration) {

@@ -44,6 +44,7 @@ func exercise(m *Metrics) {
 	m.Workqueue.NewLongestRunningProcessorSecondsMetric("reconcile").Set(0)
 	m.Workqueue.NewRetriesMetric("reconcile").Inc()
 	m.SetRefused(RefusedSignature)
+	m.SetUnwatched(3)
 }
 
 func TestMetricsLint(t *testing.T) {
@@ -67,7 +68,7 @@ func TestMetricsLint(t *testing.T) {
 			ours++
 		}
 	}
-	if want := 27; ours != want { // 26 + cortexsync_events_dropped_total
+	if want := 28; ours != want { // 26 + cortexsync_events_dropped_total, cortexsync_watch_unwatched_directories
 		t.Errorf("%d cortexsync_ metric families gathered, want %d", ours, want)
 	}
 }

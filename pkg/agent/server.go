@@ -38,6 +38,10 @@ type ServerOptions struct {
 	// Ready says whether the agent is ready (nil error) or why not.
 	// /readyz answers 503 with the reason.
 	Ready func(ctx context.Context) error
+	// Degraded says what makes a ready agent work less well than it
+	// should (directories unwatched for want of inotify watches): /readyz
+	// answers 200 "ok, degraded: " and it. Nil or empty: just "ok".
+	Degraded func(ctx context.Context) string
 	// Status is the status document served as JSON on GET /api/v1/status.
 	Status func(ctx context.Context) (any, error)
 	// Events hands each event of the local log at or after since to each,
@@ -256,6 +260,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Ready != nil {
 		if err := s.opts.Ready(r.Context()); err != nil {
 			writeText(w, http.StatusServiceUnavailable, "not ready: "+err.Error())
+			return
+		}
+	}
+	if s.opts.Degraded != nil {
+		if why := s.opts.Degraded(r.Context()); why != "" {
+			writeText(w, http.StatusOK, "ok, degraded: "+why)
 			return
 		}
 	}

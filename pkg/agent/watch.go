@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,8 +49,18 @@ type watcher struct {
 
 	stop, stopped *os.File // a pipe: closing its write end ends every pidfd wait
 
+	// add adds one inotify watch: fsnotify's; a test's stand-in refuses
+	// as a kernel out of watches does.
+	add func(dir string) error
+	// counted hears how many directories are watched and how many are
+	// not for want of watches, whenever that changes.
+	counted func(WatchCount)
+	// retryBase and retryMax bound the backoff of the retry of unwatched
+	// directories (defaults watchRetryBase, watchRetryMax).
+	retryBase, retryMax time.Duration
+
 	mu     sync.Mutex
-	dirs   map[string][]resource.ID        // watched host directory → interested keys
+	dirs   map[string][]resource.ID        // host directory to watch → interested keys
 	paths  map[string]resource.ID          // managed host path → its key
 	trees  map[string]resource.ID          // host directory inside a mirror → its Directory
 	files  map[string]resource.ID          // state file → its key
@@ -57,7 +69,45 @@ type watcher struct {
 	runs   map[resource.ID]int             // key → restarts its supervisor reported
 	ran    map[resource.ID]supervise.State // key → the state its supervisor reported last
 	failed map[resource.ID]bool            // keys told failed, until told running again
-	full   bool                            // ran out of watches (said once)
+	// unwatched are the directories of dirs whose watch the kernel
+	// refused for want of watches (ENOSPC, EMFILE): not watched, retried
+	// with backoff and at once when a watch frees; the drift scan covers
+	// them meanwhile.
+	unwatched map[string]struct{}
+	// absent are the directories of dirs the kernel did not watch for
+	// another reason (gone, most likely: the watch of its parent sees it
+	// come back, and the engine has it watched then).
+	absent   map[string]struct{}
+	outSince time.Time     // since when some are unwatched; zero when none
+	outErr   string        // the kernel's refusal, for the report
+	retryIn  time.Duration // the next retry's backoff
+	retry    *time.Timer   // the next retry; nil when none is due
+	closed   bool
+	told     WatchCount // what counted heard last
+}
+
+// WatchCount is how many directories the agent watches for drift, and how
+// many it cannot for want of inotify watches (fs.inotify.max_user_watches).
+type WatchCount struct {
+	Watched   int
+	Unwatched int
+	Since     time.Time // since when some are unwatched
+	Err       string    // the kernel's refusal
+}
+
+// The retry of unwatched directories: after watchRetryBase, doubling to
+// watchRetryMax, each ±20%; at once when one of the agent's watches frees.
+// A raised fs.inotify.max_user_watches, or watches another program gave
+// back, cannot be observed: the retry finds them.
+const (
+	watchRetryBase = time.Second
+	watchRetryMax  = time.Minute
+)
+
+// outOfWatches says whether err is the kernel refusing a watch for want
+// of watches (max_user_watches) or of instances.
+func outOfWatches(err error) bool {
+	return errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EMFILE)
 }
 
 // keySink is the key loop as the watcher sees it: where what it saw goes.
@@ -88,7 +138,9 @@ func newWatcher(keys keySink, procsDir state.Dir, log *slog.Logger, restarted fu
 	procs, _ := filepath.Abs(procsDir.Path())
 	w := &watcher{keys: keys, log: log, restarted: restarted, fs: f, stop: stop, stopped: stopped, procs: procs, procsDir: procsDir,
 		dirs: map[string][]resource.ID{}, paths: map[string]resource.ID{}, trees: map[string]resource.ID{},
-		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}, failed: map[resource.ID]bool{}}
+		files: map[string]resource.ID{}, shims: map[resource.ID]int{}, runs: map[resource.ID]int{}, ran: map[resource.ID]supervise.State{}, failed: map[resource.ID]bool{},
+		unwatched: map[string]struct{}{}, absent: map[string]struct{}{}, retryBase: watchRetryBase, retryMax: watchRetryMax, counted: func(WatchCount) {}}
+	w.add = f.Add
 	w.watchProcs()
 	return w, nil
 }
@@ -103,6 +155,12 @@ func (w *watcher) watchProcs() {
 }
 
 func (w *watcher) close() {
+	w.mu.Lock()
+	w.closed = true
+	if w.retry != nil {
+		w.retry.Stop()
+	}
+	w.mu.Unlock()
 	w.fs.Close()
 	w.stop.Close() // every await returns; the read end stays open for them
 }
@@ -111,9 +169,10 @@ func (w *watcher) close() {
 func (w *watcher) sync(ws reconcile.Watches) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	freed := false
 	for dir := range w.dirs {
 		if _, ok := ws.Dirs[dir]; !ok {
-			w.fs.Remove(dir)
+			freed = w.unwatch(dir) || freed
 		}
 	}
 	for dir := range ws.Dirs {
@@ -122,7 +181,24 @@ func (w *watcher) sync(ws reconcile.Watches) {
 		}
 	}
 	w.dirs, w.paths, w.trees, w.files, w.tops = ws.Dirs, ws.Paths, ws.Trees, ws.Files, ws.Tops
+	if freed {
+		w.retryNow()
+	}
+	w.count()
 	w.watchShims()
+}
+
+// unwatch removes dir's watch, and says whether that freed one. Called
+// with mu held.
+func (w *watcher) unwatch(dir string) bool {
+	_, out := w.unwatched[dir]
+	_, gone := w.absent[dir]
+	delete(w.unwatched, dir)
+	delete(w.absent, dir)
+	if out || gone {
+		return false
+	}
+	return w.fs.Remove(dir) == nil
 }
 
 // update watches what the engine says for these keys (ws: their watches
@@ -137,6 +213,7 @@ func (w *watcher) update(ids []resource.ID, ws reconcile.Watches) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	freed := false
 	for dir, keys := range w.dirs {
 		kept := slices.DeleteFunc(keys, func(id resource.ID) bool { return gone[id] })
 		if len(kept) > 0 {
@@ -145,7 +222,7 @@ func (w *watcher) update(ids []resource.ID, ws reconcile.Watches) {
 		}
 		delete(w.dirs, dir)
 		if _, ok := ws.Dirs[dir]; !ok {
-			w.fs.Remove(dir)
+			freed = w.unwatch(dir) || freed
 		}
 	}
 	for _, m := range []map[string]resource.ID{w.paths, w.trees, w.files} {
@@ -164,6 +241,10 @@ func (w *watcher) update(ids []resource.ID, ws reconcile.Watches) {
 	maps.Copy(w.trees, ws.Trees)
 	maps.Copy(w.files, ws.Files)
 	maps.Copy(w.tops, ws.Tops)
+	if freed {
+		w.retryNow()
+	}
+	w.count()
 	w.watchShims()
 }
 
@@ -185,14 +266,109 @@ func (w *watcher) watchTree(dir string, id resource.ID) {
 	}
 }
 
-// watch adds one inotify watch; when the kernel has none left, the drift
-// scan covers the rest, and that is said once. Called with mu held.
+// watch adds one inotify watch. When the kernel has none left, dir is
+// unwatched: counted, reported, retried, and covered by the drift scan
+// meanwhile. Called with mu held.
 func (w *watcher) watch(dir string) {
-	err := w.fs.Add(dir)
-	if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EMFILE)) && !w.full {
-		w.full = true
-		w.log.Warn("out of inotify watches; the periodic drift scan covers the rest (raise fs.inotify.max_user_watches)", "dir", dir)
+	err := w.add(dir)
+	delete(w.absent, dir)
+	switch {
+	case err == nil:
+		delete(w.unwatched, dir)
+	case outOfWatches(err):
+		w.unwatched[dir] = struct{}{}
+		if w.outSince.IsZero() {
+			w.outSince, w.outErr = time.Now().UTC().Truncate(time.Second), err.Error()
+			w.log.Warn("out of inotify watches: directories go unwatched, the drift scan covers them, and their watches are retried (raise fs.inotify.max_user_watches)", "dir", dir, "error", err)
+		}
+		w.retryLater()
+	default:
+		delete(w.unwatched, dir)
+		w.absent[dir] = struct{}{}
 	}
+}
+
+// retryLater arms the retry of the unwatched directories, if none is
+// armed. Called with mu held.
+func (w *watcher) retryLater() {
+	if w.retry != nil || w.closed {
+		return
+	}
+	if w.retryIn <= 0 {
+		w.retryIn = w.retryBase
+	}
+	d := time.Duration(float64(w.retryIn) * (0.8 + 0.4*rand.Float64()))
+	w.retryIn = min(2*w.retryIn, w.retryMax)
+	w.retry = time.AfterFunc(d, func() {
+		w.mu.Lock()
+		w.retry = nil
+		w.retryNow()
+		w.count()
+		w.mu.Unlock()
+	})
+}
+
+// retryNow watches the unwatched directories while the kernel lets it:
+// the first refusal ends the round (the rest would be refused too) and
+// arms the next. Called with mu held.
+func (w *watcher) retryNow() {
+	if w.closed || len(w.unwatched) == 0 {
+		return
+	}
+	for dir := range w.unwatched {
+		if _, ok := w.dirs[dir]; !ok {
+			delete(w.unwatched, dir)
+			continue
+		}
+		w.watch(dir)
+		if _, still := w.unwatched[dir]; still {
+			return // watch armed the next retry
+		}
+		if id, ok := w.trees[dir]; ok {
+			// Directories made inside it while it was unwatched went unseen.
+			w.watchNew(dir, id)
+		}
+	}
+}
+
+// watchNew watches the directories below dir, a directory of id's mirror,
+// that are not watched yet. Called with mu held.
+func (w *watcher) watchNew(dir string, id resource.ID) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		sub := filepath.Join(dir, e.Name())
+		if _, ok := w.dirs[sub]; e.IsDir() && !ok {
+			w.watchTree(sub, id)
+		}
+	}
+}
+
+// count tells how many directories are watched, when that changed, and
+// ends the episode once none is unwatched. Called with mu held.
+func (w *watcher) count() {
+	if len(w.unwatched) == 0 && !w.outSince.IsZero() {
+		w.log.Info("every directory is watched again", "unwatched_for", time.Since(w.outSince).Round(time.Second))
+		w.outSince, w.outErr, w.retryIn = time.Time{}, "", 0
+		if w.retry != nil {
+			w.retry.Stop()
+			w.retry = nil
+		}
+	}
+	c := WatchCount{Watched: len(w.dirs) - len(w.unwatched) - len(w.absent), Unwatched: len(w.unwatched), Since: w.outSince, Err: w.outErr}
+	if c != w.told {
+		w.told = c
+		w.counted(c)
+	}
+}
+
+// watches is how many directories are watched, and how many not.
+func (w *watcher) watches() WatchCount {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.told
 }
 
 // run turns events into keys until ctx ends.
@@ -264,6 +440,13 @@ func (w *watcher) event(ev fsnotify.Event) {
 			ids = append(ids, w.dirs[dir]...)
 		}
 	}
+	if _, ok := w.dirs[ev.Name]; ok && ev.Has(fsnotify.Remove) {
+		if _, unwatched := w.unwatched[ev.Name]; !unwatched {
+			w.absent[ev.Name] = struct{}{}
+			w.retryNow() // a watched directory removed: its watch freed
+		}
+	}
+	w.count()
 	w.mu.Unlock()
 	for _, id := range ids {
 		w.keys.hint(id, TriggerDrift, settleDelay)
@@ -337,4 +520,37 @@ func (w *watcher) await(id resource.ID, pid, fd int) {
 	}
 	w.mu.Unlock()
 	w.keys.hint(id, TriggerProcessExit, 0)
+}
+
+// watchesCounted hears the watcher's count: the gauge, and the report
+// status reads.
+func (a *Agent) watchesCounted(c WatchCount) {
+	a.opts.Metrics.SetUnwatched(c.Unwatched)
+	a.publish()
+}
+
+// Watches is how many directories the agent watches for drift, and how
+// many it cannot for want of inotify watches; zero before Run.
+func (a *Agent) Watches() WatchCount {
+	if w := a.watcher(); w != nil {
+		return w.watches()
+	}
+	return WatchCount{}
+}
+
+// Degraded says what makes the agent work less well than it should while
+// it is ready (/readyz's detail): directories unwatched for want of
+// inotify watches. Empty when nothing does.
+func (a *Agent) Degraded() string {
+	return a.Watches().Condition(a.opts.DriftInterval)
+}
+
+// Condition says the lack of watches in a sentence; empty when none is
+// unwatched. scan is the drift scan's interval, which covers them.
+func (c WatchCount) Condition(scan time.Duration) string {
+	if c.Unwatched == 0 {
+		return ""
+	}
+	return fmt.Sprintf("out of inotify watches since %s: %d of %d directories unwatched (%s); the drift scan covers them every %s and their watches are retried; raise fs.inotify.max_user_watches",
+		c.Since.Format(time.RFC3339), c.Unwatched, c.Watched+c.Unwatched, c.Err, scan)
 }

@@ -53,6 +53,25 @@ type AgentReport struct {
 	Unobserved []Held `json:"unobserved,omitempty"`
 	// Fleet is the host's part in a fleet; nil when it is in none.
 	Fleet *FleetReport `json:"fleet,omitempty"`
+	// Watches are the directories the agent watches for drift; nil
+	// before it watches any.
+	Watches *WatchReport `json:"watches,omitempty"`
+}
+
+// WatchReport is how many directories the agent watches for drift, and
+// how many it cannot for want of inotify watches
+// (fs.inotify.max_user_watches): those wait for the drift scan, and their
+// watches are retried.
+type WatchReport struct {
+	Directories int `json:"directories"` // watched
+	Unwatched   int `json:"unwatched,omitempty"`
+	// Since is when directories began to go unwatched; Error, the
+	// kernel's refusal.
+	Since time.Time `json:"since,omitzero"`
+	Error string    `json:"error,omitempty"`
+	// Condition says it in a sentence, with what to do; empty when every
+	// directory is watched.
+	Condition string `json:"condition,omitempty"`
 }
 
 // FleetReport is a host's part in its fleet.
