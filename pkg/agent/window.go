@@ -84,7 +84,7 @@ func (a *Agent) waitWindow(why error) {
 	if a.revs.windowTimer != nil {
 		a.revs.windowTimer.Stop()
 	}
-	if a.opts.WindowClock == nil { // another clock: the poll looks again
+	if a.opts.WindowClock == nil && !we.Opens.IsZero() { // another clock: the poll looks again
 		a.revs.windowTimer = time.AfterFunc(time.Until(we.Opens)+time.Second, func() { a.Reconcile(TriggerRevision) })
 	}
 }
