@@ -31,6 +31,7 @@ These commands act on the newest rollout, or on --revision.`,
 		newRolloutVerbCmd(g, io, "pause", "Pause a rollout: no host takes a new slot until resume", fleet.StatePaused),
 		newRolloutVerbCmd(g, io, "resume", "Resume a paused rollout; the failures so far no longer count", fleet.StateActive),
 		newRolloutVerbCmd(g, io, "abort", "Abort a rollout for good: no more hosts apply its revision", fleet.StateAborted),
+		newOverrideWindowCmd(g, io),
 	)
 	return cmd
 }

@@ -124,6 +124,9 @@ func fleetStatusText(io streams, r *fleet.Report) error {
 		if h.Held != "" {
 			note = append(note, "held "+cell(h.Held, wideCell))
 		}
+		if !h.WindowOpens.IsZero() && !h.Stale {
+			note = append(note, "waits for its deploy window: opens "+h.WindowOpens.UTC().Format(time.RFC3339))
+		}
 		if len(h.Fighting) > 0 {
 			note = append(note, "fighting: "+cellList(h.Fighting, 5))
 		}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -58,9 +60,10 @@ type targetsDoc struct {
 }
 
 type ruleDoc struct {
-	Name   string            `json:"name,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
-	Paths  []string          `json:"paths"`
+	Name    string            `json:"name,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Paths   []string          `json:"paths"`
+	Windows resource.Windows  `json:"windows,omitempty"`
 }
 
 type hostTargetDoc struct {
@@ -73,6 +76,26 @@ type hostTargetDoc struct {
 	// be read.
 	Vars      []varDoc `json:"vars,omitempty"`
 	VarsError string   `json:"varsError,omitempty"`
+	// Windows are the deploy windows the host takes a new revision in
+	// (its rule's, else the rollout's), from WindowsFrom; WindowOpen says
+	// whether one is open now, else WindowOpens when the next opens.
+	Windows     resource.Windows `json:"windows,omitempty"`
+	WindowsFrom string           `json:"windowsFrom,omitempty"`
+	WindowOpen  bool             `json:"windowOpen,omitempty"`
+	WindowOpens time.Time        `json:"windowOpens,omitzero"`
+}
+
+// windowText is a window as targets prints it.
+func windowText(w resource.Window) string {
+	return fmt.Sprintf("%q for %s (%s)", w.Schedule, w.Duration.Std(), cmp.Or(w.TimeZone, "UTC"))
+}
+
+func windowsText(ws resource.Windows) string {
+	parts := make([]string, len(ws))
+	for i, w := range ws {
+		parts[i] = windowText(w)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io streams) error {
@@ -87,7 +110,12 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 	host := g.host.value
 	doc := targetsDoc{Fleet: f.Name, Rules: []ruleDoc{}, Rollout: f.Spec.Rollout, Host: hostTargetDoc{Name: host.Name, Labels: host.Labels, Paths: []string{}}}
 	for _, r := range f.Spec.Hosts {
-		doc.Rules = append(doc.Rules, ruleDoc{Name: r.Match.Name, Labels: r.Match.Labels, Paths: r.Paths})
+		doc.Rules = append(doc.Rules, ruleDoc{Name: r.Match.Name, Labels: r.Match.Labels, Paths: r.Paths, Windows: r.Windows})
+	}
+	doc.Host.Windows, doc.Host.WindowsFrom = f.WindowsFor(host, true)
+	if len(doc.Host.Windows) > 0 {
+		doc.Host.WindowOpen, doc.Host.WindowOpens = doc.Host.Windows.At(time.Now())
+		doc.Host.WindowOpens = doc.Host.WindowOpens.UTC()
 	}
 	t, terr := f.Resolve(co.Tree, host)
 	if terr == nil {
@@ -118,10 +146,18 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 		fmt.Fprintf(tw, "%d\t%s\t%s\n", i+1, matchText(r.Name, r.Labels), strings.Join(r.Paths, ", "))
 	}
 	tw.Flush()
+	for i, r := range doc.Rules {
+		if len(r.Windows) > 0 {
+			fmt.Fprintf(&b, "Rule %d deploy windows: %s\n", i+1, windowsText(r.Windows))
+		}
+	}
 	if ro := f.Spec.Rollout; ro != nil {
 		d, _ := ro.Settle() // ReadFleet refused one that does not settle
 		fmt.Fprintf(&b, "\nRollout: maxUnavailable %s, canary %d, minReady %s, progressDeadline %s, failureThreshold %d\n",
 			d.MaxUnavailable, d.Canary, d.MinReady.Std(), d.ProgressDeadline.Std(), d.FailureThreshold)
+		if len(d.Windows) > 0 {
+			fmt.Fprintf(&b, "Rollout deploy windows: %s\n", windowsText(d.Windows))
+		}
 	} else {
 		b.WriteString("\nRollout: none (every host applies a new revision when it fetches it)\n")
 	}
@@ -130,6 +166,12 @@ func fleetTargetsRun(cmd *cobra.Command, g *globals, o *fleetTargetsOptions, io 
 		fmt.Fprintf(&b, "no paths:\n  %s\n", strings.ReplaceAll(terr.Error(), "\n", "\n  "))
 	} else {
 		fmt.Fprintf(&b, "rule %d: %s\n", t.Rule+1, strings.Join(t.Paths, ", "))
+	}
+	switch h := doc.Host; {
+	case len(h.Windows) > 0 && h.WindowOpen:
+		fmt.Fprintf(&b, "Deploy window: open now (%s)\n", h.WindowsFrom)
+	case len(h.Windows) > 0:
+		fmt.Fprintf(&b, "Deploy window: closed; the next opens at %s (%s)\n", h.WindowOpens.Format(time.RFC3339), h.WindowsFrom)
 	}
 	if o.vars && verr != nil {
 		fmt.Fprintf(&b, "\nVariables: cannot be read:\n  %s\n", strings.ReplaceAll(verr.Error(), "\n", "\n  "))

@@ -262,3 +262,58 @@ func TestFleetStatusNamesASignatureRefusal(t *testing.T) {
 		t.Error("something of the refused revision was applied")
 	}
 }
+
+// TestFleetWindow: fleet status shows a host that waits for its deploy
+// window (phase window, and when it opens), from what the host writes;
+// override-window records the override a waiting host reads, and needs
+// a revision.
+func TestFleetWindow(t *testing.T) {
+	cl := etcdtest.New(t)
+	etcd := []string{"--etcd-endpoints", strings.Join(cl.Endpoints(), ","), "--fleet", "prod"}
+	old, head := "main@sha1:"+strings.Repeat("a", 40), "main@sha1:"+strings.Repeat("b", 40)
+	opens := time.Date(2026, 12, 7, 21, 0, 0, 0, time.UTC)
+	night, day := joinHost(t, cl.Endpoints(), "night"), joinHost(t, cl.Endpoints(), "day")
+	night.SetStatus(fleet.HostStatus{Revision: old, Head: head, HeadTime: opens.Add(-time.Hour), Sync: "Synced", Health: "Healthy", WindowOpens: opens})
+	day.SetStatus(fleet.HostStatus{Revision: head, Head: head, HeadTime: opens.Add(-time.Hour), Sync: "Synced", Health: "Healthy"})
+	var out string
+	for end := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, out, _ = runCLI(t, append([]string{"fleet", "status"}, etcd...)...)
+		if strings.Contains(out, "waits for its deploy window: opens 2026-12-07T21:00:00Z") {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("fleet status does not show night's window:\n%s", out)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^night +main@sha1:a+ .* window `).MatchString(out) {
+		t.Errorf("night's phase is not window:\n%s", out)
+	}
+	_, out, _ = runCLI(t, append([]string{"fleet", "status", "-o", "json"}, etcd...)...)
+	for _, want := range []string{`"phase": "window"`, `"windowOpens": "2026-12-07T21:00:00Z"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("fleet status -o json lacks %s:\n%s", want, out)
+		}
+	}
+
+	c, err := fleet.Dial(fleet.Config{Endpoints: cl.Endpoints(), Fleet: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if ok, err := c.WindowOverridden(context.Background(), head); ok || err != nil {
+		t.Fatalf("overridden before override-window: %v %v", ok, err)
+	}
+	if code, _, errs := runCLI(t, append([]string{"fleet", "rollout", "override-window"}, etcd...)...); code == 0 || !strings.Contains(errs, "accepts 1 arg(s), received 0") {
+		t.Fatalf("override-window without a revision: exit %d, %s", code, errs)
+	}
+	code, out, errs := runCLI(t, append([]string{"fleet", "rollout", "override-window", head, "--reason", "hotfix"}, etcd...)...)
+	if code != 0 || out != "deploy windows overridden for "+head+": hosts take it at their next fetch\n" {
+		t.Fatalf("override-window: exit %d\n%s%s", code, out, errs)
+	}
+	if ok, err := c.WindowOverridden(context.Background(), head); !ok || err != nil {
+		t.Fatalf("not overridden after override-window: %v %v", ok, err)
+	}
+	if ok, _ := c.WindowOverridden(context.Background(), old); ok {
+		t.Fatal("override-window of one revision overrode another")
+	}
+}

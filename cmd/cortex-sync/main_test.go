@@ -31,6 +31,9 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"cortex-sync": func() {
+			if f := os.Getenv("CORTEX_SYNC_TEST_CLOCK"); f != "" {
+				windowClock = fileClock(f)
+			}
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 			stop()
@@ -491,5 +494,21 @@ func cmdSignal(ts *testscript.TestScript, neg bool, args []string) {
 		if err := syscall.Kill(pid, sigs[args[0]]); err != nil {
 			ts.Fatalf("signal %d: %v", pid, err)
 		}
+	}
+}
+
+// fileClock is a clock a testscript sets: the RFC 3339 time in file f
+// (the real time while f cannot be read).
+func fileClock(f string) func() time.Time {
+	return func() time.Time {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return time.Now()
+		}
+		t, err := time.Parse(time.RFC3339, strings.TrimSpace(string(b)))
+		if err != nil {
+			return time.Now()
+		}
+		return t
 	}
 }

@@ -262,6 +262,7 @@ func runOnce(ctx context.Context, g *globals, o *runOptions, reg *prometheus.Reg
 		SelfHeal: o.selfHeal, Prune: o.prune, AllowEmpty: o.allowEmpty, AllowSourceChange: o.allowSourceChange,
 		Suspend: o.suspend, FightThreshold: o.fightThreshold, FightSettle: o.fightSettle, WaitTimeout: o.waitTimeout,
 		Retention: o.retention, Revisions: revisions, Metrics: metrics, Log: g.log, Lock: alock,
+		WindowClock: windowClock,
 	}
 	notifier, notifying, err := o.notify.notifiers(g, o.src.repo, reg)
 	if err != nil {
@@ -366,3 +367,7 @@ func (s *sourceFlags) followedRef() string {
 	}
 	return ""
 }
+
+// windowClock is the clock deploy windows are read on; nil, the real one.
+// Only the tests set it (main_test.go: CORTEX_SYNC_TEST_CLOCK).
+var windowClock func() time.Time

@@ -332,6 +332,11 @@ func fleetSchema() *jsonschema.Schema {
 		return s
 	}
 	labels := &jsonschema.Schema{Type: "object", AdditionalProperties: &jsonschema.Schema{Type: "string"}, Description: "Each label must be present with this value (--label KEY=VALUE)."}
+	windows := &jsonschema.Schema{Type: "array", Items: obj([][2]any{
+		{"schedule", str("When the window opens, in cron's five fields: minute hour day-of-month month day-of-week, e.g. \"0 22 * * 1-5\".")},
+		{"duration", &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: "How long the window stays open: 1m to 168h."}},
+		{"timeZone", str("The IANA time zone the schedule is read in, e.g. Europe/Paris; default UTC.")},
+	}, "schedule", "duration"), Description: "Deploy windows: a host takes a new revision only while one is open."}
 	rule := obj([][2]any{
 		{"match", obj([][2]any{{"name", str("A glob on the host's name (--host-name).")}, {"labels", labels}})},
 		{"paths", &jsonschema.Schema{Type: "array", MinItems: ptr(uint64(1)), Items: str("A folder of the repository; {name} is the host's name."),
@@ -340,6 +345,7 @@ func fleetSchema() *jsonschema.Schema {
 			Description: "Variables for substitute: true, for every host this rule matches; an earlier matching rule's win."}},
 		{"varsFiles", &jsonschema.Schema{Type: "array", Items: str("A flat YAML map of variables in the repository; {name} is the host's name (such a file may be missing); one with a top-level sops key is decrypted, its values secret."),
 			Description: "Files of variables, a later one overriding an earlier one; this rule's vars override them."}},
+		{"windows", windows},
 	}, "paths")
 	count := &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Type: "integer", Minimum: "1"}, {Type: "string", Pattern: `^[0-9]+%?$`}},
 		Description: "A count, or a percentage of the live hosts (rounded down, at least 1)."}
@@ -349,6 +355,7 @@ func fleetSchema() *jsonschema.Schema {
 		{"minReady", &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: "How long a host must stay healthy for the revision to be good there."}},
 		{"progressDeadline", &jsonschema.Schema{Type: "string", Pattern: durationPattern, Description: "How long a host may take to be good."}},
 		{"failureThreshold", &jsonschema.Schema{Type: "integer", Minimum: "1", Description: "Bad hosts that pause the rollout fleet-wide."}},
+		{"windows", windows},
 	})
 	md := obj([][2]any{{"name", &jsonschema.Schema{Type: "string", Pattern: `^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`, Description: "The fleet's name: its keys' prefix in etcd."}}}, "name")
 	md.AdditionalProperties = nil

@@ -199,7 +199,10 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 	if f := r.Refused; f != nil {
 		fmt.Fprintf(b, "Refused:    revision %s, since %s; the host stays on %s: %s\n", shortRevision(f.Revision), f.Since.Format(time.RFC3339), shortRevision(r.Revision), oneLine(f.Error))
 	}
-	if h := r.HeldBack; h != nil {
+	if h := r.HeldBack; h != nil && h.Reason == reconcile.ReasonWindow {
+		fmt.Fprintf(b, "Window:     waiting for its deploy window: revision %s waits until %s; the host stays on %s, healing it\n",
+			shortRevision(h.Revision), h.WindowOpens.Format(time.RFC3339), orDash(shortRevision(r.Revision)))
+	} else if h != nil {
 		fmt.Fprintf(b, "Held back:  revision %s, since %s: %s\n", shortRevision(h.Revision), h.Since.Format(time.RFC3339), oneLine(h.Error))
 	}
 	if r.SourceError != "" {

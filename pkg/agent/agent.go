@@ -61,6 +61,9 @@ type Options struct {
 	// rollout slot), and hear its verdict; never about the revision the
 	// host is on, which the agent goes on healing meanwhile.
 	RevisionGates []reconcile.RevisionGate
+	// WindowClock is the clock deploy windows are read on; nil: the real
+	// one (tests set another, and the poll then looks again).
+	WindowClock func() time.Time
 	// Fleet, when set, is the fleet the host is in (fleet.go): its rollout
 	// gates new revisions, it hears the host's state, and it runs the
 	// singletons.
@@ -205,6 +208,12 @@ type revisionLoop struct {
 	// newest fetched that takes a rollout slot; paused, the rollout pause
 	// last told; lost, the coordinator's trouble last told.
 	applied, gated, paused, lost string
+	// windows are the deploy windows of the revisions fetched lately
+	// (window.go); windowWait is the window the newest waits for, and
+	// windowTimer fetches again when it opens.
+	windows     map[string]reconcile.Windows
+	windowWait  *reconcile.WindowError
+	windowTimer *time.Timer
 }
 
 // keyLoop is the workers': the queue of keys and what each one is owed.
@@ -300,6 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	sess.Suspend(a.opts.Suspend)
 	sess.AddHold(a.fightHold)
 	sess.AddHold(a.foreignHold)
+	sess.AddRevisionGate(a.windowGate()) // first: outside its window, a host asks for no slot
 	for _, g := range a.opts.RevisionGates {
 		sess.AddRevisionGate(g)
 	}
@@ -401,6 +411,7 @@ func (a *Agent) close() {
 	}
 	a.keys.mu.Unlock()
 	a.dropWaiting()
+	a.stopWindowTimer()
 	a.sess.Close()
 }
 
@@ -562,6 +573,7 @@ func (a *Agent) refresh(ctx context.Context, t Trigger, w *watcher) {
 		}
 		return
 	}
+	a.noteWindows(d)
 	var pre *changes
 	if a.opts.Fleet != nil {
 		pre = a.fetched(d, old)
@@ -598,6 +610,7 @@ func (a *Agent) offer(ctx context.Context, d *reconcile.Desired, trigger Trigger
 		pre.keys, pre.scopes = a.sess.Changed(old, d)
 	}
 	out := a.revs.life.Offer(ctx, d, pre.keys, true, start)
+	a.waitWindow(out.Why)
 	if out.Phase == reconcile.PhaseHeld {
 		if !a.holdWaiting(d, reconcile.Admission{Stay: out.Why, Pin: out.To}) {
 			d.Close()

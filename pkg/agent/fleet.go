@@ -73,6 +73,9 @@ type HostState struct {
 	Fighting  []string
 	LastError string
 	Suspended bool
+	// WindowOpens is when the deploy window the newest revision waits for
+	// opens; zero when it waits for none.
+	WindowOpens time.Time
 }
 
 // fleetEvery bounds how long a change of the host's health (a process
@@ -125,7 +128,8 @@ func (a *Agent) fleetLoop(ctx context.Context) {
 func (a *Agent) hostState(ctx context.Context) HostState {
 	view := a.sess.View()
 	d := a.sess.Desired()
-	hs := HostState{Revision: view.Revision, Sync: health.Synced, Health: health.Healthy, Suspended: a.sess.Suspended(), Fighting: a.fight.Fighting()}
+	hs := HostState{Revision: view.Revision, Sync: health.Synced, Health: health.Healthy, Suspended: a.sess.Suspended(), Fighting: a.fight.Fighting(),
+		WindowOpens: a.windowOpens()}
 	if view.LastGood != nil {
 		hs.LastGood = view.LastGood.Revision
 	}

@@ -163,6 +163,9 @@ func (a *Agent) stay(ctx context.Context, t Trigger, out reconcile.Outcome, old 
 	same := a.revs.heldBack != nil && a.revs.heldBack.Revision == out.Revision && a.revs.heldBack.Error == out.Why.Error()
 	if !same {
 		a.revs.heldBack = &reconcile.Refusal{Revision: out.Revision, Error: out.Why.Error(), Since: time.Now().UTC().Truncate(time.Second)}
+		if we := (*reconcile.WindowError)(nil); errors.As(out.Why, &we) {
+			a.revs.heldBack.Reason, a.revs.heldBack.WindowOpens = reconcile.ReasonWindow, we.Opens.UTC()
+		}
 	}
 	a.revs.mu.Unlock()
 	if !same {

@@ -56,6 +56,9 @@ type HostStatus struct {
 	RolloutPhase string   `json:"rolloutPhase,omitempty"`
 	Fighting     []string `json:"fighting,omitempty"`
 	LastError    string   `json:"lastError,omitempty"`
+	// WindowOpens is when the deploy window opens that the host waits
+	// for to take Head (fleet.yaml windows:); zero when it waits for none.
+	WindowOpens time.Time `json:"windowOpens,omitzero"`
 	// Time is when the status was written (the writer's clock).
 	Time time.Time `json:"time"`
 }
@@ -65,6 +68,9 @@ const (
 	PhaseApplying = "applying" // holds a slot: applying Head, waiting for it to be good
 	PhaseGood     = "good"     // Head was good here
 	PhaseBad      = "bad"      // Head was bad here; the host went back to its last good
+	// PhaseWindow: the host waits for its deploy window to take Head;
+	// it holds no slot and blocks no one (fleet status only).
+	PhaseWindow = "window"
 )
 
 func (s HostStatus) same(o HostStatus) bool {

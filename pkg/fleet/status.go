@@ -55,7 +55,8 @@ type HostRow struct {
 	BehindHead bool   `json:"behindHead"`
 	Held       string `json:"held,omitempty"` // why, when held
 	// Phase is the rollout phase as the fleet sees it: applying, good,
-	// bad, stalled, waiting, held, or "" (nothing to roll out).
+	// bad, stalled, waiting, window (waiting for its deploy window: see
+	// WindowOpens), held, or "" (nothing to roll out).
 	Phase string `json:"phase,omitempty"`
 }
 
@@ -266,6 +267,9 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 
 // phaseOf is a host's part in the rollout of head.
 func phaseOf(row HostRow, head string, v *rolloutView, slot slotDoc, now time.Time) string {
+	if !row.WindowOpens.IsZero() && !row.Stale && head != "" && row.Head == head && row.Revision != head && slot.Revision != head {
+		return PhaseWindow
+	}
 	switch {
 	case v == nil || head == "":
 		return ""
@@ -446,6 +450,42 @@ func (c *Client) Unhold(ctx context.Context, host string) (bool, error) {
 		resp, err := c.cli.Delete(ctx, c.key("hold", host))
 		if err == nil {
 			n = resp.Deleted
+		}
+		return err
+	})
+	return n > 0, err
+}
+
+// windowOverrideTTL is how long an override of the deploy windows lasts:
+// a host that has not fetched the revision by then waits for its window
+// again, and the key does not stay in etcd for ever.
+const windowOverrideTTL = 7 * 24 * time.Hour
+
+// OverrideWindow lets rev in outside the hosts' deploy windows (each
+// still takes a slot, as the rollout says): the key lives a week.
+func (c *Client) OverrideWindow(ctx context.Context, rev, by, why string) error {
+	if rev == "" {
+		return errors.New("name the revision to let in outside its windows, as fleet status shows it (main@sha1:…)")
+	}
+	doc, _ := json.Marshal(holdDoc{Schema: Schema, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
+	return c.call(ctx, func(ctx context.Context) error {
+		lease, err := c.cli.Grant(ctx, int64(windowOverrideTTL/time.Second))
+		if err != nil {
+			return err
+		}
+		_, err = c.cli.Put(ctx, c.key("window", revKey(rev)), string(doc), clientv3.WithLease(lease.ID))
+		return err
+	})
+}
+
+// WindowOverridden reports whether rev was let in outside the deploy
+// windows (OverrideWindow): one count-only read.
+func (c *Client) WindowOverridden(ctx context.Context, rev string) (bool, error) {
+	var n int64
+	err := c.call(ctx, func(ctx context.Context) error {
+		resp, err := c.cli.Get(ctx, c.key("window", revKey(rev)), clientv3.WithCountOnly())
+		if err == nil {
+			n = resp.Count
 		}
 		return err
 	})

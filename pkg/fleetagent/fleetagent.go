@@ -430,7 +430,27 @@ func (l *Link) Report(hs agent.HostState) {
 
 func statusOf(hs agent.HostState) fleet.HostStatus {
 	return fleet.HostStatus{Revision: hs.Revision, Head: hs.Head, HeadTime: hs.HeadSeen, Sync: string(hs.Sync), Health: string(hs.Health),
-		LastGood: hs.LastGood, Fighting: hs.Fighting, LastError: hs.LastError}
+		LastGood: hs.LastGood, Fighting: hs.Fighting, LastError: hs.LastError, WindowOpens: hs.WindowOpens}
+}
+
+var _ agent.WindowOverrider = (*Link)(nil)
+
+// WindowOverridden reports whether an operator let rev in outside the
+// host's deploy windows (cortex-sync fleet rollout override-window): a
+// host that cannot ask (not in its fleet yet, etcd down) waits for its
+// window.
+func (l *Link) WindowOverridden(ctx context.Context, rev string) bool {
+	m := l.getMember()
+	if m == nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	ok, err := m.WindowOverridden(ctx, rev)
+	if err != nil {
+		l.log.Warn("cannot tell whether the deploy windows are overridden; the host waits for its window", "revision", rev, "error", err)
+	}
+	return ok
 }
 
 // Suspended: a suspended host takes no slot and gives back the one it

@@ -54,6 +54,7 @@ type fixture struct {
 	fleet     string
 	log       string // the processes write here
 	rollout   string // fleet.yaml's rollout: line
+	rules     string // fleet.yaml's rules before the last, match: {} (windows_test.go)
 	noProbe   bool   // a ready web process has no readiness probe
 	defaults  bool   // the agents keep the default debounce and TTLs
 	mu        sync.Mutex
@@ -85,7 +86,7 @@ func (f *fixture) version(v string, ready bool, singleton bool) string {
 		readiness = "" // healthy while it runs: no probe's execs
 	}
 	files := map[string]*string{
-		"fleet.yaml": gittest.S(fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Fleet\nmetadata: {name: %s}\nspec:\n  hosts:\n    - match: {}\n      paths: [base]\n  rollout: %s\n", f.fleet, f.rollout)),
+		"fleet.yaml": gittest.S(fmt.Sprintf("apiVersion: cortex-sync/v1alpha1\nkind: Fleet\nmetadata: {name: %s}\nspec:\n  hosts:\n%s    - match: {}\n      paths: [base]\n  rollout: %s\n", f.fleet, f.rules, f.rollout)),
 		"base/app.yaml": gittest.S(fmt.Sprintf(`apiVersion: cortex-sync/v1alpha1
 kind: File
 metadata: {name: conf}

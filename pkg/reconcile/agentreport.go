@@ -95,14 +95,22 @@ type Refusal struct {
 	Error    string    `json:"error"`
 	Since    time.Time `json:"since"`
 	// Reason is why a revision is refused: "signature" (its commits fail
-	// verification) or "manifests" (they do not validate).
+	// verification) or "manifests" (they do not validate); or, held back,
+	// "window" (it waits for the host's deploy window).
 	Reason string `json:"reason,omitempty"`
 	// For a signature: the commit (or tag) refused and its signer
 	// ("unsigned", an SSH key's fingerprint and principals, a PGP key ID).
 	Commit string `json:"commit,omitempty"`
 	Signer string `json:"signer,omitempty"`
 	Why    string `json:"why,omitempty"`
+	// WindowOpens is when the deploy window a revision held back waits
+	// for opens (Reason "window").
+	WindowOpens time.Time `json:"windowOpens,omitzero"`
 }
+
+// ReasonWindow is the Reason of a revision held back until the host's
+// deploy window opens.
+const ReasonWindow = "window"
 
 // Summary says the refusal in a line for a table (a fleet's host): for a
 // signature, the commit, its signer and why come first, before any

@@ -74,6 +74,9 @@ type HostRule struct {
 	// (such a file may be missing). A file with a top-level sops key is
 	// decrypted, and its values are secret.
 	VarsFiles []string `yaml:"varsFiles"`
+	// Windows are when the hosts this rule matches may take a new
+	// revision; they replace the rollout's. None: the rollout's, if any.
+	Windows Windows `yaml:"windows"`
 }
 
 // HostMatch selects hosts: all given conditions must hold; empty matches
@@ -100,6 +103,10 @@ type Rollout struct {
 	ProgressDeadline Duration `yaml:"progressDeadline" json:"progressDeadline"`
 	// FailureThreshold bad hosts pause the revision's rollout fleet-wide.
 	FailureThreshold int `yaml:"failureThreshold" json:"failureThreshold"`
+	// Windows are when a host may take the revision (a rule's own
+	// windows replace them). Outside them a host takes no slot and
+	// blocks no one; it stays on its revision, healing it.
+	Windows Windows `yaml:"windows" json:"windows,omitempty"`
 }
 
 // Rollout defaults, for fields a rollout: leaves out.
@@ -172,6 +179,11 @@ func (r Rollout) Settle() (Rollout, error) {
 		bad("failureThreshold", "must be 1 or more (0 takes the default, 1)")
 	case r.FailureThreshold == 0:
 		r.FailureThreshold = DefaultFailureThreshold
+	}
+	for i, w := range r.Windows {
+		for _, p := range w.Problems() {
+			bad(fmt.Sprintf("windows[%d].%s", i, p.Field), p.Msg)
+		}
 	}
 	if len(errs) > 0 {
 		return Rollout{}, errs
@@ -338,6 +350,12 @@ func decodeFleet(root *yaml.Node) (*Fleet, error) {
 			}
 		}
 		f.checkVars(field, rule, report)
+		for k, w := range rule.Windows {
+			wf := fmt.Sprintf("%s.windows[%d]", field, k)
+			for _, p := range w.Problems() {
+				report(f.line(wf+"."+p.Field), wf+"."+p.Field, p.Msg)
+			}
+		}
 	}
 	if ro := f.Spec.Rollout; ro != nil {
 		var re RolloutError
@@ -432,6 +450,24 @@ func (f *Fleet) Target(h Host) (Target, error) {
 	}
 	return Target{}, noRuleError{&FieldError{Origin: f.Origin, Line: f.line("spec.hosts"), ID: NewID(FleetKind, f.Name), Field: "spec.hosts",
 		Msg: fmt.Sprintf("%v: host %q%s; add a rule that matches it, or a last rule with match: {}", ErrNoRule, h.Name, labelText(h.Labels))}}
+}
+
+// WindowsFor are the deploy windows of host h: those of the rule that
+// gives it its paths, else the rollout's when the host is in a fleet
+// (inFleet: a rollout gates nothing without a coordinator). Which:
+// "spec.hosts[i].windows" or "spec.rollout.windows", for messages.
+func (f *Fleet) WindowsFor(h Host, inFleet bool) (ws Windows, which string) {
+	t, err := f.Target(hostOrThis(h))
+	if err != nil {
+		return nil, ""
+	}
+	if ws := f.Spec.Hosts[t.Rule].Windows; len(ws) > 0 {
+		return ws, f.ruleFor[t.Rule] + ".windows"
+	}
+	if ro := f.Spec.Rollout; inFleet && ro != nil && len(ro.Windows) > 0 {
+		return ro.Windows, "spec.rollout.windows"
+	}
+	return nil, ""
 }
 
 // noRuleError is the FieldError of a host no rule matches; it is ErrNoRule.

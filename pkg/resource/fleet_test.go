@@ -2,6 +2,7 @@ package resource_test
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -245,7 +246,7 @@ func TestRolloutSettle(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tt.want {
+			if err != nil || !reflect.DeepEqual(got, tt.want) {
 				t.Fatalf("Settle() = %+v, %v; want %+v", got, err, tt.want)
 			}
 		})
