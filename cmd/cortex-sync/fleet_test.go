@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,7 +215,7 @@ func TestFleetRolloutResumeNothingToResume(t *testing.T) {
 	// A spec of a newer cortex-sync: this one cannot tell what resume would do.
 	etcdPut(t, cl.Endpoints(), "rollout/main@sha1:"+strings.Repeat("d", 40)+"/spec", `{"schema":9,"revision":"main@sha1:`+strings.Repeat("d", 40)+`","rollout":{}}`)
 	code, out, errs = runCLI(t, append([]string{"fleet", "rollout", "resume", "--revision", "main@sha1:" + strings.Repeat("d", 40)}, etcd...)...)
-	if code == 0 || out != "" || !strings.Contains(errs, "written by a newer cortex-sync (schema 9; this one reads up to 1)") {
+	if code == 0 || out != "" || !strings.Contains(errs, "written by a newer cortex-sync (schema 9; this one reads up to "+strconv.Itoa(fleet.Schema)+")") {
 		t.Fatalf("resume of a rollout of a newer schema: exit %d\n%s%s", code, out, errs)
 	}
 }

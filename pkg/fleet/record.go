@@ -26,7 +26,9 @@ import (
 // written before it existed, in the shape of schema 1); it ignores a
 // record of a newer schema by name, so an older host shares its fleet
 // with newer ones during an upgrade without misreading their records.
-const Schema = 1
+// Schema 2 added deploy windows: a rollout's windows, a host's
+// windowOpens.
+const Schema = 2
 
 // maxRecordBytes bounds a record read from etcd: the largest a host
 // writes (its status) is a few KiB.
