@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/cortex-sync/cortex-sync/internal/suggest"
 )
 
 // strict checks a YAML node against the Go type it will decode into,
@@ -149,13 +151,7 @@ func describe(n *yaml.Node) string {
 // ` (did you mean "branch"?)`, or returns "" when none is close. Case is
 // ignored; ties go to the first in sorted order, so the hint is stable.
 func DidYouMean(name string, known []string) string {
-	sorted := slices.Sorted(slices.Values(known))
-	best, bestD := "", 3
-	for _, k := range sorted {
-		if d := distance(strings.ToLower(name), strings.ToLower(k)); d < bestD {
-			best, bestD = k, d
-		}
-	}
+	best := suggest.Closest(name, known, true)
 	if best == "" {
 		return ""
 	}
@@ -169,27 +165,6 @@ func unknownField(name string, fields map[string]reflect.Type) string {
 		return "unknown field" + hint
 	}
 	return "unknown field (known fields: " + strings.Join(known, ", ") + ")"
-}
-
-// distance is the Levenshtein edit distance.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // yamlMessage strips yaml.v3's prefixes from an error, keeping its substance.

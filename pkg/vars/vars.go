@@ -10,6 +10,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+
+	suggester "github.com/cortex-sync/cortex-sync/internal/suggest"
 )
 
 // Value is one variable's value and where it came from.
@@ -307,38 +309,9 @@ func clip(s string) string {
 
 // suggest names a defined variable close to name, for a typo.
 func suggest(name string, s *Set) string {
-	best, bestD := "", 3
-	for _, n := range s.Names() {
-		if d := distance(name, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
+	best := suggester.Closest(name, s.Names(), false)
 	if best == "" {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean ${%s}?)", best)
-}
-
-// distance is the Levenshtein distance, bounded to short names.
-func distance(a, b string) int {
-	if len(a) > 64 || len(b) > 64 {
-		return 99
-	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
