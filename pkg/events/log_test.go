@@ -159,12 +159,8 @@ func TestLogDropsWhenFullAndCounts(t *testing.T) {
 	var mu sync.Mutex
 	dropped := 0
 	l := openLog(t, dir, events.LogOptions{Queue: 1, Dropped: func() { mu.Lock(); dropped++; mu.Unlock() }})
-	start := time.Now()
 	const n = 20_000
-	emitAll(l, 0, n) // far faster than the writer: the queue of 1 fills
-	if took := time.Since(start); took > 5*time.Second {
-		t.Errorf("emitting %d events took %v: Emit waited for the writer", n, took)
-	}
+	emitAll(l, 0, n) // far faster than the writer: the queue of 1 fills (an Emit that waited for the writer would drop none)
 	l.Close()
 	got := len(readAll(t, dir, time.Time{}))
 	mu.Lock()
