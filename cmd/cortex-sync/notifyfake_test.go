@@ -62,7 +62,10 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 			opts = append(opts, rest[i])
 		}
 	}
-	state := filepath.Join(ts.Getenv("WORK"), name+".json")
+	// Read once, here: the fake's handlers run on the server's goroutines,
+	// and the script's env is the script goroutine's (env lines write it).
+	work := ts.Getenv("WORK")
+	state := filepath.Join(work, name+".json")
 	var mu sync.Mutex // one writer; each snapshot taken under it, so the last is the newest
 	write := func(snapshot func() map[string]any) {
 		mu.Lock()
@@ -105,8 +108,8 @@ func cmdNotifyFake(ts *testscript.TestScript, neg bool, args []string) {
 					sigs = append(append(sigs, r.Signature...), '\n')
 				}
 				mu.Lock()
-				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".bodies"), bodies, 0o600)
-				os.WriteFile(filepath.Join(ts.Getenv("WORK"), name+".sigs"), sigs, 0o600)
+				os.WriteFile(filepath.Join(work, name+".bodies"), bodies, 0o600)
+				os.WriteFile(filepath.Join(work, name+".sigs"), sigs, 0o600)
 				mu.Unlock()
 			}
 			write(func() map[string]any {
