@@ -40,20 +40,10 @@ func TestMain(m *testing.M) {
 // and waits for it to be ready.
 func startAgent(tb testing.TB, repo, root, stateDir string) *agent.Agent {
 	tb.Helper()
-	a := agent.New(agent.Options{
-		Engine:   reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
-		Source:   &source.Dir{Dir: repo, Path: "."},
-		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true,
+	a := runOptions(tb, agent.Options{
+		Engine:         reconcile.Config{Root: root, StateDir: stateDir, Concurrency: 2, LockTimeout: 10 * time.Second},
+		Source:         &source.Dir{Dir: repo, Path: "."},
 		FightThreshold: 1 << 30, // a benchmark edits on purpose, again and again
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	tb.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			tb.Error(err)
-		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
 		if ok, _ := a.Ready(); ok {

@@ -29,15 +29,22 @@ import (
 func runAgent(t *testing.T, repo string, opts agent.Options) *agent.Agent {
 	t.Helper()
 	opts.Source = &source.Dir{Dir: repo, Path: "."}
+	return runOptions(t, opts)
+}
+
+// runOptions runs an agent on opts's source until the test ends, polling
+// and scanning hourly (what it does comes from watches and the test).
+func runOptions(tb testing.TB, opts agent.Options) *agent.Agent {
+	tb.Helper()
 	opts.Interval, opts.DriftInterval, opts.SelfHeal = time.Hour, time.Hour, true
 	a := agent.New(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
-			t.Error(err)
+			tb.Error(err)
 		}
 	})
 	return a

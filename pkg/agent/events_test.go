@@ -128,18 +128,7 @@ func TestEventsOfARevisionRefusedThenApplied(t *testing.T) {
 func runGitAgent(t *testing.T, url string, opts agent.Options) *agent.Agent {
 	t.Helper()
 	opts.Source = gitSource(url, opts.Engine.StateDir)
-	opts.Interval, opts.DriftInterval, opts.SelfHeal = time.Hour, time.Hour, true
-	a := agent.New(opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return a
+	return runOptions(t, opts)
 }
 
 // TestEventsOfDriftAndAFight: a hand edit corrected is told, on the sink

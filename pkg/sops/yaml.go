@@ -284,36 +284,21 @@ func emitYAML(branches []branch) ([]byte, error) {
 
 func joinComments(cs []string) string { return "#" + strings.Join(cs, "\n#") }
 
-func addHead(n *yaml.Node, cs []string) {
-	if len(cs) == 0 {
-		return
-	}
-	if n.HeadComment != "" {
-		n.HeadComment = joinComments(cs) + "\n" + n.HeadComment
-	} else {
-		n.HeadComment = joinComments(cs)
-	}
-}
+func addHead(n *yaml.Node, cs []string) { addComment(&n.HeadComment, cs, true) }
+func addFoot(n *yaml.Node, cs []string) { addComment(&n.FootComment, cs, false) }
+func addLine(n *yaml.Node, cs []string) { addComment(&n.LineComment, cs, false) }
 
-func addFoot(n *yaml.Node, cs []string) {
-	if len(cs) == 0 {
-		return
-	}
-	if n.FootComment != "" {
-		n.FootComment += "\n" + joinComments(cs)
-	} else {
-		n.FootComment = joinComments(cs)
-	}
-}
-
-func addLine(n *yaml.Node, cs []string) {
-	if len(cs) == 0 {
-		return
-	}
-	if n.LineComment != "" {
-		n.LineComment += "\n" + joinComments(cs)
-	} else {
-		n.LineComment = joinComments(cs)
+// addComment puts the comments cs before (or after) what a node's comment
+// field holds.
+func addComment(field *string, cs []string, before bool) {
+	switch {
+	case len(cs) == 0:
+	case *field == "":
+		*field = joinComments(cs)
+	case before:
+		*field = joinComments(cs) + "\n" + *field
+	default:
+		*field += "\n" + joinComments(cs)
 	}
 }
 
