@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-		"reflect"
+	"reflect"
 	"slices"
 	"sync"
 	"time"

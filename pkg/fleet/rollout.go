@@ -126,7 +126,7 @@ type rolloutView struct {
 	spec       *specDoc
 	specKV     *kvPair // where spec was read
 	control    *controlDoc
-	controlRev int64 // mod revision of the control key: earlier failures are forgiven by a resume
+	controlRev int64                 // mod revision of the control key: earlier failures are forgiven by a resume
 	good       map[string]verdictDoc // the good hosts, when read (fleet status); admission reads goodN
 	goodN      int                   // how many hosts are good on it
 	bad        map[string]verdictDoc
@@ -412,7 +412,6 @@ func listOr(hosts []string) string {
 	}
 	return strings.Join(hosts, ", ")
 }
-
 
 // readRollout reads all of a revision's rollout at one revision: its
 // records (good hosts listed), the slots with their holders, the live
