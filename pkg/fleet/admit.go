@@ -178,8 +178,8 @@ func (m *Member) admitOnce(ctx context.Context, r Revision) (Decision, bool, err
 		return Decision{Go: true}, false, nil
 	}
 	if pos >= len(free) {
-		if d.Go {
-			d = Decision{Why: fmt.Sprintf("waiting for a slot: %d hosts queued before this one", pos), Wait: WaitSlot}
+		if d.Go { // slots are free, for the hosts queued before it
+			d = Decision{Why: fmt.Sprintf("waiting for a slot: queued behind %s", pred), Wait: WaitSlot}
 		}
 		d.RetryAfter = watchedRetry()
 		t := watchTarget{keys: []watchKey{control, {key: m.key("queue", pred)}}, from: v.rev + 1}
