@@ -74,7 +74,7 @@ func slowRollout(t *testing.T, delay time.Duration, n int) {
 		}
 	})
 	logs := &lineLog{}
-	ms := joinAll(t, etcdtest.URLs(ps), name, n, slog.New(logs))
+	ms := joinAll(t, etcdtest.URLs(ps), name, 0, n, slog.New(logs))
 	waitPresent(t, ms, 60*time.Second)
 
 	// Conditions, sampled while the rollout goes on.
@@ -150,9 +150,9 @@ func rawClient(t testing.TB, endpoints []string) *clientv3.Client {
 	return c
 }
 
-// joinAll joins n hosts, each on its own client as agents are, with an
-// agent's defaults; they leave when the test ends.
-func joinAll(t testing.TB, endpoints []string, name string, n int, log *slog.Logger) []*fleet.Member {
+// joinAll joins n hosts (h<from>, h<from+1>, …), each on its own client
+// as agents are, with an agent's defaults; they leave when the test ends.
+func joinAll(t testing.TB, endpoints []string, name string, from, n int, log *slog.Logger) []*fleet.Member {
 	t.Helper()
 	ms := make([]*fleet.Member, n)
 	for i := range n {
@@ -160,7 +160,7 @@ func joinAll(t testing.TB, endpoints []string, name string, n int, log *slog.Log
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := fleet.Join(c, fleet.MemberConfig{Host: resource.Host{Name: fmt.Sprintf("h%03d", i)}})
+		m, err := fleet.Join(c, fleet.MemberConfig{Host: resource.Host{Name: fmt.Sprintf("h%03d", from+i)}})
 		if err != nil {
 			t.Fatal(err)
 		}
