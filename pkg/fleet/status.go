@@ -360,7 +360,7 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 		var v *rolloutView
 		err := c.call(ctx, func(ctx context.Context) error {
 			var err error
-			v, err = c.readRollout(ctx, rev, false)
+			v, err = c.readRollout(ctx, rev)
 			return err
 		})
 		if err != nil {
