@@ -25,33 +25,30 @@ import (
 // TestSlowEtcd: an etcd that answers slowly (every byte between the hosts
 // and the members delayed each way, so every request takes twice that or
 // more) slows a rollout down; it is not an outage. Hosts with an agent's
-// defaults (3 s request timeout, 10 s presence lease) roll a revision out
-// through the delaying proxies: every host ends good, no presence key is
-// deleted meanwhile (no lease expired), and no host ever says the
-// coordinator is unreachable (not in an error, not in its Condition, not
-// in its log).
+// defaults (3 s request timeout, presence and slot leases) roll a
+// revision out through the delaying proxies: every host ends good, no
+// presence key is deleted and no host loses its presence lease meanwhile
+// (no lease expired), and no host ever says the coordinator is
+// unreachable (not in an error, not in its Condition, not in its log).
 func TestSlowEtcd(t *testing.T) {
 	for _, tc := range []struct {
-		delay time.Duration
-		hosts int
-		skip  string
+		delay    time.Duration
+		hosts    int
+		wantSlow bool // hosts must say etcd is slow (Slow)
 	}{
 		{delay: 300 * time.Millisecond, hosts: 20},
 		// A request then takes 2 s, a presence lease's grant and put 4 s:
-		// past the 3 s one call of the current code may take, so no host
-		// is ever present. Slow-is-not-down (issue 34) must pass it.
-		{delay: time.Second, hosts: 10, skip: "a 1 s delay each way is \"unreachable\" to the current code (one 3 s deadline over a presence's grant and put): until slow-is-not-down lands (issue 34)"},
+		// past the 3 s a call first has, so the hosts must wait longer on
+		// a connection that is up, and say etcd is slow, not unreachable.
+		{delay: time.Second, hosts: 10, wantSlow: true},
 	} {
 		t.Run(tc.delay.String(), func(t *testing.T) {
-			if tc.skip != "" {
-				t.Skip(tc.skip)
-			}
-			slowRollout(t, tc.delay, tc.hosts)
+			slowRollout(t, tc.delay, tc.hosts, tc.wantSlow)
 		})
 	}
 }
 
-func slowRollout(t *testing.T, delay time.Duration, n int) {
+func slowRollout(t *testing.T, delay time.Duration, n int, wantSlow bool) {
 	cl := etcdtest.Shared(t)
 	ps := cl.ProxyAll(t)
 	for _, p := range ps {
@@ -80,12 +77,20 @@ func slowRollout(t *testing.T, delay time.Duration, n int) {
 	// Conditions, sampled while the rollout goes on.
 	sctx, stopSampling := context.WithCancel(context.Background())
 	var conds []string
+	slow := map[string]bool{} // hosts that said etcd is slow
+	var absent []string       // hosts seen without their presence lease
 	var swg sync.WaitGroup
 	swg.Go(func() {
 		for sctx.Err() == nil {
 			for _, m := range ms {
 				if c := m.Condition(); c != "" {
 					conds = append(conds, m.Host()+": "+c)
+				}
+				if m.Slow() != "" {
+					slow[m.Host()] = true
+				}
+				if !m.Present() {
+					absent = append(absent, m.Host())
 				}
 			}
 			sleepCtx(sctx, 100*time.Millisecond)
@@ -104,7 +109,8 @@ func slowRollout(t *testing.T, delay time.Duration, n int) {
 	wwg.Wait()
 	close(deletes)
 
-	t.Logf("%d hosts through a %s delay each way: rollout in %.1fs, peak %d of 5 in transition, %d asks", n, delay, took.Seconds(), r.peak, r.asks)
+	t.Logf("%d hosts through a %s delay each way: rollout in %.1fs, peak %d of 5 in transition, %d asks; %d hosts said etcd is slow",
+		n, delay, took.Seconds(), r.peak, r.asks, len(slow))
 	if r.good != n {
 		t.Errorf("%d of %d hosts good after %s: the rollout did not complete", r.good, n, took.Round(time.Millisecond))
 	}
@@ -117,6 +123,9 @@ func slowRollout(t *testing.T, delay time.Duration, n int) {
 	}
 	if len(lost) > 0 {
 		t.Errorf("%d presence keys deleted during the rollout (leases expired): %s", len(lost), strings.Join(first(lost, 5), ", "))
+	}
+	if len(absent) > 0 {
+		t.Errorf("%d samples of a host without its presence lease during the rollout: %s", len(absent), strings.Join(first(absent, 5), ", "))
 	}
 	var unreachable []string
 	for _, err := range r.errs {
@@ -132,6 +141,9 @@ func slowRollout(t *testing.T, delay time.Duration, n int) {
 	}
 	if l := logs.matching("unreachable"); len(l) > 0 {
 		t.Errorf("%d log lines say unreachable; first: %s", len(l), l[0])
+	}
+	if wantSlow && len(slow) == 0 {
+		t.Errorf("no host said etcd is slow (Slow), though every request took %s or more", 2*delay)
 	}
 }
 
