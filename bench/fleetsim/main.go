@@ -53,6 +53,7 @@ func main() {
 type options struct {
 	endpoints   []string
 	metricsURLs []string
+	proxyURLs   []string
 	fleet       string
 	hosts       int
 	maxUnavail  resource.IntOrPercent
@@ -70,6 +71,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	eps := fs.String("endpoints", "", "etcd client URLs (members or gRPC proxies), comma-separated")
 	murls := fs.String("metrics-urls", "", "the members' URLs whose /metrics to read (default: -endpoints; give them when the endpoints are proxies)")
+	purls := fs.String("proxy-metrics-urls", "", "gRPC proxies' metrics URLs (their --metrics-addr), to report their RAM and CPU too")
 	fs.StringVar(&o.fleet, "fleet", "fleetsim", "the fleet's name (its keys are below /cortex-sync/NAME/)")
 	fs.IntVar(&o.hosts, "hosts", 100, "simulated hosts")
 	mu := fs.String("max-unavailable", "10%", "the rollout's maxUnavailable: a count or a percentage")
@@ -93,6 +95,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	if len(o.metricsURLs) == 0 {
 		o.metricsURLs = o.endpoints
 	}
+	o.proxyURLs = split(*purls)
 	if o.hosts < 1 {
 		return o, fmt.Errorf("-hosts %d: simulate 1 host or more", o.hosts)
 	}
@@ -159,7 +162,7 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	s.printf("fleetsim: %d hosts in fleet %q, maxUnavailable %s (%d slots, %d waves), minReady %s, apply %s; endpoints %s; metrics from %s",
 		o.hosts, o.fleet, o.maxUnavail, slots, waves, o.minReady, o.apply, strings.Join(o.endpoints, ","), strings.Join(o.metricsURLs, ","))
 
-	before, err := scrapeAll(ctx, o.metricsURLs)
+	before, err := s.scrape(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -175,14 +178,14 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	time.Sleep(2 * fleet.DefaultDebounce) // quiet: no status write on its way
-	idle0, err := scrapeAll(ctx, o.metricsURLs)
+	idle0, err := s.scrape(ctx)
 	if err != nil {
 		return false, err
 	}
 	if !sleep(ctx, o.idle) {
 		return false, ctx.Err()
 	}
-	idle1, err := scrapeAll(ctx, o.metricsURLs)
+	idle1, err := s.scrape(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -195,6 +198,12 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	s.printf("member RAM per connected host: RSS %+.1f KiB, Go heap in use %+.1f KiB (mean of %d members; RSS before %s, after %s)",
 		delta(before, idle1, mRSS)/nm/n/1024, delta(before, idle1, mHeap)/nm/n/1024, len(idle1.members),
 		before.each(mRSS, mib), idle1.each(mRSS, mib))
+	if np := float64(len(idle1.proxies)); np > 0 {
+		pb, pa := before.proxy(), idle1.proxy()
+		s.printf("proxy RAM per connected host: RSS %+.1f KiB, Go heap in use %+.1f KiB (mean of %d proxies; RSS before %s, after %s)",
+			delta(pb, pa, mRSS)/np/n/1024, delta(pb, pa, mHeap)/np/n/1024, len(idle1.proxies),
+			pb.each(mRSS, mib), pa.each(mRSS, mib))
+	}
 
 	all := true
 	for i := range o.rollouts {
@@ -213,6 +222,21 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 		prev = rev.ID
 	}
 	return all, nil
+}
+
+// scrape reads the members' metrics, and the proxies' (in the same
+// scrape, after the members) when -proxy-metrics-urls names them.
+func (s *sim) scrape(ctx context.Context) (scrape, error) {
+	m, err := scrapeAll(ctx, s.o.metricsURLs, true)
+	if err != nil {
+		return m, err
+	}
+	p, err := scrapeAll(ctx, s.o.proxyURLs, false)
+	if err != nil {
+		return m, err
+	}
+	m.proxies = p.members
+	return m, nil
 }
 
 // nonce names a revision no earlier run rolled out.
@@ -326,7 +350,7 @@ func (t *tally) failed(host string, err error) {
 // rollout rolls rev through every host and prints what it cost.
 func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, ideal time.Duration) (bool, error) {
 	o := s.o
-	m0, err := scrapeAll(ctx, o.metricsURLs)
+	m0, err := s.scrape(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -343,7 +367,7 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 	wall := time.Since(t0)
 	cpu := benchstat.CPU(false) - cpu0
 	time.Sleep(2 * fleet.DefaultDebounce) // quiet: no status write on its way
-	m1, err := scrapeAll(ctx, o.metricsURLs)
+	m1, err := s.scrape(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -383,6 +407,9 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 	}
 	s.printf("CPU user+sys: fleetsim %.1fs, etcd members %.1fs (%s), over %.1fs wall; load %s",
 		cpu.Seconds(), delta(m0, m1, mCPU), perMember(m0, m1, mCPU), wall.Seconds(), benchstat.Load())
+	if len(m1.proxies) > 0 {
+		s.printf("CPU user+sys of the gRPC proxies %.1fs (%s)", delta(m0.proxy(), m1.proxy(), mCPU), perMember(m0.proxy(), m1.proxy(), mCPU))
+	}
 	return done, nil
 }
 

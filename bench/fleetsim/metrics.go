@@ -42,13 +42,18 @@ var wanted = []string{mProposals, mEvents, mSentBytes, mLeaseExpired, mKeepAlive
 type scrape struct {
 	at      time.Time
 	members []map[string]float64
+	proxies []map[string]float64 // the gRPC proxies', when asked for
 }
 
-// scrapeAll reads the wanted metrics of each URL's /metrics.
-func scrapeAll(ctx context.Context, urls []string) (scrape, error) {
+// proxy is the scrape of the proxies alone.
+func (s scrape) proxy() scrape { return scrape{at: s.at, members: s.proxies} }
+
+// scrapeAll reads the wanted metrics of each URL's /metrics: etcd
+// members', or (members false) gRPC proxies'.
+func scrapeAll(ctx context.Context, urls []string, members bool) (scrape, error) {
 	s := scrape{at: time.Now(), members: make([]map[string]float64, len(urls))}
 	for i, u := range urls {
-		m, err := scrapeOne(ctx, u)
+		m, err := scrapeOne(ctx, u, members)
 		if err != nil {
 			return s, err
 		}
@@ -57,7 +62,7 @@ func scrapeAll(ctx context.Context, urls []string) (scrape, error) {
 	return s, nil
 }
 
-func scrapeOne(ctx context.Context, base string) (map[string]float64, error) {
+func scrapeOne(ctx context.Context, base string, member bool) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	u := strings.TrimSuffix(base, "/") + "/metrics"
@@ -97,7 +102,7 @@ func scrapeOne(ctx context.Context, base string) (map[string]float64, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", u, err)
 	}
-	if _, ok := out[mProposals]; !ok {
+	if _, ok := out[mProposals]; member && !ok {
 		return nil, fmt.Errorf("%s has no %s: not an etcd member (a gRPC proxy's? give the members' URLs in -metrics-urls)", u, mProposals)
 	}
 	return out, nil
