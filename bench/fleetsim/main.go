@@ -30,6 +30,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"os/signal"
@@ -133,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "fleetsim:", err)
 		return 2
 	}
-	s := &sim{o: o, out: stdout}
+	s := &sim{o: o, out: stdout, log: &logCount{counts: map[string]int{}}}
 	ok, err := s.run(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "fleetsim:", err)
@@ -150,6 +151,40 @@ type sim struct {
 	o     options
 	out   io.Writer
 	hosts []*fleet.Member
+	log   *logCount // what the hosts logged
+}
+
+// logCount is a slog handler that counts the hosts' warnings by message
+// ("fleet slot lease lost; taking it again", "coordinator slow: …").
+type logCount struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (l *logCount) Enabled(_ context.Context, lv slog.Level) bool { return lv >= slog.LevelWarn }
+func (l *logCount) WithAttrs([]slog.Attr) slog.Handler            { return l }
+func (l *logCount) WithGroup(string) slog.Handler                 { return l }
+func (l *logCount) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.counts[r.Message]++
+	l.mu.Unlock()
+	return nil
+}
+
+// take returns the counts so far, "none" for none, and starts again.
+func (l *logCount) take() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for msg, n := range l.counts {
+		out = append(out, fmt.Sprintf("%dx %q", n, msg))
+	}
+	l.counts = map[string]int{}
+	if len(out) == 0 {
+		return "none"
+	}
+	slices.Sort(out)
+	return strings.Join(out, ", ")
 }
 
 func (s *sim) printf(format string, args ...any) { fmt.Fprintf(s.out, format+"\n", args...) }
@@ -192,6 +227,9 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	n := float64(o.hosts)
 	dt := idle1.at.Sub(idle0.at).Seconds()
 	ka := delta(idle0, idle1, mKeepAlives) / dt
+	if w := s.log.take(); w != "none" {
+		s.printf("hosts' warnings while joining and idle: %s", w)
+	}
 	s.printf("idle %.0fs: keep-alives %.0f/s (%.3f/s per host), proposals %.0f, watchers %.1f per host",
 		dt, ka, ka/n, maxDelta(idle0, idle1, mProposals), (idle1.sum(mWatchers)-before.sum(mWatchers))/n)
 	nm := float64(len(idle1.members))
@@ -253,7 +291,7 @@ func (s *sim) join(ctx context.Context, reader *fleet.Client, prev string) error
 	t0, cpu0 := time.Now(), benchstat.CPU(false)
 	s.hosts = make([]*fleet.Member, o.hosts)
 	for i := range o.hosts {
-		c, err := fleet.Dial(fleet.Config{Endpoints: o.endpoints, Fleet: o.fleet})
+		c, err := fleet.Dial(fleet.Config{Endpoints: o.endpoints, Fleet: o.fleet, Log: slog.New(s.log)})
 		if err != nil {
 			return err
 		}
@@ -291,6 +329,7 @@ func (s *sim) join(ctx context.Context, reader *fleet.Client, prev string) error
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
+	s.log.take() // a host may warn while the others connect
 	s.printf("joined: %d hosts present, statuses written, in %.1fs (CPU user+sys %.1fs; load %s)",
 		o.hosts, time.Since(t0).Seconds(), (benchstat.CPU(false) - cpu0).Seconds(), benchstat.Load())
 	return nil
@@ -402,6 +441,7 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 	}
 	s.printf("slot asks per host %.1f; refusals: %s; errors: %d unreachable (on %d hosts), %d other",
 		float64(t.asks)/n, strings.Join(waits, ", "), t.unreachable, len(t.downHosts), t.otherErrs)
+	s.printf("hosts' warnings: %s", s.log.take())
 	if t.firstErr != nil {
 		s.printf("first error: %v", t.firstErr)
 	}
