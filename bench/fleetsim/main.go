@@ -329,7 +329,6 @@ func (s *sim) join(ctx context.Context, reader *fleet.Client, prev string) error
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
-	s.log.take() // a host may warn while the others connect
 	s.printf("joined: %d hosts present, statuses written, in %.1fs (CPU user+sys %.1fs; load %s)",
 		o.hosts, time.Since(t0).Seconds(), (benchstat.CPU(false) - cpu0).Seconds(), benchstat.Load())
 	return nil
