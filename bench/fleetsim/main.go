@@ -15,8 +15,10 @@
 // minReady), waves = ceil(N / slots)); etcd's raft proposals, watch events
 // and bytes sent per host, and lease expiries, from the members' /metrics
 // (the client URLs, or -metrics-urls when the endpoints are gRPC proxies);
-// the peak of slots in use; and CPU user+sys of the simulator and of the
-// members beside wall time and the load. Before the rollouts it measures
+// presence keys deleted (a watch of its own); the peak of slots in use;
+// the hosts' errors and warnings (unreachable, slow, a lease lost); and
+// CPU user+sys of the simulator, of the members (and of the proxies, with
+// -proxy-metrics-urls) beside wall time and the load. Before the rollouts it measures
 // the members' RSS and Go heap before and after the hosts connect, and the
 // keep-alives an idle fleet sends. It exits 1 when a rollout does not
 // complete within -timeout, 2 on bad flags or an etcd it cannot read.
@@ -37,8 +39,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/cortex-sync/cortex-sync/internal/benchstat"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
@@ -277,6 +283,31 @@ func (s *sim) scrape(ctx context.Context) (scrape, error) {
 	return m, nil
 }
 
+// watchPresence counts the presence keys deleted (a host's presence
+// lease expired: every host stays up) until stop, on a watch of its own
+// straight on the members (the key layout of docs/fleet.md).
+func (s *sim) watchPresence(ctx context.Context) (lost *atomic.Int64, stop func(), err error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.o.metricsURLs, Logger: zap.NewNop(), DialTimeout: 10 * time.Second})
+	if err != nil {
+		return nil, nil, fmt.Errorf("watch the presence keys: %w", err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	ch := cli.Watch(clientv3.WithRequireLeader(wctx), "/cortex-sync/"+s.o.fleet+"/presence/", clientv3.WithPrefix(), clientv3.WithFilterPut())
+	lost = &atomic.Int64{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for resp := range ch {
+			lost.Add(int64(len(resp.Events)))
+		}
+	}()
+	return lost, func() {
+		cancel()
+		<-done
+		cli.Close()
+	}, nil
+}
+
 // nonce names a revision no earlier run rolled out.
 func nonce() string {
 	b := make([]byte, 20)
@@ -396,6 +427,10 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 	t := &tally{waits: map[fleet.Wait]int{}, downHosts: map[string]bool{}}
 	rctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
+	lost, stopWatch, err := s.watchPresence(ctx)
+	if err != nil {
+		return false, err
+	}
 	t0 := time.Now()
 	var wg sync.WaitGroup
 	for _, m := range s.hosts {
@@ -404,6 +439,7 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 	wg.Wait()
 	wall := time.Since(t0)
 	cpu := benchstat.CPU(false) - cpu0
+	stopWatch()
 	time.Sleep(2 * fleet.DefaultDebounce) // quiet: no status write on its way
 	m1, err := s.scrape(ctx)
 	if err != nil {
@@ -429,7 +465,7 @@ func (s *sim) rollout(ctx context.Context, rev fleet.Revision, prev string, idea
 		maxDelta(m0, m1, mProposals)/n, maxDelta(m0, m1, mProposals), lead)
 	s.printf("watch events per host %.1f (%.0f), bytes sent per host %.1f KiB (%s in all)",
 		delta(m0, m1, mEvents)/n, delta(m0, m1, mEvents), delta(m0, m1, mSentBytes)/n/1024, mib(delta(m0, m1, mSentBytes)))
-	s.printf("lease expiries %.0f", delta(m0, m1, mLeaseExpired))
+	s.printf("lease expiries %.0f (etcd's count, leases no host held included); presence keys lost %d", delta(m0, m1, mLeaseExpired), lost.Load())
 	waits := make([]string, 0, len(t.waits))
 	for w, c := range t.waits {
 		waits = append(waits, fmt.Sprintf("%s %d", w, c))
