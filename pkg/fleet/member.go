@@ -101,6 +101,7 @@ type Member struct {
 	ignored    []Ignored        // the records the last Admit read and ignored
 	poke       chan struct{}
 	changed    chan struct{} // closed on a change to slots, rollouts or this host's hold
+	fold       chan struct{} // foldSoon asks the folder (gc.go) to fold old rollouts
 }
 
 // Join makes the host present in the fleet and starts writing its status.
@@ -119,13 +120,14 @@ func Join(c *Client, cfg MemberConfig) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Member{
 		Client: c, host: cfg.Host, ttl: cfg.PresenceTTL, debounce: cfg.Debounce, maintenance: cfg.MaintenanceFile,
-		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}),
+		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}), fold: make(chan struct{}, 1),
 		want: HostStatus{Host: cfg.Host.Name, Labels: maps.Clone(cfg.Host.Labels)},
 	}
-	m.wg.Add(3)
+	m.wg.Add(4)
 	go m.presence(ctx)
 	go m.writer(ctx)
 	go m.watch(ctx)
+	go m.folder(ctx)
 	return m, nil
 }
 

@@ -133,6 +133,7 @@ type rolloutView struct {
 	// that it was written by a newer cortex-sync (it is then kept).
 	specIgnored string
 	specNewer   bool
+	folded      bool      // the rollout is over and folded (gc.go): no host takes it
 	ignored     []Ignored // every record ignored, in key order
 }
 
@@ -318,6 +319,9 @@ func (v *rolloutView) decide(me string, r Revision, now time.Time) Decision {
 	if h, ok := v.held[me]; ok {
 		return no(WaitHeld, "held by %s at %s%s: the rollout passes this host by until cortex-sync release", orSomeone(h.By), h.At.Format(time.RFC3339), because(h.Why))
 	}
+	if v.folded {
+		return no(WaitStopped, "rollout of %s is over and folded (%d newer rollouts started since): this host stays on its revision until it fetches a newer one", r.ID, KeepRollouts)
+	}
 	// The host's own: every host reads R's fleet.yaml from Git; a
 	// recorded spec is what observers (fleet status, resume) read, and
 	// one that differs is forged or stale, and ignored (Admit).
@@ -452,6 +456,7 @@ func (c *Client) readRollout(ctx context.Context, rev string, mineOnly bool) (*r
 		clientv3.OpGet(c.key("transit")+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(c.key("presence")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(c.key("hold")+"/", clientv3.WithPrefix()),
+		clientv3.OpGet(c.summaryKey(rev), clientv3.WithCountOnly()), // folded (gc.go)
 	}
 	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -465,6 +470,7 @@ func (c *Client) readRollout(ctx context.Context, rev string, mineOnly bool) (*r
 	c.parseRollout(v, rev, pairs(get(0)))
 	c.parseSlots(v, pairs(get(1), get(3)))
 	v.live = int(get(2).Count)
+	v.folded = get(4).Count > 0
 	return v, nil
 }
 
@@ -475,6 +481,7 @@ func (m *Member) takeSlot(ctx context.Context, v *rolloutView, r Revision, lease
 		clientv3.Compare(clientv3.ModRevision(m.key("rollout", revKey(r.ID))+"/"), "<", after).WithPrefix(),
 		clientv3.Compare(clientv3.ModRevision(m.key("transit")+"/"), "<", after).WithPrefix(),
 		clientv3.Compare(clientv3.ModRevision(m.key("hold", m.host.Name)), "<", after),
+		clientv3.Compare(clientv3.CreateRevision(m.summaryKey(r.ID)), "=", 0), // not folded meanwhile
 	}
 	now := time.Now().UTC()
 	slot, _ := json.Marshal(slotDoc{Schema: Schema, Revision: r.ID, At: now})
@@ -490,6 +497,9 @@ func (m *Member) takeSlot(ctx context.Context, v *rolloutView, r Revision, lease
 	}
 	if resp.Succeeded {
 		m.wrote(s)
+		if v.spec == nil && !v.specNewer {
+			m.foldSoon() // this host started a rollout: it folds what is over (gc.go)
+		}
 	}
 	return resp.Succeeded, nil
 }
