@@ -123,6 +123,33 @@ func TestFoldOldRollouts(t *testing.T) {
 	}
 }
 
+// A host that read a rollout before it was folded, and asks for its slot
+// after, is refused by etcd: the slot's transaction compares the summary
+// key's absence, and no slot of a folded rollout is taken.
+func TestFoldRacesATake(t *testing.T) {
+	t.Parallel() // on the shared cluster, in a fleet of its own
+	cl := etcdtest.Shared(t)
+	ms := hosts(t, cl, 2)
+	c := dial(t, cl.Endpoints())
+	ctx := context.Background()
+	for i := 1; i <= KeepRollouts; i++ {
+		roll(t, ms[:1], revN(i), nil)
+	}
+	r1 := Revision{ID: revN(1), Rollout: rollout("3", 0, 10, 0)}
+	v, err := ms[1].readRollout(ctx, r1.ID, true)
+	if err != nil || v.folded || v.spec == nil {
+		t.Fatalf("r1 before its fold: %+v %v", v, err)
+	}
+	roll(t, ms[:1], revN(KeepRollouts+1), nil)
+	waitFolded(t, c, r1.ID)
+	ms[1].mu.Lock()
+	lease := ms[1].lease
+	ms[1].mu.Unlock()
+	if won, err := ms[1].takeSlot(ctx, v, r1, lease); err != nil || won {
+		t.Fatalf("a slot of a folded rollout taken: %v %v", won, err)
+	}
+}
+
 // A rollout a host holds a slot on, a paused one, and the newest
 // complete one are never folded; aborted, a paused one is.
 func TestFoldKeepsWhatIsNotOver(t *testing.T) {
