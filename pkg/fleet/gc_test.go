@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -234,7 +236,7 @@ func TestFoldBatches(t *testing.T) {
 
 // dialCounting is a client of the test fleet that counts the bytes of
 // etcd's answers.
-func dialCounting(t *testing.T, endpoints []string) (*Client, *atomic.Int64) {
+func dialCounting(t testing.TB, endpoints []string) (*Client, *atomic.Int64) {
 	t.Helper()
 	c := dial(t, endpoints)
 	var n atomic.Int64
@@ -253,7 +255,7 @@ func dialCounting(t *testing.T, endpoints []string) (*Client, *atomic.Int64) {
 }
 
 // wireSize is the size of a gRPC message as sent.
-func wireSize(t *testing.T, msg any) int {
+func wireSize(t testing.TB, msg any) int {
 	b, err := encoding.GetCodecV2("proto").Marshal(msg)
 	if err != nil {
 		t.Error(err)
@@ -313,5 +315,100 @@ func TestFleetStatusReadStaysFlat(t *testing.T) {
 	t.Logf("fleet status read %d bytes after 4 rollouts, %d after 12 (the whole prefix: %d bytes, %d keys)", at4, at12, wireSize(t, (*etcdserverpb.RangeResponse)(whole)), whole.Count)
 	if at12 > at4+at4/10 {
 		t.Fatalf("fleet status read %d bytes after 12 rollouts, %d after 4", at12, at4)
+	}
+}
+
+// BenchmarkFoldAndRead: a fleet of FLEET_GC_HOSTS hosts (default 1,000;
+// their presence, status and verdicts written as the hosts would, not by
+// N clients) through 12 rollouts, each folded as the next starts: what a
+// fold costs, and what fleet status reads after 4 rollouts and after 12,
+// beside the bytes of one rollout's records, which a read of the whole
+// prefix got more with each rollout.
+func BenchmarkFoldAndRead(b *testing.B) {
+	n := 1000
+	if s := os.Getenv("FLEET_GC_HOSTS"); s != "" {
+		n, _ = strconv.Atoi(s)
+	}
+	for b.Loop() {
+		cl := etcdtest.Shared(b)
+		c, bytes := dialCounting(b, cl.Endpoints())
+		c.cfg.Fleet = fmt.Sprintf("%s-%d", c.cfg.Fleet, time.Now().UnixNano())
+		c.prefix = "/cortex-sync/" + c.cfg.Fleet + "/"
+		ctx := context.Background()
+		lease, err := c.cli.Grant(ctx, 600)
+		if err != nil {
+			b.Fatal(err)
+		}
+		put := func(kvs map[string]string, opts ...clientv3.OpOption) {
+			var ops []clientv3.Op
+			flush := func() {
+				if _, err := c.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
+					b.Fatal(err)
+				}
+				ops = ops[:0]
+			}
+			for k, v := range kvs {
+				if ops = append(ops, clientv3.OpPut(k, v, opts...)); len(ops) == 100 {
+					flush()
+				}
+			}
+			if len(ops) > 0 {
+				flush()
+			}
+		}
+		presence, status := map[string]string{}, map[string]string{}
+		host := func(i int) string { return fmt.Sprintf("host-%05d", i) }
+		for i := range n {
+			presence[c.key("presence", host(i))] = `{"host":"` + host(i) + `"}`
+		}
+		put(presence, clientv3.WithLease(lease.ID))
+		var at4 int64
+		var foldTime time.Duration
+		for r := 1; r <= 12; r++ {
+			id := revN(r)
+			spec, _ := json.Marshal(specDoc{Schema: Schema, Revision: id, Rollout: rollout("10%", 0, 1, time.Second), By: host(0), At: time.Now().UTC()})
+			put(map[string]string{c.key("rollout", revKey(id), "spec"): string(spec)})
+			t0 := time.Now()
+			if _, err := c.Fold(ctx, host(0)); err != nil {
+				b.Fatal(err)
+			}
+			foldTime += time.Since(t0)
+			good := map[string]string{}
+			doc, _ := json.Marshal(verdictDoc{Schema: Schema, At: time.Now().UTC()})
+			for i := range n {
+				good[c.key("rollout", revKey(id), "good", host(i))] = string(doc)
+				s, _ := json.Marshal(HostStatus{Schema: Schema, Host: host(i), Revision: id, Head: id, Sync: "Synced", Health: "Healthy", LastGood: id, RolloutPhase: PhaseGood, Time: time.Now().UTC()})
+				status[c.key("status", host(i))] = string(s)
+			}
+			put(good)
+			put(status)
+			if r == 4 || r == 12 {
+				before := bytes.Load()
+				rep, err := c.Read(ctx, "")
+				if err != nil || len(rep.Hosts) != n || !rep.Converged {
+					b.Fatalf("read after %d rollouts: %v", r, err)
+				}
+				if r == 4 {
+					at4 = bytes.Load() - before
+					continue
+				}
+				at12 := bytes.Load() - before
+				whole, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithCountOnly())
+				if err != nil {
+					b.Fatal(err)
+				}
+				one, err := c.cli.Get(ctx, c.key("rollout", revKey(id))+"/", clientv3.WithPrefix())
+				if err != nil {
+					b.Fatal(err)
+				}
+				// What an unbounded read got more per rollout.
+				b.ReportMetric(float64(wireSize(b, (*etcdserverpb.RangeResponse)(one))), "bytes/rollout")
+				b.ReportMetric(float64(at4), "read-bytes@4")
+				b.ReportMetric(float64(at12), "read-bytes@12")
+				b.ReportMetric(float64(whole.Count), "keys@12")
+				b.ReportMetric(foldTime.Seconds()/9, "s/fold")
+			}
+		}
+		c.cli.Revoke(ctx, lease.ID)
 	}
 }
