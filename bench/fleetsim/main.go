@@ -223,6 +223,7 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	idleCPU := benchstat.CPU(false)
 	if !sleep(ctx, o.idle) {
 		return false, ctx.Err()
 	}
@@ -236,8 +237,9 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	if w := s.log.take(); w != "none" {
 		s.printf("hosts' warnings while joining and idle: %s", w)
 	}
-	s.printf("idle %.0fs: keep-alives %.0f/s (%.3f/s per host), proposals %.0f, watchers %.1f per host",
-		dt, ka, ka/n, maxDelta(idle0, idle1, mProposals), (idle1.sum(mWatchers)-before.sum(mWatchers))/n)
+	s.printf("idle %.0fs: keep-alives %.0f/s (%.3f/s per host), proposals %.0f, watchers %.1f per host; CPU user+sys of the members %.2fs (%s), of fleetsim %.2fs",
+		dt, ka, ka/n, maxDelta(idle0, idle1, mProposals), (idle1.sum(mWatchers)-before.sum(mWatchers))/n,
+		delta(idle0, idle1, mCPU), perMember(idle0, idle1, mCPU), (benchstat.CPU(false) - idleCPU).Seconds())
 	nm := float64(len(idle1.members))
 	s.printf("member RAM per connected host: RSS %+.1f KiB, Go heap in use %+.1f KiB (mean of %d members; RSS before %s, after %s)",
 		delta(before, idle1, mRSS)/nm/n/1024, delta(before, idle1, mHeap)/nm/n/1024, len(idle1.members),
@@ -304,6 +306,12 @@ func (s *sim) watchPresence(ctx context.Context) (lost *atomic.Int64, stop func(
 	return lost, func() {
 		cancel()
 		<-done
+		// Every host believes it is present: is its key there?
+		gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer gcancel()
+		if r, err := cli.Get(gctx, "/cortex-sync/"+s.o.fleet+"/presence/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+			s.printf("presence keys in etcd %d of %d hosts", r.Count, s.o.hosts)
+		}
 		cli.Close()
 	}, nil
 }
