@@ -178,8 +178,8 @@ func (m *Member) admitOnce(ctx context.Context, r Revision) (Decision, bool, err
 		return Decision{Go: true}, false, nil
 	}
 	if pos >= len(free) {
-		if d.Go {
-			d = Decision{Why: fmt.Sprintf("waiting for a slot: %d hosts queued before this one", pos), Wait: WaitSlot}
+		if d.Go { // slots are free, for the hosts queued before it
+			d = Decision{Why: fmt.Sprintf("waiting for a slot: queued behind %s", pred), Wait: WaitSlot}
 		}
 		d.RetryAfter = watchedRetry()
 		t := watchTarget{keys: []watchKey{control, {key: m.key("queue", pred)}}, from: v.rev + 1}
@@ -213,6 +213,7 @@ func (c *Client) readAdmit(ctx context.Context, rev, me string) (*rolloutView, e
 		clientv3.OpGet(c.key("slot")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(c.key("transit")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
 		clientv3.OpGet(base+"/canary/", clientv3.WithPrefix(), clientv3.WithKeysOnly()),
+		clientv3.OpGet(c.summaryKey(rev), clientv3.WithCountOnly()), // folded (gc.go)
 	}
 	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -235,6 +236,7 @@ func (c *Client) readAdmit(ctx context.Context, rev, me string) (*rolloutView, e
 	for _, kv := range get(8).Kvs {
 		v.canary[string(kv.Key[len(base+"/canary/"):])] = true
 	}
+	v.folded = get(9).Count > 0
 	return v, nil
 }
 
@@ -341,6 +343,9 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		clientv3.Compare(clientv3.ModRevision(base+"/control"), "<", after),
 		clientv3.Compare(clientv3.ModRevision(base+"/bad/"), "<", after).WithPrefix(),
 		clientv3.Compare(clientv3.ModRevision(m.key("hold", m.host.Name)), "<", after),
+		// Not folded meanwhile: a fold empties the rollout's keys, and a
+		// compare on an emptied prefix passes.
+		clientv3.Compare(clientv3.CreateRevision(m.summaryKey(r.ID)), "=", 0),
 	}
 	now := time.Now().UTC()
 	doc, _ := json.Marshal(slotDoc{Schema: Schema, Host: m.host.Name, Revision: r.ID, At: now})
@@ -352,7 +357,8 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(base+"/canary/"), "<", after).WithPrefix())
 		ops = append(ops, clientv3.OpPut(base+"/canary/"+m.host.Name, "", clientv3.WithLease(lease)))
 	}
-	if v.spec == nil && !v.specNewer { // none yet, or one that does not pass: this host's
+	started := v.spec == nil && !v.specNewer // none yet, or one that does not pass: this host's
+	if started {
 		spec, _ := json.Marshal(specDoc{Schema: Schema, Revision: r.ID, Rollout: r.Rollout, By: m.host.Name, At: now})
 		ops = append(ops, clientv3.OpPut(base+"/spec", string(spec)))
 	}
@@ -376,6 +382,9 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		return false, err
 	}
 	m.wrote(s)
+	if started {
+		m.foldSoon() // this host started a rollout: it folds what is over (gc.go)
+	}
 	m.mu.Lock()
 	m.holding, m.slot, m.queued = r.ID, slot, 0
 	m.quietUntil = time.Now().Add(r.Rollout.MinReady.Std() + 5*time.Second)

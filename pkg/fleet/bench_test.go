@@ -32,7 +32,7 @@ func BenchmarkRollout100(b *testing.B) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			c, err := Dial(Config{Endpoints: eps, Fleet: "test"})
+			c, err := Dial(Config{Endpoints: eps, Fleet: fleetOf(b)})
 			if err != nil {
 				b.Error(err)
 				return

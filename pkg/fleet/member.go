@@ -115,6 +115,7 @@ type Member struct {
 	poke       chan struct{}
 	changed    chan struct{} // closed on a change that may let the waiting host go
 	closed     bool          // changed is closed
+	fold       chan struct{} // foldSoon asks the folder (gc.go) to fold old rollouts
 }
 
 // Join makes the host present in the fleet and starts writing its status.
@@ -136,14 +137,15 @@ func Join(c *Client, cfg MemberConfig) (*Member, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Member{
 		Client: c, host: cfg.Host, ttl: cfg.PresenceTTL, slotTTL: cfg.SlotTTL, debounce: cfg.Debounce, maintenance: cfg.MaintenanceFile,
-		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}), retarget: make(chan struct{}, 1),
+		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}), retarget: make(chan struct{}, 1), fold: make(chan struct{}, 1),
 		want: HostStatus{Host: cfg.Host.Name, Labels: maps.Clone(cfg.Host.Labels)},
 	}
-	m.wg.Add(4)
+	m.wg.Add(5)
 	go m.presence(ctx)
 	go m.slots(ctx)
 	go m.writer(ctx)
 	go m.watch(ctx)
+	go m.folder(ctx)
 	return m, nil
 }
 

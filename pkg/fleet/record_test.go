@@ -122,6 +122,11 @@ func TestNewerSchemaIgnoredByName(t *testing.T) {
 	c := dial(t, cl.Endpoints())
 	ctx := context.Background()
 	rev := Revision{ID: "main@sha1:1", Rollout: rollout("2", 0, 1, 0)}
+	// The hosts' first status is written before the test's own, not over it.
+	waitFor(t, 5*time.Second, "the hosts' first status", func() bool {
+		r := read(t, c, "")
+		return row(r, "h01") != nil && !row(r, "h01").Time.IsZero() && row(r, "h02") != nil && !row(r, "h02").Time.IsZero()
+	})
 	newer := `{"schema":4,"revision":"main@sha1:1","rollout":{"maxUnavailable":"3"},"window":"sat"}`
 	specKey := "rollout/" + revKey(rev.ID) + "/spec"
 	put(t, c, newer, specKey)

@@ -142,6 +142,7 @@ type rolloutView struct {
 	// that it was written by a newer cortex-sync (it is then kept).
 	specIgnored string
 	specNewer   bool
+	folded      bool      // the rollout is over and folded (gc.go): no host takes it
 	ignored     []Ignored // every record ignored, in key order
 }
 
@@ -360,6 +361,9 @@ func (v *rolloutView) decide(me string, r Revision) Decision {
 	if h, ok := v.held[me]; ok {
 		return no(WaitHeld, "held by %s at %s%s: the rollout passes this host by until cortex-sync release", orSomeone(h.By), h.At.Format(time.RFC3339), because(h.Why))
 	}
+	if v.folded {
+		return no(WaitStopped, "rollout of %s is over and folded (%d newer rollouts started since): this host stays on its revision until it fetches a newer one", r.ID, KeepRollouts)
+	}
 	// The host's own: every host reads R's fleet.yaml from Git; a
 	// recorded spec is what observers (fleet status, resume) read, and
 	// one that differs is forged or stale, and ignored (Admit).
@@ -424,6 +428,7 @@ func (c *Client) readRollout(ctx context.Context, rev string) (*rolloutView, err
 		clientv3.OpGet(c.key("transit")+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(c.key("hold")+"/", clientv3.WithPrefix()),
 		clientv3.OpGet(c.key("presence")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(c.summaryKey(rev), clientv3.WithCountOnly()), // folded (gc.go)
 	}
 	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
@@ -437,5 +442,6 @@ func (c *Client) readRollout(ctx context.Context, rev string) (*rolloutView, err
 	c.parseRollout(v, rev, pairs(get(0)))
 	c.parseSlots(v, pairs(get(1), get(2), get(3)))
 	v.live = int(get(4).Count)
+	v.folded = get(5).Count > 0
 	return v, nil
 }
