@@ -68,6 +68,7 @@ type options struct {
 	apply       time.Duration
 	timeout     time.Duration
 	joinTimeout time.Duration
+	joinRate    float64
 	idle        time.Duration
 	rollouts    int
 }
@@ -86,6 +87,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.apply, "apply", 500*time.Millisecond, "how long a host takes to apply a revision")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Minute, "a rollout not complete after this fails the run")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", 2*time.Minute, "how long the hosts may take to be present with their status written")
+	fs.Float64Var(&o.joinRate, "join-rate", 0, "hosts joining a second (0: all at once, as after a fleet-wide restart)")
 	fs.DurationVar(&o.idle, "idle", 10*time.Second, "how long to count an idle fleet's keep-alives before rolling out")
 	fs.IntVar(&o.rollouts, "rollouts", 1, "revisions to roll out, one after the other")
 	if err := fs.Parse(args); err != nil {
@@ -112,6 +114,9 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	var err error
 	if o.maxUnavail, err = resource.ParseIntOrPercent(*mu); err != nil {
 		return o, fmt.Errorf("-max-unavailable: %w", err)
+	}
+	if o.joinRate < 0 {
+		return o, fmt.Errorf("-join-rate %g: must not be negative", o.joinRate)
 	}
 	for name, d := range map[string]time.Duration{"-min-ready": o.minReady, "-apply": o.apply, "-idle": o.idle} {
 		if d < 0 {
@@ -223,6 +228,7 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	idleCPU := benchstat.CPU(false)
 	if !sleep(ctx, o.idle) {
 		return false, ctx.Err()
 	}
@@ -236,8 +242,9 @@ func (s *sim) run(ctx context.Context) (bool, error) {
 	if w := s.log.take(); w != "none" {
 		s.printf("hosts' warnings while joining and idle: %s", w)
 	}
-	s.printf("idle %.0fs: keep-alives %.0f/s (%.3f/s per host), proposals %.0f, watchers %.1f per host",
-		dt, ka, ka/n, maxDelta(idle0, idle1, mProposals), (idle1.sum(mWatchers)-before.sum(mWatchers))/n)
+	s.printf("idle %.0fs: keep-alives %.0f/s (%.3f/s per host), proposals %.0f, watchers %.1f per host; CPU user+sys of the members %.2fs (%s), of fleetsim %.2fs",
+		dt, ka, ka/n, maxDelta(idle0, idle1, mProposals), (idle1.sum(mWatchers)-before.sum(mWatchers))/n,
+		delta(idle0, idle1, mCPU), perMember(idle0, idle1, mCPU), (benchstat.CPU(false) - idleCPU).Seconds())
 	nm := float64(len(idle1.members))
 	s.printf("member RAM per connected host: RSS %+.1f KiB, Go heap in use %+.1f KiB (mean of %d members; RSS before %s, after %s)",
 		delta(before, idle1, mRSS)/nm/n/1024, delta(before, idle1, mHeap)/nm/n/1024, len(idle1.members),
@@ -304,6 +311,12 @@ func (s *sim) watchPresence(ctx context.Context) (lost *atomic.Int64, stop func(
 	return lost, func() {
 		cancel()
 		<-done
+		// Every host believes it is present: is its key there?
+		gctx, gcancel := context.WithTimeout(ctx, 30*time.Second)
+		defer gcancel()
+		if r, err := cli.Get(gctx, "/cortex-sync/"+s.o.fleet+"/presence/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err == nil {
+			s.printf("presence keys in etcd %d of %d hosts", r.Count, s.o.hosts)
+		}
 		cli.Close()
 	}, nil
 }
@@ -333,6 +346,9 @@ func (s *sim) join(ctx context.Context, reader *fleet.Client, prev string) error
 		}
 		s.hosts[i] = m
 		m.SetStatus(fleet.HostStatus{Revision: prev, Head: prev, Sync: "Synced", Health: "Healthy", LastGood: prev})
+		if o.joinRate > 0 && !sleep(ctx, time.Duration(float64(time.Second)/o.joinRate)) {
+			return ctx.Err()
+		}
 	}
 	deadline := time.Now().Add(o.joinTimeout)
 	for {
@@ -344,7 +360,12 @@ func (s *sim) join(ctx context.Context, reader *fleet.Client, prev string) error
 		}
 		written := 0
 		if present == o.hosts {
-			if r, err := reader.Read(ctx, prev); err == nil {
+			// Bounded by the join's deadline: a slow etcd makes a client
+			// wait up to 8 times its request timeout.
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			r, err := reader.Read(rctx, prev)
+			cancel()
+			if err == nil {
 				for _, h := range r.Hosts {
 					if !h.Stale && h.Revision == prev && strings.HasPrefix(h.Host, "sim") {
 						written++
