@@ -39,6 +39,74 @@ type packStore struct {
 	// failed takes the error that stopped the pack from being written (a
 	// full disk), at once; may be nil.
 	failed chan error
+	// installed is the cache's packs opened again once a pack was
+	// installed (stale): what go-git reads after the fetch (its wants) is
+	// there. close releases them.
+	mu        sync.Mutex
+	stale     bool
+	installed *packSet
+}
+
+// objects is what go-git's fetch reads objects through: the packs, read
+// in place, never go-git's own pack index.
+func (s *packStore) objects() *packStorer {
+	return &packStorer{EncodedObjectStorer: s.Storage, current: s.readPacks}
+}
+
+// readPacks is the packs reads go to: those installed by the fetch, else
+// those before it.
+func (s *packStore) readPacks() *packSet {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stale {
+		if packs, err := openPacks(s.dir); err == nil {
+			s.installed.release()
+			s.installed, s.stale = packs, false
+		}
+	}
+	switch {
+	case s.installed != nil:
+		return s.installed
+	case s.packs != nil:
+		return s.packs
+	}
+	return &packSet{dir: s.dir}
+}
+
+func (s *packStore) EncodedObject(typ plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	return s.objects().EncodedObject(typ, h)
+}
+
+func (s *packStore) HasEncodedObject(h plumbing.Hash) error {
+	return s.objects().HasEncodedObject(h)
+}
+
+func (s *packStore) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	return s.objects().EncodedObjectSize(h)
+}
+
+// installedPack says a pack was installed: reads open the packs again.
+func (s *packStore) installedPack() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stale = true
+}
+
+// adopt makes packs, opened after a fetch, where the next fetch's thin
+// pack finds its bases and what reads go through.
+func (s *packStore) adopt(packs *packSet) {
+	s.close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.packs = packs
+}
+
+// close releases the packs opened after an install.
+func (s *packStore) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.installed.release()
+	s.installed, s.stale = nil, false
 }
 
 // PackfileWriter implements storer.PackfileWriter: go-git's fetch copies the
@@ -54,8 +122,8 @@ func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	w := &packWriter{dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1), failed: s.failed}
-	w.ix.storage, w.ix.old, w.ix.scratch = s.Storage, s.packs, s.dir.Scratch
+	w := &packWriter{store: s, dir: dir, f: f, tmp: tmp, pw: pw, sum: newTrailerHash(), done: make(chan error, 1), failed: s.failed}
+	w.ix.dir, w.ix.old, w.ix.scratch = s.dir, s.packs, s.dir.Scratch
 	go func() {
 		err := w.ix.index(pr, f, w.sum)
 		pr.CloseWithError(err) // a failed parse must not leave Write blocked
@@ -67,14 +135,15 @@ func (s *packStore) PackfileWriter() (io.WriteCloser, error) {
 // packWriter writes the pack to a temporary file and feeds the indexer the
 // same bytes; Close installs pack and index under their checksum's name.
 type packWriter struct {
-	dir  *hostfs.Dir // objects/pack
-	f    *os.File
-	tmp  string // f's name
-	pw   *io.PipeWriter
-	sum  *trailerHash
-	n    int64
-	ix   packIndexer
-	done chan error
+	store *packStore
+	dir   *hostfs.Dir // objects/pack
+	f     *os.File
+	tmp   string // f's name
+	pw    *io.PipeWriter
+	sum   *trailerHash
+	n     int64
+	ix    packIndexer
+	done  chan error
 	// err stopped the writing; what comes after it is read and dropped,
 	// so that go-git's fetch runs to its end instead of waiting on a server
 	// that cannot finish sending. failed is told of it at once.
@@ -111,6 +180,9 @@ func (w *packWriter) Close() error {
 	}
 	if err == nil && w.n > 0 {
 		err = w.install()
+		if err == nil {
+			w.store.installedPack()
+		}
 	}
 	if errors.Is(err, errEmptyPack) {
 		err = nil // go-git reports an empty pack itself
@@ -221,10 +293,10 @@ type packIndexer struct {
 	checksum plumbing.Hash
 	trailer  int64 // where the checksum is
 
-	// Where a thin pack's bases are: the cache's packs, else go-git's
-	// storage (loose objects).
+	// Where a thin pack's bases are: the cache's packs, else its loose
+	// objects.
 	old     *packSet
-	storage *filesystem.Storage
+	dir     state.Dir
 	scratch func() (*os.File, error)
 }
 
@@ -411,15 +483,11 @@ func readAllSized(r io.Reader, size int64) ([]byte, error) {
 }
 
 // extBase is an object a thin pack's deltas are based on, read from the
-// cache: as content, and, when a pack of the cache holds it whole, where
-// (its bytes are then copied as they are).
+// cache.
 type extBase struct {
 	typ  plumbing.ObjectType
 	hash plumbing.Hash
 	c    content
-	raw  *packFile
-	from int64
-	to   int64
 }
 
 // crcOf is the CRC of [from, to) of f.
@@ -545,36 +613,26 @@ func (ix *packIndexer) content(f *os.File, r *objReader, o *packObj) (content, e
 // when the cache does not hold it.
 func (ix *packIndexer) extBase(h plumbing.Hash) (extBase, bool, error) {
 	if ix.old != nil {
-		if p, off, end, ok := ix.old.locate(h); ok {
-			hd, err := ix.old.header(p, off, end)
+		p, off, err := ix.old.locate(h)
+		switch {
+		case err == nil:
+			typ, c, err := ix.old.base(p, off, 0)
 			if err != nil {
 				return extBase{}, false, ix.old.damaged(h, p, err)
 			}
-			typ, c, err := ix.old.base(p, off, end, 0)
-			if err != nil {
-				return extBase{}, false, ix.old.damaged(h, p, err)
-			}
-			b := extBase{typ: typ, hash: h, c: c}
-			if !hd.typ.IsDelta() {
-				b.raw, b.from, b.to = p, off, end
-			}
-			return b, true, nil
+			return extBase{typ: typ, hash: h, c: c}, true, nil
+		case !errors.Is(err, errNotPacked):
+			return extBase{}, false, err
 		}
 	}
-	obj, err := ix.storage.EncodedObject(plumbing.AnyObject, h)
-	if err != nil {
+	typ, data, err := readLoose(ix.dir, h)
+	if errors.Is(err, plumbing.ErrObjectNotFound) {
 		return extBase{}, false, nil
 	}
-	rc, err := obj.Reader()
-	if err != nil {
-		return extBase{}, false, err
-	}
-	defer rc.Close()
-	c, err := materialise(rc, obj.Size(), ix.scratch)
 	if err != nil {
 		return extBase{}, false, fmt.Errorf("thin pack base %s: %w", h, err)
 	}
-	return extBase{typ: obj.Type(), hash: h, c: c}, true, nil
+	return extBase{typ: typ, hash: h, c: newMem(data, false)}, true, nil
 }
 
 // fixThin appends the bases to the pack, and writes its new object count
@@ -586,28 +644,22 @@ func (ix *packIndexer) fixThin(f *os.File, ext []extBase) error {
 		crc := crc32.NewIEEE()
 		at := io.NewOffsetWriter(f, off)
 		out := io.MultiWriter(at, crc)
-		if b.raw != nil {
-			if _, err := copyBuffered(out, io.NewSectionReader(b.raw.f, b.from, b.to-b.from)); err != nil {
-				return err
-			}
-		} else {
-			var hdr bytes.Buffer
-			writeObjectHeader(&hdr, b.typ, b.c.Size())
-			out.Write(hdr.Bytes())
-			level := zlib.DefaultCompression
-			if b.c.Size() > streamAbove {
-				level = zlib.BestSpeed
-			}
-			zw, err := zlib.NewWriterLevel(out, level)
-			if err != nil {
-				return err
-			}
-			if _, err := copyBuffered(zw, io.NewSectionReader(b.c, 0, b.c.Size())); err != nil {
-				return err
-			}
-			if err := zw.Close(); err != nil {
-				return err
-			}
+		var hdr bytes.Buffer
+		writeObjectHeader(&hdr, b.typ, b.c.Size())
+		out.Write(hdr.Bytes())
+		level := zlib.DefaultCompression
+		if b.c.Size() > streamAbove {
+			level = zlib.BestSpeed
+		}
+		zw, err := zlib.NewWriterLevel(out, level)
+		if err != nil {
+			return err
+		}
+		if _, err := copyBuffered(zw, io.NewSectionReader(b.c, 0, b.c.Size())); err != nil {
+			return err
+		}
+		if err := zw.Close(); err != nil {
+			return err
 		}
 		n, _ := at.Seek(0, io.SeekCurrent) // what was written
 		ix.objs = append(ix.objs, packObj{off: off, end: off + n, typ: b.typ, size: b.c.Size(), hash: b.hash, crc: crc.Sum32()})

@@ -143,7 +143,9 @@ func writePack(dir string, pack []byte, chunk int) error {
 		return err
 	}
 	defer packs.release()
-	w, err := (&packStore{Storage: s.storage, dir: state.At(dir), packs: packs}).PackfileWriter()
+	store := &packStore{Storage: s.storage, dir: state.At(dir), packs: packs}
+	defer store.close()
+	w, err := store.PackfileWriter()
 	if err != nil {
 		return err
 	}

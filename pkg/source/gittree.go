@@ -48,46 +48,6 @@ func newGitTree(s storer.EncodedObjectStorer, root plumbing.Hash, packs *packSet
 	return t, nil
 }
 
-// packStorer serves the objects of its packs, and what they lack from
-// go-git's storage.
-type packStorer struct {
-	storer.EncodedObjectStorer
-	packs *packSet
-}
-
-func (s *packStorer) EncodedObject(typ plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	otyp, data, err := s.packs.read(h)
-	if errors.Is(err, errNotPacked) {
-		return s.EncodedObjectStorer.EncodedObject(typ, h)
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer putBuf(data)
-	if typ != plumbing.AnyObject && otyp != typ {
-		return nil, plumbing.ErrObjectNotFound
-	}
-	obj := &plumbing.MemoryObject{}
-	obj.SetType(otyp)
-	obj.Write(data)
-	return obj, nil
-}
-
-func (s *packStorer) HasEncodedObject(h plumbing.Hash) error {
-	if _, _, _, ok := s.packs.locate(h); ok {
-		return nil
-	}
-	return s.EncodedObjectStorer.HasEncodedObject(h)
-}
-
-func (s *packStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	n, err := s.packs.size(h)
-	if errors.Is(err, errNotPacked) {
-		return s.EncodedObjectStorer.EncodedObjectSize(h)
-	}
-	return n, err
-}
-
 // openBlob streams a blob by ID, and says its size: from the packs, a
 // large one never held whole; else through go-git.
 func (t *gitTree) openBlob(h plumbing.Hash) (io.ReadCloser, int64, error) {
