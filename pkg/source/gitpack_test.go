@@ -201,3 +201,57 @@ func TestPackWriterRejectsDamage(t *testing.T) {
 		})
 	}
 }
+
+// TestPackIndexBounded indexes packs with every bound of the indexer
+// small: records sorted in runs of 7, a base cache of a few objects (bases
+// made again from the file), and a pack whose deltas name their bases by
+// ID (REF_DELTA, as a server without ofs-delta sends), made once the rest
+// is indexed. git checks the index, and every object reads back.
+func TestPackIndexBounded(t *testing.T) {
+	defer func(runs, cache int) { runRecords, indexBaseCache = runs, cache }(runRecords, indexBaseCache)
+	runRecords, indexBaseCache = 7, 16<<10
+	repo := gittest.NewRepo(t)
+	files := similarFiles(60, 4)
+	// Versions of a file, each one line changed from the one before: git
+	// chains them.
+	rng := rand.New(rand.NewPCG(5, 5))
+	lines := make([]string, 300)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("line %d: %d\n", i, rng.Int())
+	}
+	for v := range 30 {
+		lines[rng.IntN(len(lines))] = fmt.Sprintf("changed in version %d\n", v)
+		files[fmt.Sprintf("versions/v%02d.txt", v)] = gittest.S(strings.Join(lines, ""))
+	}
+	head := repo.Commit("tree", files)
+	for name, pack := range map[string][]byte{
+		"ofs": packOf(t, repo, "HEAD"),
+		"ref": refPackOf(t, repo, "HEAD"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := writePack(dir, pack, 999); err != nil {
+				t.Fatal(err)
+			}
+			idx, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+			v := gitOut(t, "verify-pack", "-v", idx[0])
+			if !strings.Contains(v, "chain length = 2") {
+				t.Fatalf("no delta chains, so this test tests nothing:\n%s", v)
+			}
+			gitOut(t, "--git-dir", dir, "fsck", "--full", "--strict", head)
+			checkPacks(t, dir)
+		})
+	}
+}
+
+// refPackOf packs like packOf, its deltas on bases named by ID.
+func refPackOf(t *testing.T, repo *gittest.Repo, revs ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("git", "-C", repo.Dir, "pack-objects", "--stdout", "--revs")
+	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
