@@ -296,4 +296,3 @@ func writeObjectHeader(w *bytes.Buffer, typ plumbing.ObjectType, size int64) {
 
 // maxDeltaDepth is git's own limit on delta chains (pack-objects.h).
 const maxDeltaDepth = 4095
-
