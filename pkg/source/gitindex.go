@@ -43,6 +43,9 @@ type packIndexer struct {
 	// deferred are deltas on a base by ID (REF_DELTA) the pack holds:
 	// without an index yet, such a base is found once the rest is indexed.
 	deferred []deferredObj
+	// large are the last objects of more than streamAbove made, in
+	// scratch files.
+	large []largeObj
 
 	// Where a thin pack's bases are: the cache's packs, else its loose
 	// objects.
@@ -94,7 +97,13 @@ func (ix *packIndexer) index(r io.Reader, f *os.File, sum *trailerHash) error {
 }
 
 // close releases the scratch files.
-func (ix *packIndexer) close() { ix.recs.close() }
+func (ix *packIndexer) close() {
+	ix.recs.close()
+	for _, l := range ix.large {
+		l.c.Close()
+	}
+	ix.large = nil
+}
 
 // scanReader reads the pack stream for the inflater byte by byte (so
 // that it takes no byte past an object's end) and sums the CRC of what
@@ -283,39 +292,15 @@ func (ix *packIndexer) keep(off int64, typ plumbing.ObjectType, b []byte) {
 	}
 }
 
-// makeDelta makes the delta at off (its data, when small, in delta) on
-// its base, and records it.
-func (ix *packIndexer) makeDelta(off int64, crc uint32, typ plumbing.ObjectType, baseOff int64, ref plumbing.Hash, delta []byte) error {
-	if delta == nil {
-		// A large delta: made from the file, as a read would.
-		typ, size, rc, err := ix.reads.openAt(ix.cur, off, 0)
-		if errors.Is(err, packfile.ErrReferenceDeltaNotFound) {
-			ix.deferred = append(ix.deferred, deferredObj{off, crc})
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("object at %d: %w", off, err)
-		}
-		defer rc.Close()
-		id, err := hashStream(typ, size, rc)
-		if err != nil {
-			return fmt.Errorf("object at %d: %w", off, err)
-		}
-		return ix.recs.add(id, off, crc)
-	}
+// makeDelta makes the delta at off (its data, when small, in data; else
+// inflated again from the file) on its base, and records it.
+func (ix *packIndexer) makeDelta(off int64, crc uint32, typ plumbing.ObjectType, baseOff int64, ref plumbing.Hash, data []byte) error {
 	defer func() {
-		if delta != nil {
-			putBuf(delta)
+		if data != nil {
+			putBuf(data)
 		}
 	}()
-	var btyp plumbing.ObjectType
-	var base content
-	var err error
-	if typ == plumbing.OFSDeltaObject {
-		btyp, base, err = ix.reads.base(ix.cur, baseOff, 1)
-	} else {
-		btyp, base, err = ix.refBase(ref)
-	}
+	btyp, base, err := ix.baseOf(typ, baseOff, ref)
 	if errors.Is(err, packfile.ErrReferenceDeltaNotFound) {
 		ix.deferred = append(ix.deferred, deferredObj{off, crc})
 		return nil
@@ -324,7 +309,21 @@ func (ix *packIndexer) makeDelta(off int64, crc uint32, typ plumbing.ObjectType,
 		return fmt.Errorf("object at %d: %w", off, err)
 	}
 	defer base.Close()
-	d := bytes.NewReader(delta)
+	var d delta
+	if data != nil {
+		d = bytes.NewReader(data)
+	} else {
+		hd, err := ix.reads.header(ix.cur, off)
+		if err != nil {
+			return err
+		}
+		z, err := inflate(io.NewSectionReader(ix.cur.f, hd.data, ix.cur.trailer-hd.data), hd.size)
+		if err != nil {
+			return fmt.Errorf("object at %d: %w", off, err)
+		}
+		defer z.Close()
+		d = bufio.NewReaderSize(z, 32<<10)
+	}
 	bsize, target, err := deltaSizes(d)
 	if err == nil && bsize != base.Size() {
 		err = fmt.Errorf("%w: its base holds %d bytes, the delta says %d", packfile.ErrInvalidDelta, base.Size(), bsize)
@@ -334,11 +333,21 @@ func (ix *packIndexer) makeDelta(off int64, crc uint32, typ plumbing.ObjectType,
 	}
 	dr := newDeltaReader(base, d, target)
 	if target > streamAbove {
-		id, err := hashStream(btyp, target, dr)
+		// Kept in a scratch file as it is hashed: the next version of a
+		// large file is most likely a delta on this one.
+		h := plumbing.NewHasher(btyp, target)
+		c, err := materialise(io.TeeReader(dr, h), target, ix.scratch)
+		if err == nil {
+			err = atEOF(dr)
+		}
 		if err != nil {
+			if c != nil {
+				c.Close()
+			}
 			return fmt.Errorf("object at %d: %w", off, err)
 		}
-		return ix.recs.add(id, off, crc)
+		ix.keepLarge(off, btyp, c)
+		return ix.recs.add(h.Sum(), off, crc)
 	}
 	out := getBuf(int(target))
 	if _, err := io.ReadFull(dr, out); err != nil {
@@ -355,6 +364,54 @@ func (ix *packIndexer) makeDelta(off int64, crc uint32, typ plumbing.ObjectType,
 	}
 	ix.keep(off, btyp, out)
 	return nil
+}
+
+// keepLarge is how many objects of more than streamAbove are kept, in
+// scratch files, as delta bases.
+const keepLarge = 4
+
+// largeObj is an object of the pack kept in a scratch file.
+type largeObj struct {
+	off int64
+	typ plumbing.ObjectType
+	c   content
+}
+
+// keepLarge keeps c, the object at off, for the deltas after it; c is
+// handed over.
+func (ix *packIndexer) keepLarge(off int64, typ plumbing.ObjectType, c content) {
+	if len(ix.large) == keepLarge {
+		ix.large[0].c.Close()
+		ix.large = ix.large[1:]
+	}
+	ix.large = append(ix.large, largeObj{off, typ, c})
+}
+
+// borrowed is content the caller must not close.
+type borrowed struct{ content }
+
+func (borrowed) Close() error { return nil }
+
+// baseOf is a delta's base: by offset in the pack (kept, or made again
+// from the file) or by ID in the cache (a thin pack's).
+func (ix *packIndexer) baseOf(typ plumbing.ObjectType, baseOff int64, ref plumbing.Hash) (plumbing.ObjectType, content, error) {
+	if typ != plumbing.OFSDeltaObject {
+		return ix.refBase(ref)
+	}
+	for _, l := range ix.large {
+		if l.off == baseOff {
+			return l.typ, borrowed{l.c}, nil
+		}
+	}
+	btyp, base, err := ix.reads.base(ix.cur, baseOff, 1)
+	if err != nil {
+		return 0, nil, err
+	}
+	if _, ok := base.(*fileContent); ok {
+		ix.keepLarge(baseOff, btyp, base)
+		return btyp, borrowed{base}, nil
+	}
+	return btyp, base, nil
 }
 
 // hashStream is the ID of an object of size bytes read from r, which must
