@@ -483,3 +483,65 @@ func TestTreeOutlivesRebuild(t *testing.T) {
 		t.Fatalf("read by path: %q", got)
 	}
 }
+
+// TestGoGitNeverLoadsAnIndex fetches (a first, shallow fetch, then a thin
+// pack on top, then a pinned commit behind the shallow edge), reads the
+// trees and files, the changes between revisions and the history of a
+// path: go-git never opens a pack index, which it would load whole into
+// the heap (140 MB at a million objects).
+func TestGoGitNeverLoadsAnIndex(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	first := repo.Commit("one", similarFiles(30, 7))
+	repo.Commit("two", map[string]*string{"d0/f0.txt": gittest.S("changed\n"), "new/file": gittest.S("new\n")})
+	before := goGitIndexReads.Load()
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	one, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	repo.Commit("three", map[string]*string{"d0/f0.txt": gittest.S("changed again\n")})
+	two, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	n := 0
+	if err := two.Tree.Walk(".", func(e Entry) error {
+		if e.Open != nil {
+			rc, err := e.Open()
+			if err != nil {
+				return err
+			}
+			rc.Close()
+			n++
+		}
+		return nil
+	}); err != nil || n != 31 {
+		t.Fatalf("walked %d files: %v", n, err)
+	}
+	if got := readFile(t, two, "d0/f0.txt"); got != "changed again\n" {
+		t.Fatalf("d0/f0.txt reads %q", got)
+	}
+	if paths, ok, err := two.Tree.(Differ).Changes(one.Tree, ".", 10); err != nil || !ok || len(paths) != 1 {
+		t.Fatalf("changes %q %v %v", paths, ok, err)
+	}
+	h, err := OpenHistory(g.Cache, g.URL, two.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.LastChange("d0/f0.txt", 10); err != nil {
+		t.Fatal(err)
+	}
+	g.Commit = first // behind the shallow edge: the cache is deepened
+	old, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if got := goGitIndexReads.Load() - before; got != 0 {
+		t.Fatalf("go-git opened a pack index %d times", got)
+	}
+}
