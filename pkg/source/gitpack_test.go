@@ -255,3 +255,88 @@ func refPackOf(t *testing.T, repo *gittest.Repo, revs ...string) []byte {
 	}
 	return out
 }
+
+// TestIndexWriteRead writes a pack index of records spread over runs,
+// with offsets past 2 GiB (the 64-bit table) and IDs that share their
+// first 8 bytes (a lookup's block spans samples), and finds each one
+// back, and none that is not there.
+func TestIndexWriteRead(t *testing.T) {
+	defer func(runs int) { runRecords = runs }(runRecords)
+	runRecords = 50
+	rng := rand.New(rand.NewPCG(3, 3))
+	dir := t.TempDir()
+	var r recordSorter
+	r.scratch = func() (*os.File, error) { return os.CreateTemp(dir, "run") }
+	defer r.close()
+	want := map[plumbing.Hash]int64{}
+	var twins plumbing.Hash
+	for i := range 1000 {
+		var id plumbing.Hash
+		for j := range id {
+			id[j] = byte(rng.IntN(256))
+		}
+		if i%100 < 70 && i >= 100 {
+			// 70 IDs in a row alike in their first 8 bytes: more than two
+			// samples' worth.
+			copy(id[:8], twins[:8])
+		}
+		if i == 99 {
+			twins = id
+		}
+		off := int64(12 + i*100)
+		if i%3 == 0 {
+			off = 3<<30 + int64(i) // past 2 GiB
+		}
+		if i%7 == 0 {
+			off = 5<<32 + int64(i)
+		}
+		want[id] = off
+		if err := r.add(id, off, uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "pack.idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := r.writeIndex(f, plumbing.Hash{1}); err != nil {
+		t.Fatal(err)
+	}
+	p := &packFile{name: "pack", idx: f, trailer: 1 << 40}
+	if err := p.readIndex(func(what string) error { return errors.New(what) }); err != nil {
+		t.Fatal(err)
+	}
+	if p.n != len(want) || len(r.runs) < 10 {
+		t.Fatalf("%d objects in %d runs, want %d in many", p.n, len(r.runs), len(want))
+	}
+	for id, off := range want {
+		got, ok, err := p.lookup(id)
+		if err != nil || !ok || got != off {
+			t.Fatalf("%s at %d, %v, %v; want %d", id, got, ok, err, off)
+		}
+		id[19]++
+		if _, ok, err := p.lookup(id); ok || err != nil {
+			t.Fatalf("%s, not written, found: %v", id, err)
+		}
+	}
+	// git reads the same offsets and CRCs.
+	cmd := exec.Command("git", "show-index")
+	cmd.Stdin, _ = os.Open(f.Name())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, l := range lines {
+		var off int64
+		var id string
+		var crc uint32
+		if _, err := fmt.Sscanf(l, "%d %s (%x)", &off, &id, &crc); err != nil || want[plumbing.NewHash(id)] != off {
+			t.Fatalf("git show-index: %q (%v), want offset %d", l, err, want[plumbing.NewHash(id)])
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("git show-index lists %d objects, want %d", len(lines), len(want))
+	}
+}
