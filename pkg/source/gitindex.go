@@ -61,8 +61,10 @@ type deferredObj struct {
 
 // indexBaseCache bounds the objects kept made for the deltas after them:
 // in packs git writes, nearly every delta's base is among the few
-// thousand objects before it. A variable for tests.
-var indexBaseCache = 8 << 20
+// hundred objects before it (at 100,000 files, 99% within 48, 99.9%
+// within 389; 8 MiB cost 14 MB more of RSS for 5% less CPU). A variable
+// for tests.
+var indexBaseCache = 2 << 20
 
 func malformed(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{packfile.ErrMalformedPackFile}, a...)...)
