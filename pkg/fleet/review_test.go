@@ -1,0 +1,66 @@
+package fleet
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
+	"github.com/cortex-sync/cortex-sync/pkg/resource"
+)
+
+// A host whose slot lease ended (expired while it was cut off from etcd;
+// revoked here) lost its slot, and another host took the same slot key.
+// The first host's verdict, sent before its keep-alive learns of the
+// loss, deletes slot/0 by key alone: the second host's slot. A third host
+// then takes it: two hosts in transition with maxUnavailable 1.
+func TestReviewVerdictAfterSlotLeaseLostFreesAnothersSlot(t *testing.T) {
+	cl := etcdtest.Shared(t)
+	// A slot TTL of 30 s: the keep-alive learns of a lost lease up to
+	// 10 s late (it asks every TTL/3), as after a partition.
+	a, err := Join(newClient(t, cl.Endpoints()), MemberConfig{Host: resource.Host{Name: "a"}, PresenceTTL: 30 * time.Second, SlotTTL: 30 * time.Second, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.crash)
+	b := join(t, cl.Endpoints(), "b", nil)
+	c := join(t, cl.Endpoints(), "c", nil)
+	ctx := context.Background()
+	rev := Revision{ID: "main@sha1:1", Rollout: rollout("1", 0, 1, 0)}
+	waitFor(t, 10*time.Second, "a admitted", func() bool {
+		d, err := a.Admit(ctx, rev)
+		return err == nil && d.Go
+	})
+	a.mu.Lock()
+	lease, slot := a.slotLease, a.slot
+	a.mu.Unlock()
+	r := dial(t, cl.Endpoints())
+	if _, err := r.cli.Revoke(ctx, lease); err != nil { // as an expiry would
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "b admitted", func() bool {
+		d, err := b.Admit(ctx, rev)
+		return err == nil && d.Go
+	})
+	a.mu.Lock()
+	stale := a.slot == slot
+	a.mu.Unlock()
+	if !stale {
+		t.Skip("a's keep-alive saw the lost lease first: the race was not hit")
+	}
+	if err := a.Good(ctx, rev.ID); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := r.cli.Get(ctx, r.key("slot")+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != 1 {
+		t.Errorf("b applies, yet %d slot keys are taken: a's verdict deleted b's slot", resp.Count)
+	}
+	if d, err := c.Admit(ctx, rev); err == nil && d.Go {
+		t.Fatal("c admitted while b applies: two hosts in transition with maxUnavailable 1")
+	}
+}
