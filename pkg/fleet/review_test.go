@@ -64,3 +64,42 @@ func TestReviewVerdictAfterSlotLeaseLostFreesAnothersSlot(t *testing.T) {
 		t.Fatal("c admitted while b applies: two hosts in transition with maxUnavailable 1")
 	}
 }
+
+// Quorum lost is not slow: a member that answers on a live connection
+// but cannot commit (no leader) is an outage. A write then fails fast as
+// unreachable, as the package promises ("every call is bounded and fails
+// fast, as a typed error, while it cannot be reached"), instead of being
+// retried with a doubling timeout while the client says etcd is slow.
+func TestReviewQuorumLostIsNotSlow(t *testing.T) {
+	cl := etcdtest.New(t)
+	c, err := Dial(Config{Endpoints: cl.Endpoints()[:1], Fleet: fleetOf(t), RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	if err := c.Hold(ctx, "h", "test", ""); err != nil {
+		t.Fatal(err)
+	}
+	cl.Stop(1)
+	cl.Stop(2)
+	said := make(chan string, 1)
+	go func() { // what the host says while the write waits
+		time.Sleep(2500 * time.Millisecond)
+		said <- c.Slow()
+	}()
+	t0 := time.Now()
+	err = c.Hold(ctx, "h", "test", "again")
+	took := time.Since(t0)
+	slow := <-said
+	t.Logf("write without quorum: %v after %s; said meanwhile %q", err, took.Round(time.Millisecond), slow)
+	if err == nil {
+		t.Fatal("a write without quorum succeeded")
+	}
+	if took > 3*time.Second {
+		t.Errorf("a write without quorum took %s to fail (request timeout 1s): retried as if etcd were slow", took.Round(time.Millisecond))
+	}
+	if slow != "" {
+		t.Errorf("quorum lost reported as slow: %s", slow)
+	}
+}
