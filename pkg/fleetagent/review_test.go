@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/fleet"
@@ -72,5 +74,15 @@ func TestReviewQueuedHostThatStopsAskingBlocksNoOne(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("h2 waits for ever with the slot free, behind a host that asks no more: %v", err)
+	cli, cerr := clientv3.New(clientv3.Config{Endpoints: cl.Endpoints(), DialTimeout: 5 * time.Second})
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	defer cli.Close()
+	q, _ := cli.Get(ctx, "/cortex-sync/"+name+"/queue/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	var keys []string
+	for _, kv := range q.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	t.Fatalf("h2 waits for ever with the slot free, behind a host that asks no more (queue: %v): %v", keys, err)
 }
