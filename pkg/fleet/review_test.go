@@ -103,3 +103,68 @@ func TestReviewQuorumLostIsNotSlow(t *testing.T) {
 		t.Errorf("quorum lost reported as slow: %s", slow)
 	}
 }
+
+// Slow is not down, but a slow etcd applies a request the client gave up
+// on. A's verdict reaches etcd, frees slot/0, and its answer comes after
+// A's request timeout; call() sends the verdict again, with twice the
+// timeout. Meanwhile b, at the front of the queue, took slot/0: the
+// retried verdict, which deletes slot/0 by key alone, deletes b's slot,
+// and c, next in the queue, takes it while b applies (maxUnavailable 1).
+func TestReviewVerdictRetriedBySlowCallFreesAnothersSlot(t *testing.T) {
+	cl := etcdtest.Shared(t)
+	p := etcdtest.NewProxy(t, cl.Endpoints()[0])
+	ac, err := Dial(Config{Endpoints: []string{p.URL}, Fleet: fleetOf(t), RequestTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Join(ac, MemberConfig{Host: resource.Host{Name: "a"}, PresenceTTL: 30 * time.Second, SlotTTL: 30 * time.Second, Debounce: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.crash)
+	b := join(t, cl.Endpoints(), "b", nil)
+	c := join(t, cl.Endpoints(), "c", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rev := Revision{ID: "main@sha1:1", Rollout: rollout("1", 0, 1, 0)}
+	waitFor(t, 10*time.Second, "a admitted", func() bool {
+		d, err := a.Admit(ctx, rev)
+		return err == nil && d.Go
+	})
+	admitted := make(chan string, 2)
+	for _, m := range []*Member{b, c} { // they queue, b first, and apply for ever
+		if d, err := m.Admit(ctx, rev); err != nil || d.Go {
+			t.Fatalf("%s: %+v %v", m.Host(), d, err)
+		}
+	}
+	for _, m := range []*Member{b, c} {
+		go func() {
+			if waitAdmit(ctx, m, rev) {
+				admitted <- m.Host()
+			}
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the watches are set up
+	p.SetDelay(400 * time.Millisecond) // each way: a's requests take 800 ms
+	if err := a.Good(ctx, rev.ID); err != nil {
+		t.Fatal(err)
+	}
+	p.SetDelay(0)
+	t.Logf("a's client after the verdict: %q", ac.Slow())
+	var in []string
+	for len(in) < 2 {
+		select {
+		case h := <-admitted:
+			in = append(in, h)
+			continue
+		case <-time.After(5 * time.Second):
+		}
+		break
+	}
+	if len(in) > 1 {
+		t.Fatalf("%v both admitted with maxUnavailable 1, neither done: a's retried verdict deleted b's slot", in)
+	}
+	if len(in) == 0 {
+		t.Fatal("no waiter admitted after a's verdict")
+	}
+}
