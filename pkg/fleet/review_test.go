@@ -168,3 +168,40 @@ func TestReviewVerdictRetriedBySlowCallFreesAnothersSlot(t *testing.T) {
 		t.Fatal("no waiter admitted after a's verdict")
 	}
 }
+
+// A canary of R that moves to R+1 (a supersede: the slot moves) leaves
+// its canary place on R behind: no verdict on R deletes it (the host no
+// longer holds R), and it lives on the host's slot lease, so for as long
+// as the host lives. R's other hosts wait for a canary that will never
+// report, and fleet status shows it applying R.
+func TestReviewSupersededCanaryLeavesItsPlace(t *testing.T) {
+	cl := etcdtest.Shared(t)
+	ms := hosts(t, cl, 3)
+	a, b := ms[0], ms[1]
+	ctx := context.Background()
+	r1 := Revision{ID: "main@sha1:1", Rollout: rollout("2", 1, 1, 0)}
+	r2 := Revision{ID: "main@sha1:2", Rollout: rollout("2", 1, 1, 0)}
+	waitFor(t, 10*time.Second, "a admitted to r1 as its canary", func() bool {
+		d, err := a.Admit(ctx, r1)
+		return err == nil && d.Go
+	})
+	if d, err := a.Admit(ctx, r2); err != nil || !d.Go {
+		t.Fatalf("a moves to r2: %+v %v", d, err)
+	}
+	if err := a.Good(ctx, r2.ID); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := a.cli.Get(ctx, a.key("rollout", revKey(r1.ID), "canary")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, kv := range resp.Kvs {
+		left = append(left, string(kv.Key))
+	}
+	d, err := b.Admit(ctx, r1)
+	t.Logf("b asks for r1: %+v %v", d, err)
+	if len(left) > 0 {
+		t.Fatalf("a, good on r2 and holding nothing, still holds r1's canary place %v", left)
+	}
+}
