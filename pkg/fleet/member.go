@@ -106,6 +106,7 @@ type Member struct {
 	quietUntil time.Time        // status rides in the rollout's next transaction until then
 	holding    string           // the revision whose slot this host holds
 	slot       string           // the key of that slot
+	slotRev    int64            // … and its create revision
 	queued     int64            // the create revision of this host's queue key; 0 when not queued
 	askedAt    time.Time        // when the host last asked for a slot
 	stall      *time.Timer      // frees the slot when its holder is past its deadline
@@ -204,7 +205,7 @@ func (m *Member) slots(ctx context.Context) {
 	defer m.wg.Done()
 	m.keep(ctx, "slot", m.slotTTL, &m.slotLease, func(context.Context, clientv3.LeaseID) error {
 		m.mu.Lock()
-		m.queued, m.slot = 0, "" // what lived on the lease before went with it
+		m.queued, m.slot, m.slotRev = 0, "", 0 // what lived on the lease before went with it
 		m.mu.Unlock()
 		return nil
 	})
