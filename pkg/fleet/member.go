@@ -3,13 +3,18 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
@@ -215,13 +220,16 @@ func (m *Member) slots(ctx context.Context) {
 // granting a new one, and calling put with it, when it is lost.
 func (m *Member) keep(ctx context.Context, what string, ttl time.Duration, lease *clientv3.LeaseID, put func(context.Context, clientv3.LeaseID) error) {
 	for ctx.Err() == nil {
-		var id clientv3.LeaseID
+		// The lease's ID is chosen here, so that a grant a slow etcd
+		// applied and answered late, and that call tried again, is the
+		// same lease (etcd answers "exists") rather than an orphan that
+		// expires later.
+		id := clientv3.LeaseID(rand.Int64N(math.MaxInt64-1) + 1)
 		err := m.call(ctx, func(ctx context.Context) error {
-			g, err := m.cli.Grant(ctx, int64(ttl.Seconds()+0.5))
-			if err != nil {
+			_, err := clientv3.RetryLeaseClient(m.cli).LeaseGrant(ctx, &etcdserverpb.LeaseGrantRequest{TTL: int64(ttl.Seconds() + 0.5), ID: int64(id)})
+			if err != nil && !errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseExist) {
 				return err
 			}
-			id = g.ID
 			return put(ctx, id)
 		})
 		if err != nil {
@@ -250,6 +258,9 @@ func (m *Member) keep(ctx context.Context, what string, ttl time.Duration, lease
 		*lease = 0
 		m.mu.Unlock()
 		m.log.Warn("fleet "+what+" lease lost; taking it again", "host", m.host.Name)
+		// A while apart, host from host: leases lost together (an etcd
+		// starved of CPU) are not all granted again at once.
+		sleep(ctx, rand.N(2*time.Second))
 	}
 }
 
