@@ -42,6 +42,8 @@ type Index struct {
 	// mem.go).
 	base          *base // nil: none
 	logged, added layer
+	addedBytes    int       // what added holds on the heap (lentBytes)
+	runs          []*base   // what was added before, written out (mem.go), oldest first
 	n             int       // entries
 	spill         state.Dir // where checkpoints go; none: the layers stay in memory
 	spillFailed   int       // the layers' size when a checkpoint last failed
@@ -407,7 +409,7 @@ func (x *Index) Save(path state.File) error {
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	*x = *y
+	*x = *y // what x read goes with it: a Scan made before reads on
 	return nil
 }
 
@@ -422,7 +424,7 @@ func (x *Index) save(path state.File) error {
 	if x.disk != (baseID{}) && !x.rewrite && !x.format2 {
 		fi, err := path.Stat()
 		if err == nil && baseOf(fi) == x.disk {
-			limit := max(minLogCap, x.disk.size/4)
+			limit := min(max(minLogCap, x.disk.size/4), maxLogCap)
 			if frame := encodeFrame(x.changes(), limit-x.logValid); frame != nil {
 				return x.appendLog(logPath, frame)
 			}
@@ -480,8 +482,11 @@ const (
 	logSuffix = ".log"
 	logMagic  = "CSIL\x01"
 	// minLogCap is the size a log may reach before the base is rewritten,
-	// or a quarter of the base when that is more.
+	// or a quarter of the base when that is more, up to maxLogCap: a
+	// load replays the log onto the heap, and a save builds its frame
+	// there (a quarter of the base of 1,000,000 files is 40 MB).
 	minLogCap = 64 << 10
+	maxLogCap = 8 << 20
 )
 
 // baseID names a base file: a log extends the base whose inode, size and
@@ -620,7 +625,7 @@ func (x *Index) replayFrom(data []byte, from int) bool {
 	for _, l := range x.added {
 		x.logged.put(l.p, l.e)
 	}
-	x.added = nil
+	x.added, x.addedBytes = nil, 0
 	x.logValid, x.logOK = int64(off), true
 	x.logSum = logSumOf(sum, data[from:off])
 	x.replaying = false
