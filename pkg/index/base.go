@@ -133,6 +133,10 @@ type base struct {
 	cache       blockCache
 	scratch     [2][]byte // paths compared, without allocating
 	err         error     // the first read that failed (the file changed under it); Save reports it
+	// sparse is the path of every sparseStep-th row, for a search that
+	// cannot gallop from the last; tried: none to be had (sparse.go).
+	sparse *sparseIndex
+	tried  bool
 }
 
 // newBase lays out a base from its header: in memory when f is nil.
@@ -381,6 +385,15 @@ func (b *base) search(p string) int {
 			}
 			lo = at + step
 		}
+	} else if s := b.sparseIndex(); s != nil {
+		// Within the rows between two paths of the sparse index: the
+		// search reads a block of rows and their strings, however large
+		// the base.
+		k := s.count(p)
+		if k > 0 {
+			lo = (k-1)*sparseStep + 1
+		}
+		hi = min(k*sparseStep, b.n)
 	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
