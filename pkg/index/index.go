@@ -486,7 +486,7 @@ const (
 	// load replays the log onto the heap, and a save builds its frame
 	// there (a quarter of the base of 1,000,000 files is 40 MB).
 	minLogCap = 64 << 10
-	maxLogCap = 8 << 20
+	maxLogCap = 4 << 20
 )
 
 // baseID names a base file: a log extends the base whose inode, size and
@@ -516,13 +516,19 @@ func (b baseID) header() []byte {
 // payload: the record count, then per record a path, a flag (0: set, 1:
 // deleted, 2: set with an XXH3) and, when set, the entry as in an index
 // of format 1, then with flag 2 the XXH3's 16 bytes. It is nil when the
-// frame would exceed limit bytes.
+// frame would exceed limit bytes: known from the records' least sizes
+// before a byte is written, where they exceed it already (a save of a
+// long write's changes, which a new base then holds).
 func encodeFrame(recs iter.Seq2[string, *Entry], limit int64) []byte {
-	count := 0
-	for range recs {
+	count, least := 0, int64(0)
+	for p, e := range recs {
 		count++
+		if least += leastRecord(p, e); least > limit {
+			return nil
+		}
 	}
 	var b bytes.Buffer
+	b.Grow(int(min(least+least/4, limit)))
 	w := entryWriter{b: &b}
 	w.uv(uint64(count))
 	for p, e := range recs {
@@ -549,6 +555,23 @@ func encodeFrame(recs iter.Seq2[string, *Entry], limit int64) []byte {
 		return nil
 	}
 	return out
+}
+
+// leastRecord is the fewest bytes a frame's record of p takes: a byte
+// for each number and length, and the strings.
+func leastRecord(p string, e *Entry) int64 {
+	n := 2 + len(p)
+	switch {
+	case e == nil:
+	case e.Mode&fs.ModeSymlink != 0:
+		n += 7 + 2 + len(e.Target) + len(e.ContentID)
+	default:
+		n += 7 + 2 + len(e.SHA256) + len(e.ContentID)
+		if e.XXH3 != [16]byte{} {
+			n += len(e.XXH3)
+		}
+	}
+	return int64(n)
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
