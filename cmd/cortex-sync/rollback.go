@@ -81,7 +81,7 @@ func rollbackRun(ctx context.Context, g *globals, o *rollbackOptions, io streams
 		return nil
 	}
 	// No agent: the rollback runs here.
-	oneShot()
+	oneShot(true)
 	if err := checkRoot(g.root); err != nil {
 		return err
 	}

@@ -364,6 +364,13 @@ func TestCrashDirectory(t *testing.T) {
 	v1, v2 := dirVersion(t, work, 1, *dirFiles), dirVersion(t, work, 2, *dirFiles)
 	t.Run("initial", func(t *testing.T) { crashInitial(t, newSandbox(t), v1, nil) })
 	t.Run("update", func(t *testing.T) { crashUpdate(t, newSandbox(t), v1, v2) })
+	// The intent log settled after every batch of 4096 files (at 32 MiB
+	// of it otherwise): kills land before, between and after the index is
+	// saved and the log started anew.
+	t.Run("initial settled", func(t *testing.T) {
+		t.Setenv("CORTEX_SYNC_MAX_INTENT_LOG", "1")
+		crashInitial(t, newSandbox(t), v1, nil)
+	})
 }
 
 func TestCrashFiles(t *testing.T) {

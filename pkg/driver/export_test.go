@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/cortex-sync/cortex-sync/pkg/index"
 	"github.com/cortex-sync/cortex-sync/pkg/resource"
 )
 
@@ -50,6 +51,15 @@ func StopMirrorAfter(n int, kill bool) func() {
 		return fmt.Errorf("stopped after %d entries created, at %s", n, rel)
 	}
 	return func() { createdHook = nil }
+}
+
+// SettleIntentsEvery makes the mirror's writer flush its batch every n
+// files and settle the tree's intent log at every flush; it returns the
+// undo.
+func SettleIntentsEvery(n int) func() {
+	wasBatch, wasLog := batchFiles, index.MaxIntentLog
+	batchFiles, index.MaxIntentLog = n, 1
+	return func() { batchFiles, index.MaxIntentLog = wasBatch, wasLog }
 }
 
 // HostListings is how many host directories mirror plans listed so far.

@@ -54,9 +54,13 @@ func openRel(d *hostfs.Dir, rel string) (*hostfs.Dir, error) { return d.OpenDirR
 // treeIndex is a tree's index as the planner's goroutines and the
 // writer's share it.
 type treeIndex struct {
-	mu   sync.Mutex // guards x
+	mu   sync.Mutex // guards x and creating
 	x    *index.Index
 	rule index.RacyRule // x's, asked without the lock
+	// creating counts the creations named in the intent log and not yet
+	// recorded in x (a directory or a symlink made by another goroutine):
+	// the log is settled only when there are none.
+	creating int
 }
 
 func newTreeIndex(x *index.Index) *treeIndex { return &treeIndex{x: x, rule: x.RacyRule()} }
@@ -102,6 +106,35 @@ func (t *treeIndex) intend(es ...index.Intended) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.x.Intend(es...)
+}
+
+// create names one entry about to be created in the intent log, as
+// intend does, and counts it as being created until created says it is
+// recorded (or the write stops).
+func (t *treeIndex) create(e index.Intended) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.creating++
+	return t.x.Intend(e)
+}
+
+// created records the entry a create named, and ends its count.
+func (t *treeIndex) created(rel string, e *index.Entry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.x.Set(rel, e)
+	t.creating--
+}
+
+// settle bounds the intent log (index.Index.SettleIntents) when every
+// intent it names is recorded.
+func (t *treeIndex) settle() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.creating > 0 {
+		return nil
+	}
+	return t.x.SettleIntents()
 }
 
 func (t *treeIndex) syncIntents() error {

@@ -189,10 +189,13 @@ func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
 	// write got that far, else still the user's.
 	const inWay, theirs = "d1/c05.md", "the user's c05\n"
 
+	// settled: streamed, its intent log settled at every flush of a
+	// batch of 4 files (as a long first sync does every 32 MiB of it).
 	for _, writer := range []struct {
-		name string
-		hold int
-	}{{"held", 1 << 20}, {"streamed", 0}} {
+		name   string
+		hold   int
+		settle bool
+	}{{"held", 1 << 20, false}, {"streamed", 0, false}, {"settled", 0, true}} {
 		// Stopped early, midway and at the end; a failure (which cleans up
 		// after itself) midway only.
 		stops := map[bool][]int{false: {20}, true: {2, 20, created - 1}}
@@ -204,6 +207,7 @@ func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
 					name := fmt.Sprintf("%s/%s/%d/%s", writer.name, map[bool]string{false: "failed", true: "killed"}[kill], after, next)
 					t.Run(name, func(t *testing.T) {
 						defer driver.HoldOps(writer.hold)()
+						settleOften(t, writer.settle)
 						h := newHost(t)
 						h.repoTree(rev1)
 						if rep := h.sync(); rep.Failed() {
@@ -244,6 +248,7 @@ func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
 		// nothing in it is anyone else's, backs nothing up.
 		t.Run(writer.name+"/twice", func(t *testing.T) {
 			defer driver.HoldOps(writer.hold)()
+			settleOften(t, writer.settle)
 			h := newHost(t)
 			h.repoTree(rev1)
 			if rep := h.sync(); rep.Failed() {
@@ -271,9 +276,13 @@ func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
 			name := fmt.Sprintf("%s/first/%s", writer.name, map[bool]string{false: "failed", true: "killed"}[kill])
 			t.Run(name, func(t *testing.T) {
 				defer driver.HoldOps(writer.hold)()
+				settleOften(t, writer.settle)
 				h := newHost(t)
 				h.repoTree(rev1)
 				h.stoppedSync(t, 15, kill, writer.hold)
+				if writer.settle {
+					h.settled(t)
+				}
 				h.holds(t, h.syncWithout(t, rev1, "d2/"), nil)
 				h.pruned(t, nil)
 			})
@@ -284,6 +293,34 @@ func TestMirrorOwnsWhatAStoppedWriteCreated(t *testing.T) {
 // killedWriteEnv carries a killed write's arguments to the child test
 // process that makes it.
 const killedWriteEnv = "CORTEX_SYNC_TEST_KILLED_WRITE"
+
+// settleEnv makes the child settle its intent log as often as its parent
+// (settleOften).
+const settleEnv = "CORTEX_SYNC_TEST_SETTLE"
+
+// settleOften, when on, makes the mirror's writer settle its intent log at
+// every batch of 4 files, in this process and in the children the test
+// starts.
+func settleOften(t *testing.T, on bool) {
+	if on {
+		t.Setenv(settleEnv, "1")
+		t.Cleanup(driver.SettleIntentsEvery(4))
+	}
+}
+
+// settled checks that a stopped first write left its index saved beside
+// an intent log that names only what it created since its last batch.
+func (h *host) settled(t *testing.T) {
+	t.Helper()
+	idx, _ := filepath.Glob(filepath.Join(h.stdir, "trees", "*.idx"))
+	intents, _ := filepath.Glob(filepath.Join(h.stdir, "trees", "*.idx.intent"))
+	if len(idx) != 1 || len(intents) != 1 {
+		t.Fatalf("after a settled write stopped: indexes %q, intent logs %q", idx, intents)
+	}
+	if fi, err := os.Stat(intents[0]); err != nil || fi.Size() > 2048 {
+		t.Fatalf("the intent log of a settled write: %v, %d bytes", err, fi.Size())
+	}
+}
 
 // repoTree makes the repository hold a Directory kb, mirrored to /srv/kb,
 // whose source holds files (content "->target" makes a symlink), and a
@@ -356,6 +393,9 @@ func killedWrite(t *testing.T, arg string) {
 		t.Fatal(err)
 	}
 	driver.HoldOps(a.Hold)
+	if os.Getenv(settleEnv) != "" {
+		driver.SettleIntentsEvery(4)
+	}
 	driver.StopMirrorAfter(a.After, true)
 	h := &host{t: t, repo: a.Repo, root: a.Root, stdir: a.State}
 	h.sync()

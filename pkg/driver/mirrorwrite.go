@@ -44,10 +44,9 @@ import (
 // Batches of staged files: one syncfs makes a batch durable before its
 // renames. They are bounded by files and by the directories they hold
 // open.
-const (
-	batchFiles = 4096
-	batchDirs  = 256
-)
+const batchDirs = 256
+
+var batchFiles = 4096 // a variable for tests
 
 // fsyncBatch is the most files a tree writes that are made durable by an
 // fsync each rather than by a syncfs a batch (which costs about as much as
@@ -108,7 +107,8 @@ func (t *treeWriter) relistLater(rel, names string) {
 
 // relist records each directory written as holding exactly its desired
 // names, when it does: stat first, then list, so that a change after the
-// stat moves the directory's stat past what is recorded.
+// stat moves the directory's stat past what is recorded. The caller holds
+// t.mu, or no other goroutine writes.
 func (t *treeWriter) relist() error {
 	for _, r := range t.relists {
 		d, err := openRel(t.top, r.rel)
@@ -314,14 +314,14 @@ func (t *treeWriter) makeDir(d *hostfs.Dir, name string, op *treeOp) error {
 	if op.chmod {
 		return d.SetAttrs(name, hostfs.Attrs{Mode: op.mode, UID: a.uid, GID: a.gid}) // its index entry stands
 	}
-	if err := t.ix.intend(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeDir | op.mode}}}); err != nil {
+	if err := t.ix.create(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeDir | op.mode}}}); err != nil {
 		return err
 	}
 	e, err := mkdirInPlace(d, name, op, a)
 	if err != nil {
 		return err
 	}
-	t.ix.set(op.rel, e, false)
+	t.ix.created(op.rel, e)
 	t.touch(parentOf(op.rel))
 	return created(op.rel)
 }
@@ -358,14 +358,14 @@ func (t *treeWriter) writeDir(ctx context.Context, host *hostfs.Dir, rel string,
 			}
 			t.ix.set(op.rel, e, false)
 		case op.typ == fs.ModeSymlink:
-			if err := t.ix.intend(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: op.target}}); err != nil {
+			if err := t.ix.create(index.Intended{Path: op.rel, Entry: &index.Entry{Stat: hostfs.Stat{Mode: fs.ModeSymlink | 0o777}, Target: op.target}}); err != nil {
 				return err
 			}
 			e, err := symlinkInPlace(t.env, host, name, op)
 			if err != nil {
 				return err
 			}
-			t.ix.set(op.rel, e, false)
+			t.ix.created(op.rel, e)
 			t.touch(rel)
 			if err := created(op.rel); err != nil {
 				return err
@@ -509,7 +509,18 @@ func (t *treeWriter) flush() error {
 	clear(t.pending)
 	t.pending = t.pending[:0]
 	t.closeDirs()
-	return err
+	if err != nil {
+		return err
+	}
+	// The directories to list again had their writes staged before this
+	// batch was: they are in place now, and are not held until the end
+	// (24,000 of them at 1,000,000 files).
+	if err := t.relist(); err != nil {
+		return err
+	}
+	// Every intent of the batch is recorded: a long write's intent log
+	// may start anew.
+	return t.ix.settle()
 }
 
 // finish writes what is left of the batch, then makes the renames and

@@ -123,13 +123,20 @@ type base struct {
 	n, live int   // rows, and rows not marked dead
 	rowLen  int64 // rowSize, or rowSize2 in a base of format 2
 	changed int   // rows marked changed
-	marked  bool  // a checkpoint: rows may carry marks
-	strOff  int64 // where the string table starts
-	hint    int   // the row found last: look-ups come mostly in order
-	at      int   // where the last search ended
-	cache   blockCache
-	scratch [2][]byte // paths compared, without allocating
-	err     error     // the first read that failed (the file changed under it); Save reports it
+	marked  bool  // a checkpoint or a run: rows may carry marks
+	// A run's first and last paths: a look-up outside them reads nothing
+	// (a first sync looks up every path past the end of every run).
+	first, last string
+	strOff      int64 // where the string table starts
+	hint        int   // the row found last: look-ups come mostly in order
+	at          int   // where the last search ended
+	cache       blockCache
+	scratch     [2][]byte // paths compared, without allocating
+	err         error     // the first read that failed (the file changed under it); Save reports it
+	// sparse is the path of every sparseStep-th row, for a search that
+	// cannot gallop from the last; tried: none to be had (sparse.go).
+	sparse *sparseIndex
+	tried  bool
 }
 
 // newBase lays out a base from its header: in memory when f is nil.
@@ -200,6 +207,10 @@ type blockCache struct {
 	buf  [cacheBlocks][]byte
 	ref  [cacheBlocks]bool
 	hand int
+	// slots are the slots used, cacheBlocks when 0: a run's cache is
+	// smaller (runBlocks), as a first sync has a few runs at once.
+	slots int
+	reads int // blocks read from the file (a benchmark's measure)
 	// The slots hit last and the one before: a walk reads a row, then its
 	// strings, in another part of the file.
 	last, prev int
@@ -213,23 +224,25 @@ func (c *blockCache) block(f *os.File, size, blk int64) ([]byte, error) {
 		c.last, c.prev = c.prev, c.last
 		return c.buf[c.last], nil
 	}
-	for i := range c.num {
+	for i := range cmp.Or(c.slots, cacheBlocks) {
 		if c.num[i] == blk+1 {
 			c.ref[i], c.last, c.prev = true, i, c.last
 			return c.buf[i], nil
 		}
 	}
+	slots := cmp.Or(c.slots, cacheBlocks)
 	for c.ref[c.hand] {
 		c.ref[c.hand] = false
-		c.hand = (c.hand + 1) % cacheBlocks
+		c.hand = (c.hand + 1) % slots
 	}
 	i := c.hand
-	c.hand = (c.hand + 1) % cacheBlocks
+	c.hand = (c.hand + 1) % slots
 	if c.buf[i] == nil {
 		c.buf[i] = make([]byte, blockSize)
 	}
 	n := min(blockSize, max(size-blk*blockSize, 0))
 	c.num[i] = 0
+	c.reads++
 	if k, err := f.ReadAt(c.buf[i][:n], blk*blockSize); k < int(n) {
 		return nil, cmp.Or(err, io.ErrUnexpectedEOF)
 	}
@@ -374,6 +387,15 @@ func (b *base) search(p string) int {
 			}
 			lo = at + step
 		}
+	} else if s := b.sparseIndex(); s != nil {
+		// Within the rows between two paths of the sparse index: the
+		// search reads a block of rows and their strings, however large
+		// the base.
+		k := s.count(p)
+		if k > 0 {
+			lo = (k-1)*sparseStep + 1
+		}
+		hi = min(k*sparseStep, b.n)
 	}
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -611,16 +633,17 @@ func (b *base) sum(off, end int64) uint32 {
 // baseWriter writes a base of a known number of rows: the rows and the
 // strings stream to their places in the file, the header comes last.
 type baseWriter struct {
-	f          io.WriterAt
-	n, k       int
-	rows, strs *bufio.Writer
-	rcrc, scrc hash.Hash32
-	soff       uint64
-	live       int // rows written not marked dead
-	changed    int // rows written marked changed
-	buf        [rowSize]byte
-	tmp        [binary.MaxVarintLen64]byte
-	err        error
+	f           io.WriterAt
+	n, k        int
+	rows, strs  *bufio.Writer
+	rcrc, scrc  hash.Hash32
+	soff        uint64
+	live        int    // rows written not marked dead
+	changed     int    // rows written marked changed
+	first, last string // the paths of the first and the last row written
+	buf         [rowSize]byte
+	tmp         [binary.MaxVarintLen64]byte
+	err         error
 }
 
 func newBaseWriter(f io.WriterAt, n int) *baseWriter {
@@ -653,6 +676,10 @@ func (w *baseWriter) add(it *item) {
 	}
 	putRow(w.buf[:], &r)
 	w.rows.Write(w.buf[:])
+	if w.k == 0 {
+		w.first = it.path
+	}
+	w.last = it.path
 	w.k++
 	if r.flags&fDead == 0 {
 		w.live++

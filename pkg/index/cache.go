@@ -104,7 +104,7 @@ func (x *Index) resume(l *loadedIndex, more bool) {
 // log named log; an index that holds more than its files say (a
 // checkpoint, or a base to be rewritten) is not kept.
 func (x *Index) keep(base, log fileID) {
-	if x.rewrite || x.base != nil && x.base.marked || len(x.added) > 0 {
+	if x.rewrite || x.spilled() || len(x.added) > 0 {
 		loaded.forget(x.file)
 		return
 	}
@@ -117,8 +117,8 @@ func (x *Index) keep(base, log fileID) {
 // appended remembers x's log as its append of frame left it: what was
 // added is on disk now, below what the next save writes.
 func (x *Index) appended(log fileID) {
-	if x.base != nil && x.base.marked {
-		loaded.forget(x.file) // what was logged went into the checkpoint
+	if x.spilled() {
+		loaded.forget(x.file) // what was logged went into the checkpoint, or is in runs
 		return
 	}
 	logged := make(layer, 0, len(x.logged)+len(x.added))

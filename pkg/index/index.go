@@ -42,6 +42,8 @@ type Index struct {
 	// mem.go).
 	base          *base // nil: none
 	logged, added layer
+	addedBytes    int       // what added holds on the heap (lentBytes)
+	runs          []*base   // what was added before, written out (mem.go), oldest first
 	n             int       // entries
 	spill         state.Dir // where checkpoints go; none: the layers stay in memory
 	spillFailed   int       // the layers' size when a checkpoint last failed
@@ -407,7 +409,7 @@ func (x *Index) Save(path state.File) error {
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
 	}
-	*x = *y
+	*x = *y // what x read goes with it: a Scan made before reads on
 	return nil
 }
 
@@ -422,7 +424,7 @@ func (x *Index) save(path state.File) error {
 	if x.disk != (baseID{}) && !x.rewrite && !x.format2 {
 		fi, err := path.Stat()
 		if err == nil && baseOf(fi) == x.disk {
-			limit := max(minLogCap, x.disk.size/4)
+			limit := min(max(minLogCap, x.disk.size/4), maxLogCap)
 			if frame := encodeFrame(x.changes(), limit-x.logValid); frame != nil {
 				return x.appendLog(logPath, frame)
 			}
@@ -480,8 +482,11 @@ const (
 	logSuffix = ".log"
 	logMagic  = "CSIL\x01"
 	// minLogCap is the size a log may reach before the base is rewritten,
-	// or a quarter of the base when that is more.
+	// or a quarter of the base when that is more, up to maxLogCap: a
+	// load replays the log onto the heap, and a save builds its frame
+	// there (a quarter of the base of 1,000,000 files is 40 MB).
 	minLogCap = 64 << 10
+	maxLogCap = 4 << 20
 )
 
 // baseID names a base file: a log extends the base whose inode, size and
@@ -511,13 +516,19 @@ func (b baseID) header() []byte {
 // payload: the record count, then per record a path, a flag (0: set, 1:
 // deleted, 2: set with an XXH3) and, when set, the entry as in an index
 // of format 1, then with flag 2 the XXH3's 16 bytes. It is nil when the
-// frame would exceed limit bytes.
+// frame would exceed limit bytes: known from the records' least sizes
+// before a byte is written, where they exceed it already (a save of a
+// long write's changes, which a new base then holds).
 func encodeFrame(recs iter.Seq2[string, *Entry], limit int64) []byte {
-	count := 0
-	for range recs {
+	count, least := 0, int64(0)
+	for p, e := range recs {
 		count++
+		if least += leastRecord(p, e); least > limit {
+			return nil
+		}
 	}
 	var b bytes.Buffer
+	b.Grow(int(min(least+least/4, limit)))
 	w := entryWriter{b: &b}
 	w.uv(uint64(count))
 	for p, e := range recs {
@@ -544,6 +555,23 @@ func encodeFrame(recs iter.Seq2[string, *Entry], limit int64) []byte {
 		return nil
 	}
 	return out
+}
+
+// leastRecord is the fewest bytes a frame's record of p takes: a byte
+// for each number and length, and the strings.
+func leastRecord(p string, e *Entry) int64 {
+	n := 2 + len(p)
+	switch {
+	case e == nil:
+	case e.Mode&fs.ModeSymlink != 0:
+		n += 7 + 2 + len(e.Target) + len(e.ContentID)
+	default:
+		n += 7 + 2 + len(e.SHA256) + len(e.ContentID)
+		if e.XXH3 != [16]byte{} {
+			n += len(e.XXH3)
+		}
+	}
+	return int64(n)
 }
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -620,7 +648,7 @@ func (x *Index) replayFrom(data []byte, from int) bool {
 	for _, l := range x.added {
 		x.logged.put(l.p, l.e)
 	}
-	x.added = nil
+	x.added, x.addedBytes = nil, 0
 	x.logValid, x.logOK = int64(off), true
 	x.logSum = logSumOf(sum, data[from:off])
 	x.replaying = false

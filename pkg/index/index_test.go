@@ -684,10 +684,16 @@ func TestIndexSymlinkKeepsNoXXH3(t *testing.T) {
 }
 
 // TestIndexWrittenWholeStaysFlat sets the entries of a 45,000-file tree
-// into an empty index, as a first sync does: the layers are checkpointed
-// beside the index, so the heap holds a few thousand entries at most.
+// and of one four times larger into an empty index, as a first sync does:
+// the added layer is written out as runs beside the index once it holds
+// layerBytes, so the heap holds the same few MiB at either size.
 func TestIndexWrittenWholeStaysFlat(t *testing.T) {
-	const n = 45000
+	for _, n := range []int{45000, 180000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) { writtenWholeStaysFlat(t, n) })
+	}
+}
+
+func writtenWholeStaysFlat(t *testing.T, n int) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "x.idx")
 	x := NewAt(fileAt(p))
@@ -707,9 +713,9 @@ func TestIndexWrittenWholeStaysFlat(t *testing.T) {
 			peak = max(peak, int64(ms.HeapAlloc)-int64(before.HeapAlloc))
 		}
 	}
-	t.Logf("heap peak %.1f MB for %d entries", float64(peak)/1e6, n)
-	if peak > 3<<20 {
-		t.Errorf("heap peak %d bytes while writing %d entries, want at most 3 MiB", peak, n)
+	t.Logf("heap peak %.1f MB for %d entries, %d runs", float64(peak)/1e6, n, len(x.runs))
+	if limit := int64(layerBytes) + 2<<20; peak > limit {
+		t.Errorf("heap peak %d bytes while writing %d entries, want at most %d", peak, n, limit)
 	}
 	if err := x.Save(fileAt(p)); err != nil {
 		t.Fatal(err)

@@ -16,11 +16,15 @@ import (
 // The index in memory is its base, read in place (base.go), and two
 // small layers over it, sorted by path: the records of the log replayed
 // at load (logged), and what was set, touched or deleted since (added);
-// a nil entry in a layer is a deletion. Once the layers outgrow a share of
-// the base, they and the base are merged into a new base in an unnamed
-// file beside the index (a checkpoint) that keeps the marks of what the
-// next save is to write: a sync writing a whole tree holds a few thousand
-// entries on the heap, never the tree.
+// a nil entry in a layer is a deletion. The added layer is bounded by
+// its size on the heap (layerBytes), not by a share of the tree: once
+// full, it is written as a run, a base in an unnamed file beside the
+// index whose rows keep the marks of what the next save is to write, and
+// runs of like size are merged (a binary counter: an entry is rewritten
+// about log2(entries/layer) times, and a look-up asks a few runs). Once
+// the logged layer outgrows a share of the base, all of it is merged into
+// a new base (a checkpoint). A sync writing a whole tree so holds a few
+// MiB of entries on the heap whatever the tree's size, never the tree.
 
 // layer is entries sorted by path.
 type layer []lent
@@ -57,20 +61,68 @@ func (l *layer) drop(p string) {
 	}
 }
 
-// checkpointAt is the fewest layered entries that make a checkpoint; a
-// larger base waits for an eighth of its rows: a first sync of 45,912
-// files checkpoints 10 times, writing about 5 rows an entry in all.
-var checkpointAt = 4096 // a variable for tests
+// checkpointAt is the fewest logged entries that make a checkpoint (a
+// larger base waits for an eighth of its rows), and the most added
+// entries the heap holds before they are written as a run. Variables for
+// tests.
+var checkpointAt = 16384
+
+// layerBytes bounds the added layer on the heap (as lentBytes counts
+// it): about 6,000 entries of a mirrored file (path, SHA-256, content
+// ID). A first sync of 1,000,000 files writes about 80 runs so, and
+// rewrites an entry 6 or 7 times in all (the checkpoints at an eighth of
+// the tree that came before rewrote it 9 times, and held an eighth of the
+// tree on the heap: 40 MB at 1,000,000 files).
+var layerBytes = 2 << 20
+
+// runBlocks is the cache of a run, in blocks: a look-up in a run reads a
+// few blocks (its path's row and strings, and the top of the search).
+const runBlocks = 8
+
+// lentBytes is what an entry of a layer holds on the heap, near enough:
+// its place in the layer twice (a slice grows by doubling), and each
+// allocation rounded up as the allocator does.
+func lentBytes(p string, e *Entry) int {
+	n := 2*int(unsafe.Sizeof(lent{})) + allocSize(len(p))
+	if e != nil {
+		n += allocSize(int(unsafe.Sizeof(Entry{}))) + allocSize(len(e.SHA256)) + allocSize(len(e.ContentID)) + allocSize(len(e.Target))
+	}
+	return n
+}
+
+// allocSize is n rounded up to a 16-byte step, the allocator's below 128.
+func allocSize(n int) int { return (n + 15) &^ 15 }
 
 // Get returns p's entry, a copy; nil when there is none.
 func (x *Index) Get(p string) *Entry {
 	if i, ok := x.added.find(p); ok {
 		return copyEntry(x.added[i].e)
 	}
+	if b, r, ok := x.inRuns(p); ok {
+		if r.flags&fDead != 0 {
+			return nil
+		}
+		return b.entry(&r) // made afresh
+	}
 	if i, ok := x.logged.find(p); ok {
 		return copyEntry(x.logged[i].e)
 	}
 	return x.inBase(p) // made afresh: no copy needed
+}
+
+// inRuns is p's row in the newest run that has one (dead: deleted since
+// the load).
+func (x *Index) inRuns(p string) (*base, row, bool) {
+	for i := len(x.runs) - 1; i >= 0; i-- {
+		b := x.runs[i]
+		if p < b.first || p > b.last {
+			continue
+		}
+		if j, ok := b.find(p); ok {
+			return b, b.row(j), true
+		}
+	}
+	return nil, row{}, false
 }
 
 func copyEntry(e *Entry) *Entry {
@@ -101,8 +153,14 @@ func (x *Index) lookup(p string) *Entry {
 	return x.below(p)
 }
 
-// below is p's entry beneath what was added since the load.
+// below is p's entry beneath the added layer.
 func (x *Index) below(p string) *Entry {
+	if b, r, ok := x.inRuns(p); ok {
+		if r.flags&fDead != 0 {
+			return nil
+		}
+		return b.entry(&r)
+	}
 	if i, ok := x.logged.find(p); ok {
 		return x.logged[i].e
 	}
@@ -116,6 +174,12 @@ func (x *Index) holds(p string, e *Entry) (exists, same bool) {
 	if i, ok := x.added.find(p); ok {
 		cur := x.added[i].e
 		return cur != nil, cur != nil && *cur == *e
+	}
+	if b, r, ok := x.inRuns(p); ok {
+		if r.flags&fDead != 0 {
+			return false, false
+		}
+		return true, b.same(&r, e)
 	}
 	if i, ok := x.logged.find(p); ok {
 		cur := x.logged[i].e
@@ -161,7 +225,14 @@ func (x *Index) Set(p string, e *Entry) {
 		x.n++
 	}
 	c := *e
-	x.added.put(p, &c)
+	x.putAdded(p, &c)
+}
+
+// putAdded sets p's entry in the added layer, counts what it holds, and
+// writes it out once full.
+func (x *Index) putAdded(p string, e *Entry) {
+	x.added.put(p, e)
+	x.addedBytes += lentBytes(p, e)
 	x.grew()
 }
 
@@ -171,8 +242,7 @@ func (x *Index) Set(p string, e *Entry) {
 func (x *Index) Touch(p string) {
 	if cur := x.lookup(p); cur != nil {
 		c := *cur
-		x.added.put(p, &c)
-		x.grew()
+		x.putAdded(p, &c)
 	}
 }
 
@@ -186,8 +256,7 @@ func (x *Index) Delete(p string) {
 		x.added.drop(p) // never saved: nothing to write
 		return
 	}
-	x.added.put(p, nil)
-	x.grew()
+	x.putAdded(p, nil)
 }
 
 // DeleteBelow forgets every entry below dir.
@@ -222,14 +291,20 @@ func (x *Index) Dirty() bool {
 
 // changed reports whether entries changed since the load.
 func (x *Index) changed() bool {
-	return len(x.added) > 0 || x.rewrite || x.base != nil && x.base.changed > 0
+	return len(x.added) > 0 || len(x.runs) > 0 || x.rewrite || x.base != nil && x.base.changed > 0
+}
+
+// spilled reports whether the index holds more than its files on disk
+// say, in files of its own: a checkpoint or runs.
+func (x *Index) spilled() bool {
+	return len(x.runs) > 0 || x.base != nil && x.base.marked
 }
 
 // changes yields the paths Save is to write, in order, with their entries
 // (nil: deleted).
 func (x *Index) changes() iter.Seq2[string, *Entry] {
 	return func(yield func(string, *Entry) bool) {
-		if x.base == nil || x.base.changed == 0 {
+		if len(x.runs) == 0 && (x.base == nil || x.base.changed == 0) {
 			// Only what was added since the load: no need to read the base.
 			for _, l := range x.added {
 				var e *Entry
@@ -361,10 +436,10 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 		}
 		// Whether it is dead is read first: a path viewed in the block
 		// cache is good only until the next read.
-		dead := a.dead(c.b)
+		dead := a.dead()
 		var p []byte
-		if a.bi >= 0 {
-			p = c.b.pathView(a.bi)
+		if a.b != nil {
+			p = a.b.pathView(a.bi)
 		} else {
 			p = unsafe.Slice(unsafe.StringData(a.l.p), len(a.l.p))
 		}
@@ -384,7 +459,7 @@ func (x *Index) ChildrenOf(dir string, k *Kids) {
 		if dead {
 			continue
 		}
-		kids.add(c.b, a, rest)
+		kids.add(a, rest)
 	}
 	all := string(kids.buf)
 	k.ents = slices.Grow(k.ents[:0], len(kids.kids))[:len(kids.kids)]
@@ -448,9 +523,10 @@ func (l *childList) putHex(prefix string, raw []byte) span {
 }
 
 // add records the entry at a, named name, as entryWith would make it.
-func (l *childList) add(b *base, a at, name []byte) {
+func (l *childList) add(a at, name []byte) {
 	k := child{name: l.put(name)}
-	if a.bi < 0 {
+	b := a.b
+	if b == nil {
 		k.e = *a.l.e // a layer's: its strings are there already
 		l.kids = append(l.kids, k)
 		return
@@ -479,25 +555,34 @@ func (l *childList) add(b *base, a at, name []byte) {
 	l.kids = append(l.kids, k)
 }
 
-// cursor walks the base and the layers in path order; where they hold the
-// item is an entry as a merge of the base and the layers meets it: its
-// row (whose flags carry the marks) and its strings.
+// cursor walks the base, the runs and the layers in path order; where
+// they hold the same path, the newest wins: the added layer, then the
+// runs from the newest, then the logged layer, then the base.
 type item struct {
 	path, str, cid string
 	r              row
 }
 
-// same path, the newer one wins.
 type cursor struct {
 	b             *base
-	bi, li, ai    int
+	bi            int
+	runs          []*base // the newest first
+	ri            []int
+	rv            [][]byte // each run's path where it stands, in a step
 	logged, added layer
+	li, ai        int
 }
 
 // cursor starts at the first path not below from. The index must not
 // change while it is used.
 func (x *Index) cursor(from string) *cursor {
 	c := &cursor{b: x.base, logged: x.logged, added: x.added}
+	if n := len(x.runs); n > 0 {
+		c.runs, c.ri, c.rv = make([]*base, n), make([]int, n), make([][]byte, n)
+		for i, r := range x.runs {
+			c.runs[n-1-i] = r
+		}
+	}
 	c.seek(from)
 	return c
 }
@@ -508,72 +593,96 @@ func (c *cursor) seek(from string) {
 	if c.b != nil {
 		c.bi = c.b.search(from)
 	}
+	for i, r := range c.runs {
+		c.ri[i] = r.search(from)
+	}
 	c.li, _ = c.logged.find(from)
 	c.ai, _ = c.added.find(from)
 }
 
-// at is where the cursor stands: a base row (bi), or a layer's entry
-// (l, bi -1) with the marks it carries.
+// at is where the cursor stands: row bi of base b (the base or a run), or
+// a layer's entry (l, b nil) with the marks it carries.
 type at struct {
+	b     *base
 	bi    int
 	l     *lent
 	marks uint16
 }
 
 // dead reports whether the entry at a is deleted.
-func (a at) dead(b *base) bool {
-	if a.bi >= 0 {
-		return b.row(a.bi).flags&fDead != 0
+func (a at) dead() bool {
+	if a.b != nil {
+		return a.b.row(a.bi).flags&fDead != 0
 	}
 	return a.l.e == nil
 }
 
+// bytesOf is s's bytes, not a copy.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
 // step moves to the next entry of the merge, without reading its
 // strings; a deletion logged since the base was written hides the row.
+// The paths of the bases are viewed where they lie in their caches: each
+// base is read once a step, so every view stays good through it.
 func (c *cursor) step() (at, bool) {
 	for {
-		hasL, hasA := c.li < len(c.logged), c.ai < len(c.added)
-		var p string // the first path of the layers'
-		inL, inA := false, false
-		switch {
-		case hasL && hasA:
-			lp, ap := c.logged[c.li].p, c.added[c.ai].p
-			p, inL, inA = min(lp, ap), lp <= ap, ap <= lp
-		case hasL:
-			p, inL = c.logged[c.li].p, true
-		case hasA:
-			p, inA = c.added[c.ai].p, true
+		var p []byte // the least path of the levels
+		have := false
+		if c.ai < len(c.added) {
+			p, have = bytesOf(c.added[c.ai].p), true
 		}
-		inB := false
-		if c.b != nil && c.bi < c.b.n {
-			switch bp := c.b.pathView(c.bi); {
-			case !inL && !inA || string(bp) < p:
-				inB, inL, inA = true, false, false
-			case string(bp) == p:
-				inB = true
+		for i, r := range c.runs {
+			c.rv[i] = nil
+			if c.ri[i] < r.n {
+				v := r.pathView(c.ri[i])
+				c.rv[i] = v
+				if !have || bytes.Compare(v, p) < 0 {
+					p, have = v, true
+				}
 			}
 		}
-		if !inB && !inL && !inA {
+		if c.li < len(c.logged) {
+			if v := bytesOf(c.logged[c.li].p); !have || bytes.Compare(v, p) < 0 {
+				p, have = v, true
+			}
+		}
+		var bv []byte
+		if c.b != nil && c.bi < c.b.n {
+			bv = c.b.pathView(c.bi)
+			if !have || bytes.Compare(bv, p) < 0 {
+				p, have = bv, true
+			}
+		}
+		if !have {
 			return at{}, false
 		}
-		a := at{bi: -1}
-		ok := true
-		switch {
-		case inA:
-			a.l, a.marks = &c.added[c.ai], fChanged
-		case inL:
-			a.l, ok = &c.logged[c.li], c.logged[c.li].e != nil
-		default:
-			a.bi = c.bi
+		// The newest level at p wins; every level at p moves past it.
+		var a at
+		won, ok := false, true
+		if c.ai < len(c.added) && c.added[c.ai].p == string(p) {
+			a.l, a.marks, won = &c.added[c.ai], fChanged, true
+			c.ai++
 		}
-		if inB {
-			c.bi++
+		for i, r := range c.runs {
+			if c.rv[i] != nil && bytes.Equal(c.rv[i], p) {
+				if !won {
+					a.b, a.bi, won = r, c.ri[i], true
+				}
+				c.ri[i]++
+			}
 		}
-		if inL {
+		if c.li < len(c.logged) && c.logged[c.li].p == string(p) {
+			if !won {
+				a.l, won = &c.logged[c.li], true
+				ok = c.logged[c.li].e != nil
+			}
 			c.li++
 		}
-		if inA {
-			c.ai++
+		if bv != nil && bytes.Equal(bv, p) {
+			if !won {
+				a.b, a.bi = c.b, c.bi
+			}
+			c.bi++
 		}
 		if ok {
 			return a, true
@@ -586,8 +695,8 @@ func (c *cursor) next() (item, bool) {
 	switch {
 	case !ok:
 		return item{}, false
-	case a.bi >= 0:
-		return c.b.item(a.bi), true
+	case a.b != nil:
+		return a.b.item(a.bi), true
 	}
 	return layerItem(*a.l, a.marks), true
 }
@@ -619,56 +728,124 @@ func layerItem(l lent, marks uint16) item {
 	return it
 }
 
-// grew checkpoints the layers once they are large.
+// grew writes the added layer out as a run once it is full, and
+// checkpoints a large logged layer.
 func (x *Index) grew() {
 	if x.replaying || x.spill.IsZero() {
 		return
 	}
-	k := len(x.added) + len(x.logged)
 	limit := checkpointAt
 	if x.base != nil {
 		limit = max(limit, x.base.n/8)
 	}
-	if k < limit || k < 2*x.spillFailed {
+	if k := len(x.logged); k >= limit && k >= 2*x.spillFailed {
+		if err := x.checkpoint(); err != nil {
+			x.spillFailed = k // try again when twice as large
+		}
 		return
 	}
-	if err := x.checkpoint(); err != nil {
-		x.spillFailed = k // try again when twice as large
+	if k := len(x.added); (k >= checkpointAt || x.addedBytes >= layerBytes) && k >= 2*x.spillFailed {
+		if err := x.pushRun(); err != nil {
+			x.spillFailed = k
+		}
 	}
 }
 
-// checkpoint merges the base and the layers into a new base in an unnamed
-// file in the spill directory, marks kept, and empties the layers. A
-// checkpoint is never a saved index: if it fails, the layers stay as they
-// were; if the process dies, the file goes with it.
+// pushRun writes the added layer as a run in an unnamed file in the
+// spill directory, marks kept, empties the layer, and merges the newest
+// runs while the one before is less than twice as large. A run is never a
+// saved index: if writing it fails, the layer stays as it was; if a merge
+// fails, the runs stay as they were; if the process dies, the files go
+// with it.
+func (x *Index) pushRun() error {
+	r, err := x.writeRun(len(x.added), func(yield func(item) bool) {
+		for _, l := range x.added {
+			if !yield(layerItem(l, fChanged)) {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	r.cache.slots = runBlocks
+	x.runs = append(x.runs, r)
+	clear(x.added)
+	x.added, x.addedBytes = x.added[:0], 0
+	for k := len(x.runs); k >= 2 && x.runs[k-2].n < 2*x.runs[k-1].n; k = len(x.runs) {
+		older, newer := x.runs[k-2], x.runs[k-1]
+		c := &cursor{runs: []*base{newer, older}, ri: make([]int, 2), rv: make([][]byte, 2)}
+		n := 0
+		for _, ok := c.step(); ok; _, ok = c.step() {
+			n++
+		}
+		c.ri[0], c.ri[1] = 0, 0
+		m, err := x.writeRun(n, func(yield func(item) bool) {
+			for it, ok := c.next(); ok && yield(it); it, ok = c.next() {
+			}
+		})
+		if err != nil {
+			return nil // more runs than need be, all of them right
+		}
+		older.f.Close()
+		newer.f.Close()
+		m.cache.slots = runBlocks
+		x.runs = append(x.runs[:k-2], m)
+	}
+	return nil
+}
+
+// writeRun writes n items, in path order, as a marked base in an unnamed
+// file in the spill directory.
+func (x *Index) writeRun(n int, items iter.Seq[item]) (*base, error) {
+	f, err := x.spill.Scratch()
+	if err != nil {
+		return nil, err
+	}
+	w := newBaseWriter(f, n)
+	for it := range items {
+		w.add(&it)
+	}
+	if err := w.finish(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	b, err := newBase(f, nil, w.size(), true)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	b.live, b.changed, b.first, b.last = w.live, w.changed, w.first, w.last
+	return b, nil
+}
+
+// checkpoint merges the base, the runs and the layers into a new base in
+// an unnamed file in the spill directory, marks kept, and empties the
+// layers. A checkpoint is never a saved index: if it fails, the layers
+// stay as they were; if the process dies, the file goes with it.
 func (x *Index) checkpoint() error {
 	n := 0
 	for range x.items("") {
 		n++
 	}
-	f, err := x.spill.Scratch()
+	b, err := x.writeRun(n, x.items(""))
 	if err != nil {
 		return err
 	}
-	w := newBaseWriter(f, n)
-	for it := range x.items("") {
-		w.add(&it)
-	}
-	if err := w.finish(); err != nil {
-		f.Close()
-		return err
-	}
-	b, err := newBase(f, nil, w.size(), true)
-	if err != nil {
-		f.Close()
-		return err
-	}
-	b.live, b.changed = w.live, w.changed
 	if old := x.base; old != nil && old.marked && old.f != nil {
 		old.f.Close() // a checkpoint superseded: its space goes back now
 	}
-	x.base, x.logged, x.added = b, nil, nil
+	x.closeRuns()
+	x.base, x.logged, x.added, x.addedBytes = b, nil, nil, 0
 	return nil
+}
+
+// closeRuns lets the runs' files go.
+func (x *Index) closeRuns() {
+	for _, r := range x.runs {
+		r.f.Close()
+	}
+	x.runs = nil
 }
 
 // encodeEntry is an entry as a row (its strings apart). A symlink keeps

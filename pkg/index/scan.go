@@ -33,11 +33,11 @@ func (s *Scan) next() {
 		if s.at, s.ok = s.c.step(); !s.ok {
 			return
 		}
-		if s.at.dead(s.c.b) {
+		if s.at.dead() {
 			continue
 		}
-		if s.at.bi >= 0 {
-			s.path = append(s.path[:0], s.c.b.pathView(s.at.bi)...)
+		if s.at.b != nil {
+			s.path = append(s.path[:0], s.at.b.pathView(s.at.bi)...)
 		} else {
 			s.path = append(s.path[:0], s.at.l.p...)
 		}
@@ -54,7 +54,7 @@ func (s *Scan) Find(p string, f *Found) bool {
 	if !s.ok || string(s.path) != p {
 		return false
 	}
-	f.set(s.c.b, s.at, &s.list)
+	f.set(s.at, &s.list)
 	s.next()
 	return true
 }
@@ -74,8 +74,8 @@ type Found struct {
 }
 
 // set reads the entry at a into f.
-func (f *Found) set(b *base, a at, l *childList) {
-	if a.bi >= 0 {
+func (f *Found) set(a at, l *childList) {
+	if b := a.b; b != nil {
 		*f = Found{r: b.row(a.bi)}
 		f.r.flags &= fEntry
 		if f.r.flags&(fStr|fCidStr) == 0 && (f.r.flags&fCidGit == 0 || len(b.strBytes(f.r.cid, f.git[:0])) == len(f.git)) {
@@ -84,7 +84,7 @@ func (f *Found) set(b *base, a at, l *childList) {
 	}
 	// Spelled out, as ChildrenOf would.
 	l.buf, l.kids = l.buf[:0], l.kids[:0]
-	l.add(b, a, nil)
+	l.add(a, nil)
 	e := new(Entry)
 	l.kids[0].entry(e, string(l.buf))
 	*f = Found{whole: e}
