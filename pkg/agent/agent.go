@@ -645,7 +645,10 @@ func (a *Agent) adopt(ctx context.Context, old, d *reconcile.Desired, trial *rec
 	if old != nil {
 		a.keys.retired = append(a.keys.retired, old)
 	}
-	if !a.keys.started && a.keys.firstPass == nil {
+	// The first pass is of the newest desired set: one replaced before its
+	// first pass ended (its manifests deleted meanwhile) would leave keys
+	// no worker takes again, and the agent never ready.
+	if !a.keys.started && (a.keys.firstPass == nil || old != nil) {
 		a.keys.firstPass = make(map[resource.ID]struct{}, len(keys))
 		for _, id := range keys {
 			a.keys.firstPass[id] = struct{}{}
