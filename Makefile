@@ -89,6 +89,8 @@ lint:
 # core busy with a spinning process, BENCH=-agent-only for the agent's rows
 # alone. About 10 minutes on the 2-core build machine; 35 with -scale 4.
 BENCH ?=
+# BENCH="-files 1000000 -data DIR -runs 1": a generated tree of a million
+# files and a Git repository of it, made in DIR once and used again.
 bench: build
 	$(GO) run ./bench -bin $(BIN) $(BENCH)
 

@@ -38,13 +38,17 @@ import (
 // row measures one push, not a burst.
 const webhookGap = 1100 * time.Millisecond
 
+// steadyWait is how long after its last event the agent's resident set is
+// read as its steady one.
+const steadyWait = 5 * time.Second
+
 // agentRig is an agent on a mirror of a tree, and its peer: a clone of
 // the same repository and a copy of its tree.
 type agentRig struct {
-	repo       string // the repository git daemon serves; the tree in kb/
-	target     string // the file edited and committed, relative to the repository
-	root       string // the agent's --root: the mirror is root/srv/kb
-	clone, dst string // the peer's clone and its copy of kb/
+	repo       *bareRepo // the repository git daemon serves; the tree in kb/
+	target     string    // the file edited and committed, relative to the repository
+	root       string    // the agent's --root: the mirror is root/srv/kb
+	clone, dst string    // the peer's clone and its copy of kb/
 	files      int
 	addr       string // the agent's --listen
 	secret     []byte
@@ -52,12 +56,14 @@ type agentRig struct {
 	exited     chan struct{}
 	logPath    string
 	ready      time.Duration // from start to /readyz 200
+	readyRSS   int64         // KiB, resident once ready and quiet
 	lastHook   time.Time
 }
 
 // agentRows measures the agent on a mirror of the first 1,000 files of the
-// tree and on the whole tree (all -scale copies of it).
-func agentRows(bin, tree, work string, events int, t *table) error {
+// tree and on the whole tree (all -scale copies of it, or the generated
+// data set).
+func agentRows(bin string, ds dataSet, work string, events int, t *table) error {
 	dir := filepath.Join(work, "agent")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -80,11 +86,11 @@ func agentRows(bin, tree, work string, events int, t *table) error {
 	fmt.Printf("%-46s %29s  %29s %6s %19s %6s %8s %11s\n",
 		"", "median      p95      p99", "median      p95      p99", "ratio", "peer    agent", "ratio", "RSS", "before→after")
 	sizes := []int{1000, 0}
-	if n := countFiles(tree) * max(scale, 1); n <= 1000 {
+	if ds.files <= 1000 {
 		sizes = []int{0}
 	}
 	for i, n := range sizes {
-		r, err := newAgentRig(bin, tree, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo", n)
+		r, err := newAgentRig(bin, ds, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo.git", n)
 		if err != nil {
 			return err
 		}
@@ -97,48 +103,55 @@ func agentRows(bin, tree, work string, events int, t *table) error {
 		if err != nil {
 			return err
 		}
+		// A large tree's copies go as soon as they are done with.
+		for _, d := range []string{r.root, r.clone, r.dst} {
+			os.RemoveAll(d)
+		}
 	}
 	return nil
 }
 
-// newAgentRig fills dir with a repository of n files of tree (0: the whole
-// tree, -scale times), starts an agent on it and waits until it is ready,
+// newAgentRig serves in dir a repository of the first n files of the data
+// set (0: all of it), starts an agent on it and waits until it is ready,
 // and makes the peer's clone and copy.
-func newAgentRig(bin, tree, dir, url string, n int) (*agentRig, error) {
+func newAgentRig(bin string, ds dataSet, dir, url string, n int) (*agentRig, error) {
 	r := &agentRig{
-		repo:    filepath.Join(dir, "repo"),
 		root:    filepath.Join(dir, "root"),
 		clone:   filepath.Join(dir, "clone"),
 		dst:     filepath.Join(dir, "dst"),
 		logPath: filepath.Join(dir, "agent.log"),
 		secret:  []byte("bench-webhook-secret"),
 	}
-	kb := filepath.Join(r.repo, "kb")
-	if err := os.MkdirAll(r.repo, 0o755); err != nil {
-		return nil, err
-	}
 	var err error
 	if n == 0 {
-		err = copyTree(tree, kb, scale)
+		r.files = ds.files
+		if r.repo, err = servedRepo(ds, dir, "repo"); err != nil {
+			return nil, err
+		}
+		if r.target, err = middleFile(ds.kb); err != nil {
+			return nil, err
+		}
 	} else {
-		err = copyFiles(tree, kb, n)
+		checkout := filepath.Join(dir, "checkout")
+		kb := filepath.Join(checkout, "kb")
+		if err := copyFiles(ds.kb, kb, n); err != nil {
+			return nil, err
+		}
+		if err := writeManifests(checkout); err != nil {
+			return nil, err
+		}
+		files := regularFiles(kb)
+		if len(files) == 0 {
+			return nil, fmt.Errorf("no file in %s", kb)
+		}
+		r.files = len(files)
+		// A file in the middle of the tree, not the first one walked.
+		r.target, _ = filepath.Rel(kb, files[len(files)/2])
+		if r.repo, err = newBareFromCheckout(checkout, filepath.Join(dir, "repo.git")); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := writeManifests(r.repo); err != nil {
-		return nil, err
-	}
-	files := regularFiles(kb)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no file in %s", kb)
-	}
-	r.files = len(files)
-	// A file in the middle of the tree, not the first one walked.
-	r.target, _ = filepath.Rel(r.repo, files[len(files)/2])
-	if err := commitAll(r.repo); err != nil {
-		return nil, err
-	}
+	r.target = filepath.Join("kb", r.target)
 	if err := git("clone", "-q", url, r.clone); err != nil {
 		return nil, err
 	}
@@ -200,6 +213,7 @@ func newAgentRig(bin, tree, dir, url string, n int) (*agentRig, error) {
 		r.stop()
 		return nil, err
 	}
+	r.readyRSS = r.status("VmRSS")
 	return r, nil
 }
 
@@ -286,7 +300,7 @@ func (r *agentRig) event(act func() error, want []byte) (sample, error) {
 // rows measures a hand edit healed and a webhook applied.
 func (r *agentRig) rows(events int, targets bool, t *table) error {
 	size := commas(r.files) + " files"
-	want, err := os.ReadFile(filepath.Join(r.repo, r.target))
+	want, err := r.repo.read(r.target)
 	if err != nil {
 		return err
 	}
@@ -296,7 +310,9 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	rsync := []string{"-a", "--exclude", ".git", r.clone + "/kb/", r.dst + "/"}
 	peerFile := filepath.Join(r.dst, strings.TrimPrefix(r.target, "kb/"))
 	p, err := alternate(events, 1, nil,
-		func(i int) (sample, error) { return peerJob(job{edit(peerFile, i), "rsync", rsync}, peerFile, want) },
+		func(i int) (sample, error) {
+			return peerJob(job{edit(peerFile, i), "rsync", rsync, ""}, peerFile, want)
+		},
 		func(i int) (sample, error) { return r.event(edit(filepath.Join(r.root, "srv", r.target), i), want) })
 	if err != nil {
 		return err
@@ -311,14 +327,13 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	// peer pulls and copies.
 	commit := func(i int) error {
 		want = fmt.Appendf(want, "\n// change %d\n", i)
-		if err := os.WriteFile(filepath.Join(r.repo, r.target), want, 0o644); err != nil {
-			return err
-		}
-		return git("-C", r.repo, "commit", "-q", "-am", fmt.Sprintf("change %d", i))
+		return r.repo.commit(r.target, want)
 	}
 	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", r.clone, r.clone, r.dst)
 	if p, err = alternate(events, 1, commit,
-		func(int) (sample, error) { return peerJob(job{nil, "sh", []string{"-c", pullRsync}}, peerFile, want) },
+		func(int) (sample, error) {
+			return peerJob(job{nil, "sh", []string{"-c", pullRsync}, ""}, peerFile, want)
+		},
 		func(int) (sample, error) {
 			// Pacing, off the clock: one push, not a burst.
 			time.Sleep(time.Until(r.lastHook.Add(webhookGap)))
@@ -332,6 +347,20 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	}
 	agentRow("webhook, "+size+" (vs git pull + rsync -a)", p, want2, r.rss(), t)
 	fmt.Printf("%-46s the agent ready %s after its start; the file: %s\n", "", ms(r.ready), r.target)
+	// Steady: what stays resident once the events are over and the Go
+	// runtime has had time to hand back what it freed (its scavenger).
+	time.Sleep(steadyWait)
+	steady := r.status("VmRSS")
+	verdict := ""
+	if targets || r.files >= 10000 {
+		// Issue 35's target for an agent following a repository.
+		verdict = "RSS≤64 MB ok"
+		if float64(steady)/1024 > 64 {
+			verdict, t.ok = "RSS≤64 MB OVER", false
+		}
+	}
+	fmt.Printf("%-46s resident: %.1f MB once ready, %.1f MB steady (%s after the last event), %.1f MB at most  %s\n", "",
+		float64(r.readyRSS)/1024, float64(steady)/1024, steadyWait, float64(r.rss())/1024, verdict)
 	return nil
 }
 
@@ -362,10 +391,14 @@ func (r *agentRig) webhook() error {
 }
 
 // rss is the agent's peak resident set so far, in KiB.
-func (r *agentRig) rss() int64 {
+func (r *agentRig) rss() int64 { return r.status("VmHWM") }
+
+// status is a field of the agent's /proc/PID/status in kB: VmHWM, its
+// peak resident set, or VmRSS, what is resident now.
+func (r *agentRig) status(field string) int64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
 	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
 		}
@@ -504,8 +537,11 @@ func runTime(pid int) time.Duration {
 // order, into kb with their paths and modes.
 func copyFiles(tree, kb string, n int) error {
 	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || n == 0 {
+		if err != nil {
 			return err
+		}
+		if n == 0 {
+			return fs.SkipAll
 		}
 		if !d.Type().IsRegular() {
 			return nil

@@ -4,8 +4,10 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,9 @@ import (
 type sample struct {
 	wall, cpu time.Duration
 	maxRSS    int64 // KiB
+	// Of a job with a watch: the most the state dir and its intent logs
+	// held at any sample during the run, in bytes.
+	peakState, peakIntent int64
 }
 
 // job is a command to time and what to do before each run of it.
@@ -26,6 +31,7 @@ type job struct {
 	setup func() error
 	name  string
 	args  []string
+	watch string // a state dir whose size to sample during the run, or ""
 }
 
 // pairs is a comparison: a run of the baseline and a run of ours, in
@@ -92,7 +98,25 @@ func measure(j job) (sample, error) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
+	var peakState, peakIntent int64
+	var err error
+	if j.watch == "" {
+		err = cmd.Run()
+	} else if err = cmd.Start(); err == nil {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		tick := time.NewTicker(20 * time.Millisecond)
+		for waiting := true; waiting; {
+			select {
+			case err = <-done:
+				waiting = false
+			case <-tick.C:
+			}
+			st, in := dirBytes(j.watch)
+			peakState, peakIntent = max(peakState, st), max(peakIntent, in)
+		}
+		tick.Stop()
+	}
 	wall := time.Since(start)
 	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 && slices.Contains(j.args, "--exit-code") {
 		err = nil // diff --exit-code reports changes with 1
@@ -102,7 +126,28 @@ func measure(j job) (sample, error) {
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return sample{wall: wall, cpu: cpu, maxRSS: ru.Maxrss}, nil
+	return sample{wall: wall, cpu: cpu, maxRSS: ru.Maxrss, peakState: peakState, peakIntent: peakIntent}, nil
+}
+
+// dirBytes is the bytes of the files under dir, and of those among them
+// that are intent logs (*.intent). A file that goes while it is walked is
+// skipped.
+func dirBytes(dir string) (all, intent int64) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		all += fi.Size()
+		if strings.HasSuffix(p, ".intent") {
+			intent += fi.Size()
+		}
+		return nil
+	})
+	return all, intent
 }
 
 // loadAvg is the one-minute load average; 0 where it cannot be read.
@@ -126,7 +171,7 @@ func medianOf[T int64 | float64 | time.Duration](v []T) T {
 type summary struct {
 	baseWall, oursWall, baseCPU, oursCPU time.Duration
 	wallRatio, cpuRatio                  float64
-	rss                                  int64 // KiB, ours, the most of the runs
+	rss, baseRSS                         int64 // KiB, the most of the runs
 }
 
 func summarize(p *pairs) summary {
@@ -138,7 +183,7 @@ func summarize(p *pairs) summary {
 		bw, ow, bc, oc = append(bw, b.wall), append(ow, o.wall), append(bc, b.cpu), append(oc, o.cpu)
 		wr = append(wr, float64(o.wall)/float64(b.wall))
 		cr = append(cr, float64(o.cpu)/float64(max(b.cpu, time.Millisecond)))
-		s.rss = max(s.rss, o.maxRSS)
+		s.rss, s.baseRSS = max(s.rss, o.maxRSS), max(s.baseRSS, b.maxRSS)
 	}
 	s.baseWall, s.oursWall, s.baseCPU, s.oursCPU = medianOf(bw), medianOf(ow), medianOf(bc), medianOf(oc)
 	s.wallRatio, s.cpuRatio = medianOf(wr), medianOf(cr)
@@ -163,10 +208,10 @@ func (t *table) header() {
 		return
 	}
 	t.headed = true
-	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s  %s\n",
-		"measurement", "base", "cortex", "wall", "base", "cortex", "CPU", "peak", "load", "targets")
-	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s\n",
-		"(medians; ratios: median of the pairs')", "wall", "wall", "ratio", "CPU", "CPU", "ratio", "RSS", "before→after")
+	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %8s %11s  %s\n",
+		"measurement", "base", "cortex", "wall", "base", "cortex", "CPU", "base", "cortex", "load", "targets")
+	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %8s %11s\n",
+		"(medians; ratios: median of the pairs')", "wall", "wall", "ratio", "CPU", "CPU", "ratio", "peak RSS", "peak RSS", "before→after")
 }
 
 func (t *table) row(name string, p *pairs, want target) {
@@ -188,9 +233,9 @@ func (t *table) row(name string, p *pairs, want target) {
 	check("wall", s.wallRatio, want.wall, "×")
 	check("CPU", s.cpuRatio, want.cpu, "×")
 	check("RSS", rssMB, want.rssMB, " MB")
-	fmt.Printf("%-44s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f→%-5.1f  %s\n", name,
+	fmt.Printf("%-44s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f MB %5.1f→%-5.1f  %s\n", name,
 		ms(s.baseWall), ms(s.oursWall), s.wallRatio, ms(s.baseCPU), ms(s.oursCPU), s.cpuRatio,
-		rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		float64(s.baseRSS)/1024, rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
 }
 
 func ms(d time.Duration) string {
