@@ -57,6 +57,7 @@ type agentRig struct {
 	logPath    string
 	ready      time.Duration // from start to /readyz 200
 	readyRSS   int64         // KiB, resident once ready and quiet
+	peer       bool          // the peer is measured too
 	lastHook   time.Time
 }
 
@@ -152,11 +153,16 @@ func newAgentRig(bin string, ds dataSet, dir, url string, n int) (*agentRig, err
 		}
 	}
 	r.target = filepath.Join("kb", r.target)
-	if err := git("clone", "-q", url, r.clone); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command("rsync", "-a", "--exclude", ".git", r.clone+"/kb/", r.dst+"/").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("rsync: %v: %s", err, out)
+	// -lean: no peer on the whole tree, which would need a checkout and a
+	// copy of its own.
+	r.peer = !lean || n > 0
+	if r.peer {
+		if err := git("clone", "-q", url, r.clone); err != nil {
+			return nil, err
+		}
+		if out, err := exec.Command("rsync", "-a", "--exclude", ".git", r.clone+"/kb/", r.dst+"/").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("rsync: %v: %s", err, out)
+		}
 	}
 	if err := os.MkdirAll(r.root, 0o755); err != nil {
 		return nil, err
@@ -311,6 +317,9 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	peerFile := filepath.Join(r.dst, strings.TrimPrefix(r.target, "kb/"))
 	p, err := alternate(events, 1, nil,
 		func(i int) (sample, error) {
+			if !r.peer {
+				return sample{}, nil
+			}
 			return peerJob(job{edit(peerFile, i), "rsync", rsync, ""}, peerFile, want)
 		},
 		func(i int) (sample, error) { return r.event(edit(filepath.Join(r.root, "srv", r.target), i), want) })
@@ -332,6 +341,9 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", r.clone, r.clone, r.dst)
 	if p, err = alternate(events, 1, commit,
 		func(int) (sample, error) {
+			if !r.peer {
+				return sample{}, nil
+			}
 			return peerJob(job{nil, "sh", []string{"-c", pullRsync}, ""}, peerFile, want)
 		},
 		func(int) (sample, error) {
@@ -426,7 +438,7 @@ func agentRow(name string, p *pairs, want target, rss int64, t *table) {
 	for i := range p.base {
 		b, o := p.base[i], p.ours[i]
 		bw, ow = append(bw, b.wall), append(ow, o.wall)
-		wr = append(wr, float64(o.wall)/float64(b.wall))
+		wr = append(wr, float64(o.wall)/float64(max(b.wall, 1)))
 		bc, oc = bc+b.cpu, oc+o.cpu
 	}
 	n := time.Duration(len(p.base))
@@ -445,8 +457,14 @@ func agentRow(name string, p *pairs, want target, rss int64, t *table) {
 	if want.p99 > 0 {
 		check("p99≤"+lat(want.p99), percentile(ow, 99) > want.p99)
 	}
-	if want.wall > 0 {
+	if want.wall > 0 && bc > 0 {
 		check(fmt.Sprintf("wall≤%g×", want.wall), wallRatio > want.wall)
+	}
+	if bc == 0 { // no peer (-lean)
+		fmt.Printf("%-46s %9s %9s %9s  %9s %9s %9s %6s %9s %9s %6s %5.1f MB %5.1f→%-5.1f  %s\n", name,
+			"—", "—", "—", lat(percentile(ow, 50)), lat(percentile(ow, 95)), lat(percentile(ow, 99)),
+			"—", "—", lat(oc/n), "—", float64(rss)/1024, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		return
 	}
 	fmt.Printf("%-46s %9s %9s %9s  %9s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f→%-5.1f  %s\n", name,
 		lat(percentile(bw, 50)), lat(percentile(bw, 95)), lat(percentile(bw, 99)),

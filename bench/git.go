@@ -120,21 +120,47 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 	t.row("first fetch (vs clone --depth 1 -n)", p, target{wall: 1.3, cpu: 1.0, rssMB: 64})
 	// Clone and copy: the shell does both, so one process tree is timed.
 	cloneRsync := fmt.Sprintf("git clone -q --depth 1 %s %s && rsync -a --exclude .git %s/kb/ %s/", url, clone, clone, dst)
-	if p, err = pair(runs,
-		job{fresh(root, clone, dst), "sh", []string{"-c", cloneRsync}, ""},
-		job{fresh(root, root, state), bin, cs("sync"), state}); err != nil {
+	peer := job{fresh(root, clone, dst), "sh", []string{"-c", cloneRsync}, ""}
+	if lean {
+		peer = job{}
+	}
+	if p, err = pair(runs, peer, job{fresh(root, root, state), bin, cs("sync"), state}); err != nil {
 		return err
 	}
 	t.row("fetch + sync (vs clone --depth 1 + rsync)", p, target{wall: 1.0})
 	stateRow("state dir after the sync from Git", state, ds.files, p)
 	// Converged from Git: the ref is asked for, the tree read from the
-	// cached pack and compared with the host.
-	if p, err = pair(runs,
-		job{nil, "rsync", []string{"-a", "--dry-run", "--exclude", ".git", clone + "/kb/", dst + "/"}, ""},
-		job{nil, bin, cs("diff", "--exit-code"), ""}); err != nil {
+	// cached pack and compared with the host. The peer compares two
+	// copies of the tree as rsync would: the clone's and its copy, or
+	// (-lean) the data set's and cortex-sync's mirror.
+	peer = job{nil, "rsync", []string{"-a", "--dry-run", "--exclude", ".git", clone + "/kb/", dst + "/"}, ""}
+	if lean {
+		peer.args = []string{"-a", "--dry-run", ds.kb + "/", filepath.Join(root, "srv", "kb") + "/"}
+	}
+	if p, err = pair(runs, peer, job{nil, bin, cs("diff", "--exit-code"), ""}); err != nil {
 		return err
 	}
 	t.row("diff, converged, Git (vs rsync -a -n)", p, target{rssMB: 40})
+	if lean {
+		fmt.Printf("%-44s not measured (-lean): its peer pulls into a checkout of its own\n", "new commit (vs git pull + rsync)")
+	} else if err := commitRow(bin, ds, repo, clone, dst, runs, cs, t); err != nil {
+		return err
+	}
+	if p, err = pair(runs,
+		job{nil, "git", []string{"ls-remote", url, "refs/heads/main"}, ""},
+		job{nil, bin, cs("validate"), ""}); err != nil {
+		return err
+	}
+	t.row("no-op poll, whole process (vs git ls-remote)", p, target{})
+	for _, d := range []string{clone, dst, root, state, served} {
+		os.RemoveAll(d)
+	}
+	return nil
+}
+
+// commitRow measures a new commit of one file: git pull + rsync -a
+// against a sync.
+func commitRow(bin string, ds dataSet, repo *bareRepo, clone, dst string, runs int, cs func(...string) []string, t *table) error {
 	// One new commit, each run: a file of the tree changes.
 	target1, err := middleFile(ds.kb)
 	if err != nil {
@@ -152,20 +178,12 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 		return repo.commit(target1, content)
 	}
 	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", clone, clone, dst)
-	if p, err = pair(runs,
+	p, err := pair(runs,
 		job{commit, "sh", []string{"-c", pullRsync}, ""},
-		job{commit, bin, cs("sync"), ""}); err != nil {
+		job{commit, bin, cs("sync"), ""})
+	if err != nil {
 		return err
 	}
 	t.row("new commit (vs git pull + rsync)", p, target{wall: 0.5})
-	if p, err = pair(runs,
-		job{nil, "git", []string{"ls-remote", url, "refs/heads/main"}, ""},
-		job{nil, bin, cs("validate"), ""}); err != nil {
-		return err
-	}
-	t.row("no-op poll, whole process (vs git ls-remote)", p, target{})
-	for _, d := range []string{clone, dst, root, state, served} {
-		os.RemoveAll(d)
-	}
 	return nil
 }

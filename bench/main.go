@@ -48,6 +48,7 @@ var (
 	agent   bool // whether to measure the agent
 	events  int  // events a row of the agent's
 	busy    bool // a spinning process keeps one core busy
+	lean    bool // the peers' own full copies of a large tree left out
 
 	genFiles int    // -files: the size of the generated tree
 	dataDir  string // -data: where the generated data set is
@@ -67,6 +68,7 @@ func main() {
 	flag.BoolVar(&agent, "agent", true, "measure the agent (cortex-sync run) too")
 	agentOnly := flag.Bool("agent-only", false, "measure only the agent's rows")
 	flag.IntVar(&events, "events", 30, "events a row of the agent's; medians and percentiles are reported")
+	flag.BoolVar(&lean, "lean", false, "for a large tree: leave out the peers' work that needs a checkout of their own (git clone + rsync copies), and the new-commit row")
 	flag.IntVar(&genFiles, "files", 0, "generate a tree of this many files and a Git repository of it, instead of copying -tree")
 	flag.StringVar(&dataDir, "data", "", "the generated data set to use, made there first unless it holds one (READY); read only")
 	flag.Uint64Var(&genSeed, "seed", 1, "the seed of the generated tree")
@@ -219,7 +221,11 @@ func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 	if runs < 3 {
 		fmt.Printf(" (few pairs: a ratio is of %d pair(s), the CPU of one run an upper bound on a loaded machine)", runs)
 	}
-	fmt.Printf("\n\n")
+	fmt.Printf("\n")
+	if lean {
+		fmt.Printf("lean (-lean): the Git sync and the agent are measured without a peer (it would need a clone and a copy of the tree of its own), no new-commit row\n")
+	}
+	fmt.Printf("\n")
 
 	dst := filepath.Join(work, "rsync-dst")
 	root := filepath.Join(work, "root")

@@ -45,6 +45,7 @@ type pairs struct {
 // other, the first of each pair alternating too, so that slow drifts of
 // the machine (disk writeback, another process's burst, caches warmed by
 // the one before) fall on both sides alike. Ratios are taken pair by pair.
+// A job with no name is no peer: its samples are zero.
 func pair(runs int, a, b job) (*pairs, error) {
 	return alternate(runs, 0, nil,
 		func(int) (sample, error) { return measure(a) },
@@ -86,6 +87,9 @@ func alternate(n, warmup int, setup func(int) error, base, ours func(int) (sampl
 }
 
 func measure(j job) (sample, error) {
+	if j.name == "" {
+		return sample{}, nil
+	}
 	if j.setup != nil {
 		if err := j.setup(); err != nil {
 			return sample{}, err
@@ -181,7 +185,7 @@ func summarize(p *pairs) summary {
 	for i := range p.base {
 		b, o := p.base[i], p.ours[i]
 		bw, ow, bc, oc = append(bw, b.wall), append(ow, o.wall), append(bc, b.cpu), append(oc, o.cpu)
-		wr = append(wr, float64(o.wall)/float64(b.wall))
+		wr = append(wr, float64(o.wall)/float64(max(b.wall, 1)))
 		cr = append(cr, float64(o.cpu)/float64(max(b.cpu, time.Millisecond)))
 		s.rss, s.baseRSS = max(s.rss, o.maxRSS), max(s.baseRSS, b.maxRSS)
 	}
@@ -217,6 +221,9 @@ func (t *table) header() {
 func (t *table) row(name string, p *pairs, want target) {
 	t.header()
 	s := summarize(p)
+	if s.baseWall == 0 { // no peer: ours alone
+		want.wall, want.cpu = 0, 0
+	}
 	var verdicts []string
 	check := func(what string, got, limit float64, unit string) {
 		if limit <= 0 {
@@ -233,6 +240,12 @@ func (t *table) row(name string, p *pairs, want target) {
 	check("wall", s.wallRatio, want.wall, "×")
 	check("CPU", s.cpuRatio, want.cpu, "×")
 	check("RSS", rssMB, want.rssMB, " MB")
+	if s.baseWall == 0 {
+		fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %5.1f MB %5.1f→%-5.1f  %s\n", name,
+			"—", ms(s.oursWall), "—", "—", ms(s.oursCPU), "—", "—",
+			rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		return
+	}
 	fmt.Printf("%-44s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f MB %5.1f→%-5.1f  %s\n", name,
 		ms(s.baseWall), ms(s.oursWall), s.wallRatio, ms(s.baseCPU), ms(s.oursCPU), s.cpuRatio,
 		float64(s.baseRSS)/1024, rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
