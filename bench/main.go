@@ -204,6 +204,7 @@ func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 			}
 			return nil
 		})
+		ds.files, ds.bytes = files, size
 	}
 	mode := "no spinner: the machine as it is (an idle target needs load below 1)"
 	if busy {
