@@ -64,7 +64,7 @@ type agentRig struct {
 // agentRows measures the agent on a mirror of the first 1,000 files of the
 // tree and on the whole tree (all -scale copies of it, or the generated
 // data set).
-func agentRows(bin string, ds dataSet, work string, events int, t *table) error {
+func agentRows(bin string, ds dataSet, work string, events int, m *mirror, t *table) error {
 	dir := filepath.Join(work, "agent")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -91,7 +91,11 @@ func agentRows(bin string, ds dataSet, work string, events int, t *table) error 
 		sizes = []int{0}
 	}
 	for i, n := range sizes {
-		r, err := newAgentRig(bin, ds, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo.git", n)
+		var on *mirror
+		if n == 0 {
+			on = m
+		}
+		r, err := newAgentRig(bin, ds, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo.git", n, on)
 		if err != nil {
 			return err
 		}
@@ -114,8 +118,10 @@ func agentRows(bin string, ds dataSet, work string, events int, t *table) error 
 
 // newAgentRig serves in dir a repository of the first n files of the data
 // set (0: all of it), starts an agent on it and waits until it is ready,
-// and makes the peer's clone and copy.
-func newAgentRig(bin string, ds dataSet, dir, url string, n int) (*agentRig, error) {
+// and makes the peer's clone and copy. On a mirror (m, -lean), the agent
+// follows m's repository from m's root and state dir, converged already.
+func newAgentRig(bin string, ds dataSet, dir, url string, n int, m *mirror) (*agentRig, error) {
+	state := filepath.Join(dir, "state")
 	r := &agentRig{
 		root:    filepath.Join(dir, "root"),
 		clone:   filepath.Join(dir, "clone"),
@@ -123,10 +129,15 @@ func newAgentRig(bin string, ds dataSet, dir, url string, n int) (*agentRig, err
 		logPath: filepath.Join(dir, "agent.log"),
 		secret:  []byte("bench-webhook-secret"),
 	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
 	var err error
 	if n == 0 {
 		r.files = ds.files
-		if r.repo, err = servedRepo(ds, dir, "repo"); err != nil {
+		if m != nil {
+			r.repo, url, r.root, state = m.repo, m.url, m.root, m.state
+		} else if r.repo, err = servedRepo(ds, dir, "repo"); err != nil {
 			return nil, err
 		}
 		if r.target, err = middleFile(ds.kb); err != nil {
@@ -188,7 +199,7 @@ func newAgentRig(bin string, ds dataSet, dir, url string, n int) (*agentRig, err
 	// design, and not what a row measures, which heals one resource again
 	// and again.
 	r.cmd = exec.Command(bin, "run", "--repo", url, "--branch", "main",
-		"--root", r.root, "--state-dir", filepath.Join(dir, "state"), "--listen", r.addr,
+		"--root", r.root, "--state-dir", state, "--listen", r.addr,
 		"--webhook-secret-file", secret, "--interval", "1h", "--drift-interval", "1h",
 		"--fight-threshold", "1000000")
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf

@@ -74,22 +74,36 @@ func servedRepo(ds dataSet, dir, name string) (*bareRepo, error) {
 	return newBareFromCheckout(ds.repo, bare)
 }
 
+// mirror is a host the Git rows left converged, with what serves its
+// repository: with -lean the agent starts on it, so that a tree of a
+// million files is synced from Git once, not twice.
+type mirror struct {
+	url, root, state string
+	repo             *bareRepo
+	stop             func() // stops git daemon
+}
+
 // gitBench serves the data set's repository with git daemon and measures
-// cortex-sync's Git source against the git command.
-func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
+// cortex-sync's Git source against the git command. With -lean it hands
+// on the host it converged, and the daemon serving it.
+func gitBench(bin, work string, ds dataSet, runs int, t *table) (m *mirror, err error) {
 	served := filepath.Join(work, "served")
 	if err := os.MkdirAll(served, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	repo, err := servedRepo(ds, served, "repo")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	base, stop, err := serveGit(served)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer stop()
+	defer func() {
+		if m == nil {
+			stop()
+		}
+	}()
 	url := base + "/repo.git"
 	clone := filepath.Join(work, "clone")
 	dst := filepath.Join(work, "git-rsync-dst")
@@ -100,10 +114,10 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 	}
 	// The daemon's first pack of the tree is slow for everyone: warm it.
 	if err := fresh(root, clone)(); err != nil {
-		return err
+		return nil, err
 	}
 	if err := git("clone", "-q", "--depth", "1", "--no-checkout", url, clone); err != nil {
-		return err
+		return nil, err
 	}
 	// The first fetch: validate with an empty state dir fetches the
 	// branch (negotiation, the pack received, its index written) and
@@ -114,7 +128,7 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 		job{fresh(root, clone), "git", []string{"clone", "-q", "--depth", "1", "--no-checkout", url, clone}, ""},
 		job{fresh(root, state), bin, cs("validate"), ""})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Issue 35's targets; issue 10's wall time.
 	t.row("first fetch (vs clone --depth 1 -n)", p, target{wall: 1.3, cpu: 1.0, rssMB: 64})
@@ -125,7 +139,7 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 		peer = job{}
 	}
 	if p, err = pair(runs, peer, job{fresh(root, root, state), bin, cs("sync"), state}); err != nil {
-		return err
+		return nil, err
 	}
 	t.row("fetch + sync (vs clone --depth 1 + rsync)", p, target{wall: 1.0})
 	stateRow("state dir after the sync from Git", state, ds.files, p)
@@ -138,24 +152,28 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) error {
 		peer.args = []string{"-a", "--dry-run", ds.kb + "/", filepath.Join(root, "srv", "kb") + "/"}
 	}
 	if p, err = pair(runs, peer, job{nil, bin, cs("diff", "--exit-code"), ""}); err != nil {
-		return err
+		return nil, err
 	}
 	t.row("diff, converged, Git (vs rsync -a -n)", p, target{rssMB: 40})
 	if lean {
 		fmt.Printf("%-44s not measured (-lean): its peer pulls into a checkout of its own\n", "new commit (vs git pull + rsync)")
 	} else if err := commitRow(bin, ds, repo, clone, dst, runs, cs, t); err != nil {
-		return err
+		return nil, err
 	}
 	if p, err = pair(runs,
 		job{nil, "git", []string{"ls-remote", url, "refs/heads/main"}, ""},
 		job{nil, bin, cs("validate"), ""}); err != nil {
-		return err
+		return nil, err
 	}
 	t.row("no-op poll, whole process (vs git ls-remote)", p, target{})
+	if lean {
+		os.RemoveAll(clone)
+		return &mirror{url: url, root: root, state: state, repo: repo, stop: stop}, nil
+	}
 	for _, d := range []string{clone, dst, root, state, served} {
 		os.RemoveAll(d)
 	}
-	return nil
+	return nil, nil
 }
 
 // commitRow measures a new commit of one file: git pull + rsync -a

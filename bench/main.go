@@ -49,6 +49,7 @@ var (
 	events  int  // events a row of the agent's
 	busy    bool // a spinning process keeps one core busy
 	lean    bool // the peers' own full copies of a large tree left out
+	dirRows bool // whether to measure the --dir source's rows
 
 	genFiles int    // -files: the size of the generated tree
 	dataDir  string // -data: where the generated data set is
@@ -68,6 +69,7 @@ func main() {
 	flag.BoolVar(&agent, "agent", true, "measure the agent (cortex-sync run) too")
 	agentOnly := flag.Bool("agent-only", false, "measure only the agent's rows")
 	flag.IntVar(&events, "events", 30, "events a row of the agent's; medians and percentiles are reported")
+	flag.BoolVar(&dirRows, "dir", true, "measure the rows of the --dir source (the initial sync, diff, --verify)")
 	flag.BoolVar(&lean, "lean", false, "for a large tree: leave out the peers' work that needs a checkout of their own (git clone + rsync copies), and the new-commit row")
 	flag.IntVar(&genFiles, "files", 0, "generate a tree of this many files and a Git repository of it, instead of copying -tree")
 	flag.StringVar(&dataDir, "data", "", "the generated data set to use, made there first unless it holds one (READY); read only")
@@ -224,7 +226,8 @@ func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 	}
 	fmt.Printf("\n")
 	if lean {
-		fmt.Printf("lean (-lean): the Git sync and the agent are measured without a peer (it would need a clone and a copy of the tree of its own), no new-commit row\n")
+		fmt.Printf("lean (-lean): the Git sync and the agent are measured without a peer (it would need a clone and a copy of the tree of its own), no new-commit row;\n")
+		fmt.Printf("the agent starts on the host the Git rows converged (its repository, root and state dir), not on an empty one\n")
 	}
 	fmt.Printf("\n")
 
@@ -242,7 +245,7 @@ func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 		diffWall = 1.0
 	}
 	t := newTable()
-	if !gitOnly && !agentOnly {
+	if dirRows && !gitOnly && !agentOnly {
 		sync := job{fresh(root, root, state), bin, cs("sync"), state}
 		p, err := pair(runs,
 			job{fresh(root, dst), "rsync", []string{"-a", kb + "/", dst + "/"}, ""},
@@ -269,14 +272,18 @@ func run(bin, tree string, runs int, keep, gitOnly, agentOnly bool) error {
 		}
 	}
 
+	var m *mirror
 	if gitRows && !agentOnly {
 		fmt.Printf("\nthe same tree from git daemon on 127.0.0.1\n")
-		if err := gitBench(bin, work, ds, runs, t); err != nil {
+		if m, err = gitBench(bin, work, ds, runs, t); err != nil {
 			return err
+		}
+		if m != nil {
+			defer m.stop()
 		}
 	}
 	if agent && !gitOnly {
-		if err := agentRows(bin, ds, work, events, t); err != nil {
+		if err := agentRows(bin, ds, work, events, m, t); err != nil {
 			return err
 		}
 	}
