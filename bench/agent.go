@@ -200,7 +200,7 @@ func newAgentRig(bin string, ds dataSet, dir, url string, n int, m *mirror) (*ag
 	// and again.
 	r.cmd = exec.Command(bin, "run", "--repo", url, "--branch", "main",
 		"--root", r.root, "--state-dir", state, "--listen", r.addr,
-		"--webhook-secret-file", secret, "--interval", "1h", "--drift-interval", "1h",
+		"--webhook-secret-file", secret, "--interval", "1h", "--drift-interval", "1h", "--fetch-timeout", fetchTimeout,
 		"--fight-threshold", "1000000")
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

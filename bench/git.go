@@ -74,6 +74,11 @@ func servedRepo(ds dataSet, dir, name string) (*bareRepo, error) {
 	return newBareFromCheckout(ds.repo, bare)
 }
 
+// fetchTimeout is cortex-sync's --fetch-timeout in the benchmark: git
+// daemon takes minutes to count a million objects before it answers on
+// a loaded machine, past the default minute.
+const fetchTimeout = "30m"
+
 // mirror is a host the Git rows left converged, with what serves its
 // repository: with -lean the agent starts on it, so that a tree of a
 // million files is synced from Git once, not twice.
@@ -110,7 +115,7 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) (m *mirror, err 
 	root := filepath.Join(work, "git-root")
 	state := filepath.Join(work, "git-state")
 	cs := func(args ...string) []string {
-		return append(args, "--repo", url, "--branch", "main", "--root", root, "--state-dir", state)
+		return append(args, "--repo", url, "--branch", "main", "--root", root, "--state-dir", state, "--fetch-timeout", fetchTimeout)
 	}
 	// The daemon's first pack of the tree is slow for everyone: warm it.
 	if err := fresh(root, clone)(); err != nil {
