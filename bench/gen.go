@@ -123,7 +123,7 @@ func generate(dir string, n int, seed uint64) (genStats, error) {
 	st.files, st.dirs, st.bytes = g.files, g.dirs, g.bytes
 	st.wall, st.cpu = time.Since(start), selfCPU()-cpu0+fiCPU
 	info := fmt.Sprintf("files %d\ndirectories %d\nbytes %d\nseed %d\ngenerated in %s wall, %s CPU (user+sys, with git fast-import)\n",
-		st.files, st.dirs, st.bytes, seed, st.wall.Round(time.Second), st.cpu.Round(time.Second))
+		st.files, st.dirs, st.bytes, seed, st.wall.Round(10*time.Millisecond), st.cpu.Round(10*time.Millisecond))
 	if err := os.WriteFile(filepath.Join(dir, "INFO"), []byte(info), 0o644); err != nil {
 		return st, err
 	}
