@@ -7,7 +7,7 @@ DEMO        := /tmp/cortex-sync-demo
 # (The pid-1 script also uses unshare, from util-linux, and skips without it.)
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
-.PHONY: sops-fixtures all build test race check-tools lint bench bench-data demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo
+.PHONY: sops-fixtures all build test race check-tools lint bench bench-data demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo fleetsim
 
 all: lint test
 
@@ -126,6 +126,17 @@ fleet-etcd: etcd
 
 fleet-etcd-stop:
 	sh examples/fleet/etcd-local.sh stop $(FLEET_DEMO)/etcd
+
+# HOSTS simulated hosts (bench/fleetsim: members of pkg/fleet, no
+# processes) on three fresh etcd members on 127.0.0.1 (clients on
+# 24791-24793, data under $(FLEET_DEMO)/sim), through PROXIES etcd gRPC
+# proxies (0: straight to the members), roll out a revision; everything
+# stops after. FLEETSIM adds flags, e.g. FLEETSIM="-rollouts 3 -timeout 10m".
+HOSTS    ?= 300
+PROXIES  ?= 0
+FLEETSIM ?=
+fleetsim: etcd
+	sh bench/fleetsim/local.sh $(FLEET_DEMO)/sim bin/etcd $(HOSTS) $(PROXIES) $(FLEETSIM)
 
 # Three etcd members and five agents (h1…h5, role=web) on 127.0.0.1 under
 # $(FLEET_DEMO)/demo: a rollout with a canary, a broken one that pauses,

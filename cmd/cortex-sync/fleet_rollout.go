@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,7 +41,12 @@ These commands act on the newest rollout, or on --revision.`,
 var rolloutLong = map[string]string{
 	"status": `status lists the fleet's rollouts, oldest first: the revision, its state
 (canary, progressing, complete, paused or aborted, and why), and the hosts applying
-it, good on it, bad on it and stalled (holding a slot past progressDeadline).`,
+it, good on it, bad on it and stalled (holding a slot past progressDeadline).
+
+Rollouts older than the newest three that are over are folded into a
+summary (docs/fleet.md, "How long records live"): status counts them, and
+--revision of one shows its summary (state, counts, the first bad hosts
+with why, when and by whom).`,
 	"pause": `pause stops the rollout of a revision (the newest by default): hosts that
 hold a slot finish; no host takes a new one until resume. A newer revision
 starts its own rollout, not paused.`,
@@ -104,6 +111,7 @@ func fleetRolloutRun(cmd *cobra.Command, g *globals, o *fleetRolloutOptions, io 
 		return err
 	}
 	rs := r.Rollouts
+	folded := []fleet.Summary{}
 	if o.revision != "" {
 		rs = nil
 		for _, ro := range r.Rollouts {
@@ -112,20 +120,74 @@ func fleetRolloutRun(cmd *cobra.Command, g *globals, o *fleetRolloutOptions, io 
 			}
 		}
 		if rs == nil {
-			return fmt.Errorf("%w: fleet %s has no rollout of %s", fleet.ErrNoRollout, r.Fleet, o.revision)
+			var fe *fleet.FoldedError
+			err := c.Folded(cmd.Context(), o.revision)
+			if !errors.As(err, &fe) || fe.Ignored != "" {
+				if err == nil {
+					err = fmt.Errorf("%w: fleet %s has no rollout of %s", fleet.ErrNoRollout, r.Fleet, o.revision)
+				}
+				return err
+			}
+			folded = append(folded, fe.Summary)
 		}
+	}
+	// Folded rollouts are counted, and named with --revision.
+	nFolded, newestFolded, err := c.FoldedCount(cmd.Context(), 3)
+	if err != nil {
+		return err
 	}
 	if o.output == "json" {
 		return printJSON(io.Out, struct {
 			Fleet    string                `json:"fleet"`
 			Rollouts []fleet.RolloutStatus `json:"rollouts"`
-		}{r.Fleet, append([]fleet.RolloutStatus{}, rs...)})
+			Folded   []fleet.Summary       `json:"folded"`
+		}{r.Fleet, append([]fleet.RolloutStatus{}, rs...), folded})
 	}
 	var b strings.Builder
-	if len(rs) == 0 {
+	if len(rs) == 0 && len(folded) == 0 {
 		fmt.Fprintf(&b, "Fleet %s has no rollout: no revision has needed a slot yet.\n", r.Fleet)
 	}
 	rolloutLines(&b, rs)
+	for _, s := range folded {
+		summaryLines(&b, s)
+	}
+	if o.revision == "" && nFolded > 0 {
+		short := make([]string, len(newestFolded))
+		for i, rev := range newestFolded {
+			short[i] = cell(shortRev(rev), narrowCell)
+		}
+		fmt.Fprintf(&b, "Folded:     %d older rollouts, into summaries (the newest: %s); fleet rollout status --revision REV shows one\n", nFolded, strings.Join(short, ", "))
+	}
 	_, err = fmt.Fprint(io.Out, b.String())
 	return err
+}
+
+// summaryLines describes a folded rollout from its summary.
+func summaryLines(b *strings.Builder, s fleet.Summary) {
+	fmt.Fprintf(b, "Rollout of %s: folded (%s)", cell(shortRev(s.Revision), wideCell), s.State)
+	if s.Why != "" {
+		fmt.Fprintf(b, " (%s)", cell(s.Why, wideCell))
+	}
+	fmt.Fprintf(b, "\n  started %s by %s; maxUnavailable %s, canary %d, minReady %s", s.Started.Format(time.RFC3339), cell(s.StartedBy, narrowCell),
+		s.Rollout.MaxUnavailable.String(), s.Rollout.Canary, s.Rollout.MinReady.Std())
+	bad := make([]string, 0, len(s.BadHosts))
+	for _, h := range s.BadHosts {
+		if h.Why == "" {
+			bad = append(bad, cell(h.Host, narrowCell))
+			continue
+		}
+		bad = append(bad, cell(h.Host, narrowCell)+" ("+cell(h.Why, wideCell)+")")
+	}
+	if more := s.Bad - len(s.BadHosts); more > 0 {
+		bad = append(bad, fmt.Sprintf("and %d more", more))
+	}
+	completed := "-"
+	if !s.Completed.IsZero() {
+		completed = s.Completed.Format(time.RFC3339)
+	}
+	fmt.Fprintf(b, "\n  completed %s; good: %d; bad: %d", completed, s.Good, s.Bad)
+	if len(bad) > 0 {
+		fmt.Fprintf(b, " (%s)", strings.Join(bad, ", "))
+	}
+	fmt.Fprintf(b, "\n  folded by %s at %s: its per-host records are deleted\n", cell(s.FoldedBy, narrowCell), s.FoldedAt.Format(time.RFC3339))
 }

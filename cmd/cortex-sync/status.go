@@ -180,6 +180,8 @@ func agentText(b *strings.Builder, r *reconcile.AgentReport) {
 		}
 		if f.Coordinator != "" {
 			how = oneLine(f.Coordinator)
+		} else if f.Slow != "" {
+			how = oneLine(f.Slow)
 		}
 		fmt.Fprintf(b, "Fleet:      %s, as host %s; %s\n", name, f.Host, how)
 		for _, ig := range f.Ignored {

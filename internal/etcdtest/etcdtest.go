@@ -255,15 +255,18 @@ func (c *Cluster) Leader() int {
 
 // Proxy is a TCP proxy in front of one address that can be cut: a client
 // link partition (packets dropped both ways, connections kept open, as a
-// pulled cable looks to both ends), and healed.
+// pulled cable looks to both ends), and healed. It can also be slowed:
+// each direction delayed by a latency (SetDelay), an etcd that answers
+// slowly.
 type Proxy struct {
-	URL  string // http://127.0.0.1:PORT, to give a client as an endpoint
-	l    net.Listener
-	to   string
-	mu   sync.Mutex
-	cut  bool
-	wg   sync.WaitGroup
-	open []net.Conn
+	URL   string // http://127.0.0.1:PORT, to give a client as an endpoint
+	l     net.Listener
+	to    string
+	mu    sync.Mutex
+	cut   bool
+	delay time.Duration
+	wg    sync.WaitGroup
+	open  []net.Conn
 }
 
 // NewProxy proxies to the host:port of target (a client URL) and closes
@@ -324,27 +327,63 @@ func (p *Proxy) accept() {
 	}
 }
 
-// pipe copies src to dst; while cut, what it reads is dropped.
+// chunk is what a pipe read, and when it is due at the other end.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies src to dst: what it reads is due the delay later (in order,
+// without holding back what follows: a latency, not a bandwidth); while
+// cut, it is dropped.
 func (p *Proxy) pipe(dst, src net.Conn) {
 	defer p.wg.Done()
-	defer dst.Close()
-	buf := make([]byte, 32<<10)
+	q := make(chan chunk, 1024)
+	p.wg.Add(1)
+	go p.deliver(dst, src, q)
+	defer close(q)
 	for {
+		buf := make([]byte, 32<<10)
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			cut := p.cut
+			cut, delay := p.cut, p.delay
 			p.mu.Unlock()
 			if !cut {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
+				q <- chunk{b: buf[:n], due: time.Now().Add(delay)}
 			}
 		}
 		if err != nil {
 			return
 		}
 	}
+}
+
+// deliver writes each chunk to dst when it is due; dst is closed once src
+// ended and everything read before was delivered.
+func (p *Proxy) deliver(dst, src net.Conn, q <-chan chunk) {
+	defer p.wg.Done()
+	defer dst.Close()
+	for c := range q {
+		if d := time.Until(c.due); d > 0 {
+			time.Sleep(d)
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			src.Close() // the other end is gone: end the reader too
+			for range q {
+			}
+			return
+		}
+	}
+}
+
+// SetDelay delays each direction by d from now on (what was read before
+// keeps its due time): every answer of etcd through the proxy comes at
+// least 2d after its request. Zero lets traffic through at once again.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	p.delay = d
+	p.mu.Unlock()
 }
 
 // Cut drops everything both ways from now on, keeping connections open.

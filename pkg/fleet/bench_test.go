@@ -32,7 +32,7 @@ func BenchmarkRollout100(b *testing.B) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			c, err := Dial(Config{Endpoints: eps, Fleet: "test"})
+			c, err := Dial(Config{Endpoints: eps, Fleet: fleetOf(b)})
 			if err != nil {
 				b.Error(err)
 				return
@@ -71,13 +71,13 @@ func BenchmarkRollout100(b *testing.B) {
 		r, err := reader.Read(context.Background(), prev)
 		return err == nil && r.Converged
 	})
-	var totals, peaks, writes, statusWrites []float64
+	var totals, peaks, writes, proposals, statusWrites []float64
 	cpu0, start := benchstat.CPU(false), time.Now()
 	b.ResetTimer()
 	for it := range b.N {
 		rev := Revision{ID: fmt.Sprintf("main@sha1:%d", it+1), Rollout: resource.Rollout{
 			MaxUnavailable: resource.IntOrPercent{Value: 10}, MinReady: resource.Duration(time.Second), FailureThreshold: 1}}
-		before := kvRev()
+		before, committed := kvRev(), cl.Committed()
 		versions := func() (sum int64) {
 			resp, _ := reader.cli.Get(context.Background(), reader.key("status")+"/", clientv3.WithPrefix())
 			for _, kv := range resp.Kvs {
@@ -109,6 +109,7 @@ func BenchmarkRollout100(b *testing.B) {
 		// Quiet: no debounced write may still be on its way.
 		time.Sleep(2 * DefaultDebounce)
 		w := kvRev() - before
+		proposals = append(proposals, float64(cl.Committed()-committed)/n)
 		statusWrites = append(statusWrites, float64(versions()-v0)/n)
 		totals = append(totals, total.Seconds())
 		peaks = append(peaks, float64(s.peak))
@@ -139,6 +140,7 @@ func BenchmarkRollout100(b *testing.B) {
 	b.ReportMetric(benchstat.Mean(totals), "rollout_s")
 	b.ReportMetric(slices.Max(peaks), "peak_in_transition")
 	b.ReportMetric(benchstat.Mean(writes), "writes/host/rev")
+	b.ReportMetric(benchstat.Mean(proposals), "proposals/host/rev")
 	b.ReportMetric(benchstat.Mean(statusWrites), "status_writes/host/rev")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "status_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "status_max_ms")

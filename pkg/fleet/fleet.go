@@ -21,6 +21,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -57,6 +58,11 @@ type Client struct {
 	downSince time.Time // zero while etcd answers
 	lastErr   error
 	lastProbe time.Time
+	// slow is how many times the request timeout is doubled: etcd
+	// answered late while the connection was up. slowSince is when that
+	// began (zero while etcd answers in time).
+	slow      int
+	slowSince time.Time
 	logged    map[string]int64 // ignored records logged: key → mod revision
 }
 
@@ -161,9 +167,17 @@ func (c *Client) Condition() string {
 // calls in between fail at once.
 const probeEvery = time.Second
 
+// maxSlow bounds the doublings of the request timeout for a slow etcd:
+// 3 s becomes at most 24 s.
+const maxSlow = 3
+
 // call runs fn with the request timeout, keeping track of whether etcd
 // answers. While etcd is known down, calls fail at once (one a second
-// tries again), so nothing waits on a dead coordinator.
+// tries again), so nothing waits on a dead coordinator. Slow is not down:
+// a call that timed out while the connection to etcd is up (its gRPC
+// keep-alives answered) is slow; it is tried again with twice the
+// timeout, up to maxSlow doublings, and the client says it is slow
+// (Slow) without marking etcd unreachable.
 func (c *Client) call(ctx context.Context, fn func(ctx context.Context) error) error {
 	c.mu.Lock()
 	if !c.downSince.IsZero() && time.Since(c.lastProbe) < probeEvery {
@@ -172,27 +186,83 @@ func (c *Client) call(ctx context.Context, fn func(ctx context.Context) error) e
 		return err
 	}
 	c.lastProbe = time.Now()
+	slow := c.slow
 	c.mu.Unlock()
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
-	err := fn(cctx)
-	cancel()
-	if ctx.Err() != nil {
-		return ctx.Err() // the caller gave up: says nothing of etcd
-	}
-	if err == nil || !unreachable(err) {
+	for {
+		timeout := c.cfg.RequestTimeout << slow
+		t0 := time.Now()
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		err := fn(cctx)
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err() // the caller gave up: says nothing of etcd
+		}
+		if err == nil || !unreachable(err) {
+			c.answered(time.Since(t0), timeout)
+			return err
+		}
+		if c.connected() && slow < maxSlow {
+			slow = c.slower(slow)
+			continue
+		}
 		c.mu.Lock()
-		c.downSince, c.lastErr = time.Time{}, nil
-		c.mu.Unlock()
-		return err
+		defer c.mu.Unlock()
+		if c.downSince.IsZero() {
+			c.downSince = time.Now()
+			c.log.Warn("coordinator unreachable", "endpoints", strings.Join(c.cfg.Endpoints, ","), "error", err)
+		}
+		c.lastErr = err
+		return &UnreachableError{Endpoints: c.cfg.Endpoints, Since: c.downSince, Err: err}
 	}
+}
+
+// answered records a call etcd answered in took: it clears the down
+// mark, and a slow mark once calls take less than a quarter of the
+// timeout again.
+func (c *Client) answered(took, timeout time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.downSince.IsZero() {
-		c.downSince = time.Now()
-		c.log.Warn("coordinator unreachable", "endpoints", strings.Join(c.cfg.Endpoints, ","), "error", err)
+	c.downSince, c.lastErr = time.Time{}, nil
+	if c.slow > 0 && took < timeout/4 {
+		c.slow--
+		if c.slow == 0 {
+			c.slowSince = time.Time{}
+			c.log.Info("coordinator answers in time again")
+		}
 	}
-	c.lastErr = err
-	return &UnreachableError{Endpoints: c.cfg.Endpoints, Since: c.downSince, Err: err}
+}
+
+// slower doubles the timeout after a call that timed out on a live
+// connection, and returns the new doubling.
+func (c *Client) slower(tried int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slow <= tried {
+		c.slow = tried + 1
+	}
+	if c.slowSince.IsZero() {
+		c.slowSince = time.Now()
+		c.log.Warn("coordinator slow: etcd answers late on a live connection; waiting longer", "timeout", c.cfg.RequestTimeout<<c.slow)
+	}
+	return c.slow
+}
+
+// connected reports whether the connection to etcd is up: gRPC's
+// keep-alives are answered, so a timeout means etcd is slow, not gone.
+func (c *Client) connected() bool {
+	conn := c.cli.ActiveConnection()
+	return conn != nil && conn.GetState() == connectivity.Ready
+}
+
+// Slow is "" while etcd answers in time, else since when it has answered
+// late (on a connection that is up) and the timeout requests now have.
+func (c *Client) Slow() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.slowSince.IsZero() || !c.downSince.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("coordinator slow since %s: etcd answers late; requests wait up to %s", c.slowSince.Format(time.RFC3339), c.cfg.RequestTimeout<<c.slow)
 }
 
 // unreachable tells a call etcd did not answer from one it answered with

@@ -346,7 +346,7 @@ func TestOfflineHostDoesNotBlock(t *testing.T) {
 	if d, err := ms[0].Admit(context.Background(), rev); err != nil || !d.Go {
 		t.Fatalf("first host: %+v %v", d, err)
 	}
-	if d, err := ms[1].Admit(context.Background(), rev); err != nil || d.Go || !strings.Contains(d.Why, "waiting for a slot: 1 of 1 taken (applying: h00") {
+	if d, err := ms[1].Admit(context.Background(), rev); err != nil || d.Go || !strings.Contains(d.Why, "waiting for a slot: 1 of 1 taken (1 applying") {
 		t.Fatalf("second host while the first applies: %+v %v", d, err)
 	}
 	ms[0].crash() // its agent dies holding the slot

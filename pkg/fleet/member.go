@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"reflect"
 	"slices"
 	"sync"
@@ -20,8 +19,14 @@ import (
 type MemberConfig struct {
 	Host resource.Host
 	// PresenceTTL is the presence lease's TTL: a host is stale this long
-	// after its agent stopped answering (default 10 s).
+	// after its agent stopped answering (default 30 s).
 	PresenceTTL time.Duration
+	// SlotTTL is the TTL of the lease a host's rollout slot and place in
+	// the rollout's queue live on: an offline host's slot frees this long
+	// after its agent stopped (default 10 s, or PresenceTTL if shorter).
+	// It is its own lease so that presence may be longer without holding
+	// a slot longer.
+	SlotTTL time.Duration
 	// Debounce is how long a status change waits for the next before it is
 	// written (default 1 s): a status key is written on change, not per
 	// reconcile.
@@ -33,7 +38,8 @@ type MemberConfig struct {
 
 // Defaults of a MemberConfig.
 const (
-	DefaultPresenceTTL = 10 * time.Second
+	DefaultPresenceTTL = 30 * time.Second
+	DefaultSlotTTL     = 10 * time.Second
 	DefaultDebounce    = time.Second
 )
 
@@ -85,6 +91,7 @@ type Member struct {
 	*Client
 	host        resource.Host
 	ttl         time.Duration
+	slotTTL     time.Duration
 	debounce    time.Duration
 	maintenance string
 
@@ -93,14 +100,22 @@ type Member struct {
 
 	mu         sync.Mutex
 	lease      clientv3.LeaseID // 0 while not present
+	slotLease  clientv3.LeaseID // 0 while not granted: slots and queue entries live on it
 	want       HostStatus       // the status to be written
 	written    *HostStatus      // the status last written
 	quietUntil time.Time        // status rides in the rollout's next transaction until then
 	holding    string           // the revision whose slot this host holds
+	slot       string           // the key of that slot
+	queued     int64            // the create revision of this host's queue key; 0 when not queued
+	stall      *time.Timer      // frees the slot when its holder is past its deadline
+	target     watchTarget      // what a waiting host watches
+	retarget   chan struct{}    // target changed
 	waiting    bool             // the last Admit said no: a new head alone is not written
 	ignored    []Ignored        // the records the last Admit read and ignored
 	poke       chan struct{}
-	changed    chan struct{} // closed on a change to slots, rollouts or this host's hold
+	changed    chan struct{} // closed on a change that may let the waiting host go
+	closed     bool          // changed is closed
+	fold       chan struct{} // foldSoon asks the folder (gc.go) to fold old rollouts
 }
 
 // Join makes the host present in the fleet and starts writing its status.
@@ -113,19 +128,24 @@ func Join(c *Client, cfg MemberConfig) (*Member, error) {
 	if cfg.PresenceTTL <= 0 {
 		cfg.PresenceTTL = DefaultPresenceTTL
 	}
+	if cfg.SlotTTL <= 0 {
+		cfg.SlotTTL = min(DefaultSlotTTL, cfg.PresenceTTL)
+	}
 	if cfg.Debounce <= 0 {
 		cfg.Debounce = DefaultDebounce
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Member{
-		Client: c, host: cfg.Host, ttl: cfg.PresenceTTL, debounce: cfg.Debounce, maintenance: cfg.MaintenanceFile,
-		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}),
+		Client: c, host: cfg.Host, ttl: cfg.PresenceTTL, slotTTL: cfg.SlotTTL, debounce: cfg.Debounce, maintenance: cfg.MaintenanceFile,
+		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}), retarget: make(chan struct{}, 1), fold: make(chan struct{}, 1),
 		want: HostStatus{Host: cfg.Host.Name, Labels: maps.Clone(cfg.Host.Labels)},
 	}
-	m.wg.Add(3)
+	m.wg.Add(5)
 	go m.presence(ctx)
+	go m.slots(ctx)
 	go m.writer(ctx)
 	go m.watch(ctx)
+	go m.folder(ctx)
 	return m, nil
 }
 
@@ -138,12 +158,14 @@ func (m *Member) Close() error {
 	m.cancel()
 	m.wg.Wait()
 	m.mu.Lock()
-	lease := m.lease
+	leases := []clientv3.LeaseID{m.lease, m.slotLease}
 	m.mu.Unlock()
-	if lease != 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		m.cli.Revoke(ctx, lease) // best effort: else it expires
-		cancel()
+	for _, lease := range leases {
+		if lease != 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			m.cli.Revoke(ctx, lease) // best effort: else it expires
+			cancel()
+		}
 	}
 	return m.Client.Close()
 }
@@ -167,17 +189,37 @@ func (m *Member) Present() bool {
 // the old one is lost (etcd down longer than the TTL).
 func (m *Member) presence(ctx context.Context) {
 	defer m.wg.Done()
+	m.keep(ctx, "presence", m.ttl, &m.lease, func(ctx context.Context, id clientv3.LeaseID) error {
+		v, _ := json.Marshal(presenceDoc{Schema: Schema, Host: m.host.Name, Labels: m.host.Labels, Since: time.Now()})
+		_, err := m.cli.Put(ctx, m.key("presence", m.host.Name), string(v), clientv3.WithLease(id))
+		return err
+	})
+}
+
+// slots keeps the slot lease: what this host holds of a rollout (its
+// slot, its place in the queue) lives on it.
+func (m *Member) slots(ctx context.Context) {
+	defer m.wg.Done()
+	m.keep(ctx, "slot", m.slotTTL, &m.slotLease, func(context.Context, clientv3.LeaseID) error {
+		m.mu.Lock()
+		m.queued, m.slot = 0, "" // what lived on the lease before went with it
+		m.mu.Unlock()
+		return nil
+	})
+}
+
+// keep keeps a lease of ttl alive in *lease (0 while there is none),
+// granting a new one, and calling put with it, when it is lost.
+func (m *Member) keep(ctx context.Context, what string, ttl time.Duration, lease *clientv3.LeaseID, put func(context.Context, clientv3.LeaseID) error) {
 	for ctx.Err() == nil {
 		var id clientv3.LeaseID
 		err := m.call(ctx, func(ctx context.Context) error {
-			g, err := m.cli.Grant(ctx, int64(m.ttl.Seconds()+0.5))
+			g, err := m.cli.Grant(ctx, int64(ttl.Seconds()+0.5))
 			if err != nil {
 				return err
 			}
 			id = g.ID
-			v, _ := json.Marshal(presenceDoc{Schema: Schema, Host: m.host.Name, Labels: m.host.Labels, Since: time.Now()})
-			_, err = m.cli.Put(ctx, m.key("presence", m.host.Name), string(v), clientv3.WithLease(id))
-			return err
+			return put(ctx, id)
 		})
 		if err != nil {
 			sleep(ctx, probeEvery)
@@ -191,7 +233,7 @@ func (m *Member) presence(ctx context.Context) {
 			continue
 		}
 		m.mu.Lock()
-		m.lease = id
+		*lease = id
 		m.mu.Unlock()
 		m.wake() // flush the status: it may not have reached etcd while down
 		m.broadcast()
@@ -202,9 +244,9 @@ func (m *Member) presence(ctx context.Context) {
 			return // closed: Close revokes the lease
 		}
 		m.mu.Lock()
-		m.lease = 0
+		*lease = 0
 		m.mu.Unlock()
-		m.log.Warn("fleet presence lost; taking it again", "host", m.host.Name)
+		m.log.Warn("fleet "+what+" lease lost; taking it again", "host", m.host.Name)
 	}
 }
 
@@ -337,52 +379,121 @@ func phase(rev, p string) func(*HostStatus) {
 	}
 }
 
-// wakeJitter spreads the hosts' wake-ups after a change.
-const wakeJitter = 100 * time.Millisecond
+// watchTarget is what a host that may not take a slot yet watches: the
+// one key (or small prefix) whose change may let it go, from the revision
+// after the read that said no. The hold key is watched besides, always.
+type watchTarget struct {
+	keys []watchKey
+	from int64
+}
 
-// watch wakes waiters of Changed on every change to slots, rollouts and
-// this host's hold.
-func (m *Member) watch(ctx context.Context) {
-	defer m.wg.Done()
-	for ctx.Err() == nil {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		t := m.cli.Watch(wctx, m.key("transit")+"/", clientv3.WithPrefix())
-		r := m.cli.Watch(wctx, m.key("rollout")+"/", clientv3.WithPrefix())
-		h := m.cli.Watch(wctx, m.key("hold", m.host.Name))
-	events:
-		for {
-			var ok bool
-			select {
-			case _, ok = <-t:
-			case _, ok = <-r:
-			case _, ok = <-h:
-			}
-			if !ok {
-				break events // a watch ended (leader lost, compaction): watch again
-			}
-			// Wake waiters a moment apart, host from host: the first to ask
-			// takes a freed slot and the rest read that it is gone, instead
-			// of all racing for it with transactions etcd must refuse.
-			if !sleep(ctx, rand.N(wakeJitter)) {
-				break events
-			}
-			m.broadcast()
+type watchKey struct {
+	key    string
+	prefix bool
+}
+
+// watchFor sets what the waiting host watches (none: nothing but its hold).
+func (m *Member) watchFor(t watchTarget) {
+	m.mu.Lock()
+	same := reflect.DeepEqual(m.target.keys, t.keys)
+	if !same || t.from < m.target.from {
+		m.target = t
+	}
+	m.mu.Unlock()
+	if !same {
+		select {
+		case m.retarget <- struct{}{}:
+		default:
 		}
-		cancel()
-		sleep(ctx, probeEvery)
 	}
 }
 
+// watch wakes a waiting host (Changed) on a change to what it waits for
+// and to its hold. A waiter watches one key, not the fleet's slots: the
+// one ahead of it in the queue, or the slots when it is at the front, or
+// its rollout's control while the rollout is stopped.
+func (m *Member) watch(ctx context.Context) {
+	defer m.wg.Done()
+	for ctx.Err() == nil {
+		m.mu.Lock()
+		t := m.target
+		m.mu.Unlock()
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		chans := []clientv3.WatchChan{m.cli.Watch(wctx, m.key("hold", m.host.Name))}
+		for _, k := range t.keys {
+			opts := []clientv3.OpOption{}
+			if t.from > 0 {
+				opts = append(opts, clientv3.WithRev(t.from))
+			}
+			if k.prefix {
+				opts = append(opts, clientv3.WithPrefix())
+			}
+			chans = append(chans, m.cli.Watch(wctx, k.key, opts...))
+		}
+		merged := make(chan bool, len(chans))
+		for _, ch := range chans {
+			go func() {
+				for range ch {
+					select {
+					case merged <- true:
+					default:
+					}
+				}
+				select {
+				case merged <- false: // ended: leader lost, compacted, retargeted
+				case <-wctx.Done():
+				}
+			}()
+		}
+		ended := false
+		for !ended {
+			select {
+			case <-ctx.Done():
+				ended = true
+			case <-m.retarget:
+				ended = true
+			case ok := <-merged:
+				if !ok {
+					cancel()
+					m.mu.Lock()
+					m.target.from = 0 // compacted, perhaps: watch from now
+					m.mu.Unlock()
+					m.broadcast() // what it waited for may have changed meanwhile
+					sleep(ctx, probeEvery)
+					ended = true
+					break
+				}
+				m.broadcast()
+			}
+		}
+		cancel()
+	}
+}
+
+// broadcast closes Changed: what the host waits for changed.
 func (m *Member) broadcast() {
 	m.mu.Lock()
-	close(m.changed)
-	m.changed = make(chan struct{})
+	if !m.closed {
+		close(m.changed)
+		m.closed = true
+	}
 	m.mu.Unlock()
 }
 
-// Changed is closed at the next change to the rollout slots, a rollout or
-// this host's hold: a host waiting for a slot asks again then (or at the
-// Decision's RetryAfter, whichever comes first).
+// rearm makes a new Changed, at the start of a request: a change after
+// the request read is then seen by whoever waits on Changed after it.
+func (m *Member) rearm() {
+	m.mu.Lock()
+	if m.closed {
+		m.changed, m.closed = make(chan struct{}), false
+	}
+	m.mu.Unlock()
+}
+
+// Changed is closed at the next change, after the host's last request
+// for a slot read, of what it waits for: the host ahead of it in the
+// queue, a slot (at the front), its rollout's control, its hold. A
+// waiting host asks again then, or at the Decision's RetryAfter.
 func (m *Member) Changed() <-chan struct{} {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -28,7 +28,7 @@ import (
 // with newer ones during an upgrade without misreading their records.
 // Schema 2 added deploy windows: a rollout's windows, a host's
 // windowOpens.
-const Schema = 2
+const Schema = 3
 
 // maxRecordBytes bounds a record read from etcd: the largest a host
 // writes (its status) is a few KiB.

@@ -122,22 +122,27 @@ func TestNewerSchemaIgnoredByName(t *testing.T) {
 	c := dial(t, cl.Endpoints())
 	ctx := context.Background()
 	rev := Revision{ID: "main@sha1:1", Rollout: rollout("2", 0, 1, 0)}
-	newer := `{"schema":3,"revision":"main@sha1:1","rollout":{"maxUnavailable":"3"},"window":"sat"}`
+	// The hosts' first status is written before the test's own, not over it.
+	waitFor(t, 5*time.Second, "the hosts' first status", func() bool {
+		r := read(t, c, "")
+		return row(r, "h01") != nil && !row(r, "h01").Time.IsZero() && row(r, "h02") != nil && !row(r, "h02").Time.IsZero()
+	})
+	newer := `{"schema":4,"revision":"main@sha1:1","rollout":{"maxUnavailable":"3"},"window":"sat"}`
 	specKey := "rollout/" + revKey(rev.ID) + "/spec"
 	put(t, c, newer, specKey)
-	put(t, c, `{"schema":3,"host":"h01","revision":"main@sha1:0","sync":"Synced","health":"Healthy","zone":"b"}`, "status", "h01")
+	put(t, c, `{"schema":4,"host":"h01","revision":"main@sha1:0","sync":"Synced","health":"Healthy","zone":"b"}`, "status", "h01")
 	put(t, c, `{"host":"h02","revision":"main@sha1:0","sync":"Synced","health":"Healthy","time":"2026-01-01T00:00:00Z"}`, "status", "h02")
 	// h01 holds a slot in a newer schema, on its lease.
 	lease, err := c.cli.Grant(ctx, 30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.cli.Put(ctx, c.key("transit", "h01"), `{"schema":3,"revision":"main@sha1:1","at":"2026-01-01T00:00:00Z","wave":1}`, clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := c.cli.Put(ctx, c.key("slot", "0"), `{"schema":4,"host":"h01","revision":"main@sha1:1","at":"2026-01-01T00:00:00Z","wave":1}`, clientv3.WithLease(lease.ID)); err != nil {
 		t.Fatal(err)
 	}
 	r := read(t, c, "")
-	for _, key := range []string{specKey, "status/h01", "transit/h01"} {
-		if ig := ignoredKey(r.Ignored, key); ig == nil || !strings.Contains(ig.Why, "written by a newer cortex-sync (schema 3; this one reads up to 2)") {
+	for _, key := range []string{specKey, "status/h01", "slot/0"} {
+		if ig := ignoredKey(r.Ignored, key); ig == nil || !strings.Contains(ig.Why, "written by a newer cortex-sync (schema 4; this one reads up to 3)") {
 			t.Errorf("%s: ignored %+v", key, r.Ignored)
 		}
 	}

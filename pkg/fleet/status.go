@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -91,27 +92,59 @@ type RolloutStatus struct {
 	order  int64
 }
 
-// Read reads the whole fleet at one etcd revision. head, when not "",
-// is the revision every live host should be on; else the newest head the
-// hosts report.
+// readPage is how many keys one range request returns at most: a large
+// prefix is read page by page at one revision, so that each answer is
+// bounded in bytes and time.
+const readPage = 1000
+
+// maxRollouts bounds the rollouts a read lists. Folding keeps a fleet at
+// KeepRollouts and the few in progress or paused; past this many, folding
+// is stuck (or the keys forged), and a read does not follow them all.
+const maxRollouts = 256
+
+// Read reads the fleet at one etcd revision: presence (keys only),
+// status, slots, holds, singletons and the rollouts not folded, never the
+// whole prefix, so that its cost does not grow with the rollouts a fleet
+// has had. head, when not "", is the revision every live host should be
+// on; else the newest head the hosts report.
 func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
-	var resp *clientv3.GetResponse
-	err := c.call(ctx, func(ctx context.Context) error {
-		var err error
-		resp, err = c.cli.Get(ctx, c.prefix, clientv3.WithPrefix())
-		return err
-	})
+	for try := 0; ; try++ {
+		r, err := c.read(ctx, head)
+		if try < 2 && errors.Is(err, rpctypes.ErrCompacted) {
+			continue // compacted between two pages: read again, at a newer revision
+		}
+		return r, err
+	}
+}
+
+func (c *Client) read(ctx context.Context, head string) (*Report, error) {
+	kvs, at, err := c.scanPrefix(ctx, 0, c.key("presence")+"/", true)
 	if err != nil {
 		return nil, err
 	}
-	kvs := pairs(resp)
+	for _, p := range []string{"status", "singleton"} {
+		more, _, err := c.scanPrefix(ctx, at, c.key(p)+"/", false)
+		if err != nil {
+			return nil, err
+		}
+		kvs = append(kvs, more...)
+	}
+	v := newView()
+	if err := c.readSlots(ctx, at, v); err != nil {
+		return nil, err
+	}
+	holds, _, err := c.scanPrefix(ctx, at, c.key("hold")+"/", false)
+	if err != nil {
+		return nil, err
+	}
+	c.parseSlots(v, holds)
+	revs, _, err := c.listRollouts(ctx, at)
+	if err != nil {
+		return nil, err
+	}
 	live := map[string]bool{}
 	statuses := map[string]HostStatus{}
-	v := newView()
-	c.parseSlots(v, kvs)
 	r := &Report{Fleet: c.cfg.Fleet, Hosts: []HostRow{}, Revisions: []RevisionSummary{}, Rollouts: []RolloutStatus{}, Singletons: []SingletonStatus{}}
-	var revs []string // of the rollouts, by their spec keys
-	specOrder := map[string]int64{}
 	singles := map[string][]*kvPair{}
 	ignore := func(kv *kvPair, err error) { r.Ignored = append(r.Ignored, c.ignore(kv, err)) }
 	for _, kv := range kvs {
@@ -142,11 +175,6 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 			if single, _, ok := strings.Cut(name, "/"); ok {
 				singles[single] = append(singles[single], kv)
 			}
-		case "rollout":
-			if rev, what, _ := strings.Cut(name, "/"); what == "spec" {
-				revs = append(revs, unescapeRev(rev))
-				specOrder[unescapeRev(rev)] = kv.createRev
-			}
 		}
 	}
 	for _, name := range sortedKeys(singles) {
@@ -161,23 +189,29 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	now := time.Now()
 	views := map[string]*rolloutView{}
 	for _, rev := range revs {
-		rv := newView()
+		rr, err := c.readRolloutAt(ctx, at, rev)
+		if err != nil {
+			return nil, err
+		}
+		if rr.specRev == 0 {
+			continue // no spec: not a rollout anyone started (or its spec was removed)
+		}
+		rv := rr.v
 		rv.transit, rv.held, rv.live = v.transit, v.held, len(live)
-		c.parseRollout(rv, rev, kvs)
 		r.Ignored = append(r.Ignored, rv.ignored...)
 		s := rv.spec
 		if s == nil {
 			// Its spec is ignored: the hosts go by their own fleet.yaml,
 			// which this reader does not have.
 			r.Rollouts = append(r.Rollouts, RolloutStatus{Revision: rev, State: StateUnknown, Why: "its recorded spec is ignored: " + rv.specIgnored,
-				Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: specOrder[rev]})
+				Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: rr.specRev})
 			continue
 		}
 		views[s.Revision] = rv
 		st, why := rv.state(s.Rollout)
 		rs := RolloutStatus{Revision: s.Revision, Started: s.At, StartedBy: s.By, MaxUnavailable: s.Rollout.MaxUnavailable.String(),
 			Canary: s.Rollout.Canary, MinReady: s.Rollout.MinReady.Std().String(), State: st, Why: why,
-			Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: specOrder[s.Revision]}
+			Applying: []string{}, Good: sortedKeys(rv.good), Bad: sortedKeys(rv.bad), Stalled: []string{}, order: rr.specRev}
 		for h, slot := range v.transit {
 			if slot.Revision != s.Revision {
 				continue
@@ -265,6 +299,193 @@ func (c *Client) Read(ctx context.Context, head string) (*Report, error) {
 	return r, nil
 }
 
+// readSlots reads the open slots (the hosts in transit) at revision at
+// into v. It is the one place outside admission that knows where slots
+// are kept.
+func (c *Client) readSlots(ctx context.Context, at int64, v *rolloutView) error {
+	kvs, _, err := c.scanPrefix(ctx, at, c.key("slot")+"/", false)
+	if err != nil {
+		return err
+	}
+	legacy, _, err := c.scanPrefix(ctx, at, c.key("transit")+"/", false) // hosts before schema 3
+	if err != nil {
+		return err
+	}
+	c.parseSlots(v, append(kvs, legacy...))
+	return nil
+}
+
+// scanPrefix reads every key below prefix at revision at (0: the newest,
+// which it returns), readPage keys a request; keysOnly leaves the values
+// out.
+func (c *Client) scanPrefix(ctx context.Context, at int64, prefix string, keysOnly bool) ([]*kvPair, int64, error) {
+	return c.scan(ctx, at, prefix, clientv3.GetPrefixRangeEnd(prefix), keysOnly)
+}
+
+// scan reads the keys in [from, end) as scanPrefix does.
+func (c *Client) scan(ctx context.Context, at int64, from, end string, keysOnly bool) ([]*kvPair, int64, error) {
+	var out []*kvPair
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(readPage)}
+		if at > 0 {
+			opts = append(opts, clientv3.WithRev(at))
+		}
+		if keysOnly {
+			opts = append(opts, clientv3.WithKeysOnly())
+		}
+		var resp *clientv3.GetResponse
+		err := c.call(ctx, func(ctx context.Context) error {
+			var err error
+			resp, err = c.cli.Get(ctx, from, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if at == 0 {
+			at = resp.Header.Revision
+		}
+		out = append(out, pairs(resp)...)
+		if !resp.More || len(resp.Kvs) == 0 {
+			return out, at, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// listRollouts lists the revisions that have records below rollout/ at
+// revision at (0: the newest, which it returns), at most maxRollouts, in
+// key order. It skips over each revision's records instead of reading
+// them: a few keys a request, whatever a rollout's size.
+func (c *Client) listRollouts(ctx context.Context, at int64) ([]string, int64, error) {
+	base := c.key("rollout") + "/"
+	end := clientv3.GetPrefixRangeEnd(base)
+	from := base
+	var revs []string
+	for len(revs) < maxRollouts {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(32), clientv3.WithKeysOnly()}
+		if at > 0 {
+			opts = append(opts, clientv3.WithRev(at))
+		}
+		var resp *clientv3.GetResponse
+		err := c.call(ctx, func(ctx context.Context) error {
+			var err error
+			resp, err = c.cli.Get(ctx, from, opts...)
+			return err
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if at == 0 {
+			at = resp.Header.Revision
+		}
+		var last string
+		for _, kv := range resp.Kvs {
+			rk, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), base), "/")
+			if rk != last && len(revs) < maxRollouts {
+				revs = append(revs, unescapeRev(rk))
+			}
+			last = rk
+		}
+		if !resp.More || last == "" {
+			break
+		}
+		from = clientv3.GetPrefixRangeEnd(base + last + "/")
+	}
+	return slices.Compact(revs), at, nil
+}
+
+// rolloutRef is a revision with records below rollout/, and the create
+// revision of its spec key (0: it has none).
+type rolloutRef struct {
+	rev     string
+	specRev int64
+}
+
+// rolloutsByAge lists the rollouts at revision at (0: the newest, which
+// it returns), newest spec first; those without a spec come last.
+func (c *Client) rolloutsByAge(ctx context.Context, at int64) ([]rolloutRef, int64, error) {
+	revs, at, err := c.listRollouts(ctx, at)
+	if err != nil {
+		return nil, 0, err
+	}
+	refs := make([]rolloutRef, len(revs))
+	for i, rev := range revs {
+		refs[i].rev = rev
+	}
+	for chunk := range slices.Chunk(refs, foldBatch) {
+		ops := make([]clientv3.Op, len(chunk))
+		for i, ref := range chunk {
+			ops[i] = clientv3.OpGet(c.key("rollout", revKey(ref.rev), "spec"), clientv3.WithKeysOnly(), clientv3.WithRev(at))
+		}
+		err := c.call(ctx, func(ctx context.Context) error {
+			resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				return err
+			}
+			for i, r := range resp.Responses {
+				if kvs := r.GetResponseRange().Kvs; len(kvs) > 0 {
+					chunk[i].specRev = kvs[0].CreateRevision
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	slices.SortStableFunc(refs, func(a, b rolloutRef) int { return cmp.Compare(b.specRev, a.specRev) })
+	return refs, at, nil
+}
+
+// rolloutRead is what readRolloutAt read of one rollout: the view, every
+// key of the rollout, and its spec key's create revision (0: none).
+type rolloutRead struct {
+	v       *rolloutView
+	keys    []string
+	specRev int64
+}
+
+// readRolloutAt reads the records of rev's rollout at revision at: the
+// good verdicts as keys alone (the key is the verdict), the rest with
+// their values.
+func (c *Client) readRolloutAt(ctx context.Context, at int64, rev string) (*rolloutRead, error) {
+	base := c.key("rollout", revKey(rev)) + "/"
+	good := base + "good/"
+	before, _, err := c.scan(ctx, at, base, good, false)
+	if err != nil {
+		return nil, err
+	}
+	after, _, err := c.scan(ctx, at, clientv3.GetPrefixRangeEnd(good), clientv3.GetPrefixRangeEnd(base), false)
+	if err != nil {
+		return nil, err
+	}
+	goods, _, err := c.scanPrefix(ctx, at, good, true)
+	if err != nil {
+		return nil, err
+	}
+	rr := &rolloutRead{v: newView()}
+	rr.v.rev = at
+	kvs := append(before, after...)
+	c.parseRollout(rr.v, rev, kvs)
+	for _, kv := range kvs {
+		rr.keys = append(rr.keys, kv.key)
+		if kv.key == base+"spec" {
+			rr.specRev = kv.createRev
+		}
+	}
+	for _, kv := range goods {
+		rr.keys = append(rr.keys, kv.key)
+		host := strings.TrimPrefix(kv.key, good)
+		if err := checkHost(host); err != nil {
+			rr.v.ignored = append(rr.v.ignored, c.ignore(kv, err))
+			continue
+		}
+		rr.v.good[host] = verdictDoc{}
+	}
+	return rr, nil
+}
+
 // phaseOf is a host's part in the rollout of head.
 func phaseOf(row HostRow, head string, v *rolloutView, slot slotDoc, now time.Time) string {
 	if !row.WindowOpens.IsZero() && !row.Stale && head != "" && row.Head == head && row.Revision != head && slot.Revision != head {
@@ -306,29 +527,17 @@ func sortedKeys[V any](m map[string]V) []string {
 // exists.
 var ErrNoRollout = errors.New("no such rollout")
 
-// newestRollout is the revision of the rollout started last.
+// newestRollout is the revision of the rollout started last (not
+// folded: a fold never takes the newest).
 func (c *Client) newestRollout(ctx context.Context) (string, error) {
-	var resp *clientv3.GetResponse
-	err := c.call(ctx, func(ctx context.Context) error {
-		var err error
-		resp, err = c.cli.Get(ctx, c.key("rollout")+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
-		return err
-	})
+	refs, _, err := c.rolloutsByAge(ctx, 0)
 	if err != nil {
 		return "", err
 	}
-	var best string
-	var at int64
-	for _, kv := range pairs(resp) {
-		rest := strings.TrimPrefix(kv.key, c.key("rollout")+"/")
-		if rev, what, _ := strings.Cut(rest, "/"); what == "spec" && kv.createRev > at {
-			best, at = rev, kv.createRev
-		}
-	}
-	if best == "" {
+	if len(refs) == 0 || refs[0].specRev == 0 {
 		return "", fmt.Errorf("%w: fleet %s has no rollout yet", ErrNoRollout, c.cfg.Fleet)
 	}
-	return unescapeRev(best), nil
+	return refs[0].rev, nil
 }
 
 // ErrNothingToResume is wrapped when a resume cannot move a rollout:
@@ -352,6 +561,9 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 			return "", err
 		}
 	}
+	if err := c.Folded(ctx, rev); err != nil {
+		return "", err // over and folded (a *FoldedError), or etcd unread
+	}
 	spec := c.key("rollout", revKey(rev), "spec")
 	doc, _ := json.Marshal(controlDoc{Schema: Schema, State: state, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(spec), ">", 0)}
@@ -360,7 +572,7 @@ func (c *Client) SetRollout(ctx context.Context, rev, state, by, why string) (st
 		var v *rolloutView
 		err := c.call(ctx, func(ctx context.Context) error {
 			var err error
-			v, err = c.readRollout(ctx, rev, false)
+			v, err = c.readRollout(ctx, rev)
 			return err
 		})
 		if err != nil {
@@ -466,6 +678,9 @@ const windowOverrideTTL = 7 * 24 * time.Hour
 func (c *Client) OverrideWindow(ctx context.Context, rev, by, why string) error {
 	if rev == "" {
 		return errors.New("name the revision to let in outside its windows, as fleet status shows it (main@sha1:…)")
+	}
+	if err := c.Folded(ctx, rev); err != nil {
+		return err // its rollout is over: no host waits to take it
 	}
 	doc, _ := json.Marshal(holdDoc{Schema: Schema, By: clip(by, maxNameBytes), Why: clip(why, maxTextBytes), At: time.Now().UTC()})
 	return c.call(ctx, func(ctx context.Context) error {

@@ -103,9 +103,9 @@ func BenchmarkAgents100(b *testing.B) {
 		}
 		return resp.Header.Revision
 	}
-	transit := "/cortex-sync/" + f.fleet + "/transit/"
+	slots := "/cortex-sync/" + f.fleet + "/slot/"
 
-	var totals, peaks, writes, statusWrites []float64
+	var totals, peaks, writes, proposals, statusWrites []float64
 	var lones []string // some writes of a status alone
 	cpu0, start := benchstat.CPU(true), time.Now()
 	b.ResetTimer()
@@ -125,7 +125,7 @@ func BenchmarkAgents100(b *testing.B) {
 				mu.Lock()
 				for _, ev := range resp.Events {
 					key := string(ev.Kv.Key)
-					if strings.HasPrefix(key, transit) {
+					if strings.HasPrefix(key, slots) {
 						held[key] = ev.Type == clientv3.EventTypePut
 					}
 					rev := ev.Kv.ModRevision
@@ -147,7 +147,7 @@ func BenchmarkAgents100(b *testing.B) {
 				mu.Unlock()
 			}
 		}()
-		before := kvRev()
+		before, committed := kvRev(), cl.Committed()
 		v = f.version(fmt.Sprintf("v%d", it+1), true, false)
 		t0 := time.Now()
 		for _, h := range hosts {
@@ -157,6 +157,7 @@ func BenchmarkAgents100(b *testing.B) {
 		total := time.Since(t0)
 		time.Sleep(2 * time.Second) // the debounced writes still on their way
 		w := kvRev() - before
+		proposals = append(proposals, float64(cl.Committed()-committed)/float64(n))
 		wcancel()
 		<-watched
 		alone := 0
@@ -209,6 +210,7 @@ func BenchmarkAgents100(b *testing.B) {
 	b.ReportMetric(benchstat.Mean(totals), "rollout_s")
 	b.ReportMetric(slices.Max(peaks), "peak_in_transition")
 	b.ReportMetric(benchstat.Mean(writes), "writes/host/rev")
+	b.ReportMetric(benchstat.Mean(proposals), "proposals/host/rev")
 	b.ReportMetric(benchstat.Mean(statusWrites), "status_alone/host/rev")
 	b.ReportMetric(float64(lat[len(lat)/2].Milliseconds()), "status_p50_ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "status_max_ms")

@@ -472,7 +472,7 @@ func (l *Link) Suspended(v bool) {
 func (l *Link) Info() reconcile.FleetReport {
 	r := reconcile.FleetReport{Host: l.opts.Host.Name}
 	if m := l.getMember(); m != nil {
-		r.Fleet, r.Coordinator = m.Fleet(), m.Condition()
+		r.Fleet, r.Coordinator, r.Slow = m.Fleet(), m.Condition(), m.Slow()
 		for _, ig := range m.Ignored() {
 			r.Ignored = append(r.Ignored, ig.String())
 		}

@@ -81,6 +81,9 @@ type FleetReport struct {
 	// Coordinator says since when etcd has not answered, and why; empty
 	// while it answers.
 	Coordinator string `json:"coordinator,omitempty"`
+	// Slow says since when etcd has answered late (the connection up);
+	// empty while it answers in time or is unreachable.
+	Slow string `json:"slow,omitempty"`
 	// Singletons are the singletons of the host's desired set, and who
 	// holds each ("" while unknown).
 	Singletons map[string]string `json:"singletons,omitempty"`
