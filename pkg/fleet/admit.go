@@ -67,6 +67,7 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 	// carries it (in the slot's transaction), or the host waits.
 	m.mu.Lock()
 	m.waiting = m.holding != r.ID
+	m.askedAt = time.Now()
 	m.mu.Unlock()
 	for try := 0; ; try++ {
 		d, won, err := m.admitOnce(ctx, r)
@@ -304,6 +305,37 @@ func (m *Member) place(ctx context.Context, q int64, limit int) (int, string, bo
 	return pos, pred, true, nil
 }
 
+// queueIdle is how long a queued host may go without asking before it
+// leaves the queue: a waiter asks again at least every watchedRetry, so
+// one that stopped asking no longer waits (its deploy window closed, it
+// was suspended or its revision superseded), and its place would hold
+// up every host behind it.
+const queueIdle = 45 * time.Second
+
+// idle takes the host out of the queue once it stopped asking.
+func (m *Member) idle(ctx context.Context) {
+	defer m.wg.Done()
+	for sleep(ctx, queueIdle/6) {
+		m.mu.Lock()
+		stale := m.queued != 0 && time.Since(m.askedAt) > queueIdle
+		m.mu.Unlock()
+		if stale {
+			m.dequeue(ctx)
+		}
+	}
+}
+
+// Queued reports whether the host has a place in the rollout's queue.
+func (m *Member) Queued() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.queued != 0
+}
+
+// Unqueue takes the host out of the rollout's queue: it no longer waits
+// for a slot (its revision needs none, it waits for its deploy window).
+func (m *Member) Unqueue(ctx context.Context) { m.dequeue(ctx) }
+
 // dequeue takes the host out of the queue: it no longer waits for a slot
 // (held, in maintenance, its rollout stopped), so it holds no one up.
 func (m *Member) dequeue(ctx context.Context) {
@@ -353,6 +385,13 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		clientv3.OpPut(slot, string(doc), clientv3.WithLease(lease)),
 		clientv3.OpDelete(m.key("queue", m.host.Name)),
 	}
+	m.mu.Lock()
+	if old := m.holding; created != 0 && old != "" && old != r.ID {
+		// The slot moves from an older revision: its canary place there
+		// goes with it.
+		ops = append(ops, clientv3.OpDelete(m.key("rollout", revKey(old), "canary", m.host.Name)))
+	}
+	m.mu.Unlock()
 	if v.goods() < r.Rollout.Canary {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(base+"/canary/"), "<", after).WithPrefix())
 		ops = append(ops, clientv3.OpPut(base+"/canary/"+m.host.Name, "", clientv3.WithLease(lease)))
@@ -364,16 +403,21 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 	}
 	sops, s := m.statusOps(phase(r.ID, PhaseApplying))
 	var won bool
+	mine := created // the slot's create revision, once taken
 	err := m.call(ctx, func(ctx context.Context) error {
 		resp, err := m.cli.Txn(ctx).If(cmps...).Then(append(ops, sops...)...).Else(clientv3.OpGet(slot)).Commit()
 		if err != nil {
 			return err
 		}
 		won = resp.Succeeded
+		if won && created == 0 {
+			mine = resp.Header.Revision
+		}
 		if !won { // taken: by this host, when a slow etcd applied a try that timed out?
 			if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 && kvs[0].Lease == int64(lease) {
 				d, err := decode[slotDoc](kvs[0].Value)
 				won = err == nil && d.Host == m.host.Name && d.Revision == r.ID && d.At.Equal(now)
+				mine = kvs[0].CreateRevision
 			}
 		}
 		return nil
@@ -386,7 +430,7 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		m.foldSoon() // this host started a rollout: it folds what is over (gc.go)
 	}
 	m.mu.Lock()
-	m.holding, m.slot, m.queued = r.ID, slot, 0
+	m.holding, m.slot, m.slotRev, m.queued = r.ID, slot, mine, 0
 	m.quietUntil = time.Now().Add(r.Rollout.MinReady.Std() + 5*time.Second)
 	if m.stall != nil {
 		m.stall.Stop()
@@ -402,7 +446,7 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 // deadline.
 func (m *Member) stalled(rev, slot string) {
 	m.mu.Lock()
-	still := m.holding == rev && m.slot == slot
+	still, created := m.holding == rev && m.slot == slot, m.slotRev
 	m.mu.Unlock()
 	if !still {
 		return
@@ -410,7 +454,7 @@ func (m *Member) stalled(rev, slot string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := m.call(ctx, func(ctx context.Context) error {
-		_, err := m.cli.Txn(ctx).Then(clientv3.OpDelete(slot), clientv3.OpDelete(m.key("rollout", revKey(rev), "canary", m.host.Name))).Commit()
+		_, err := m.cli.Txn(ctx).Then(freeSlot(slot, created), clientv3.OpDelete(m.key("rollout", revKey(rev), "canary", m.host.Name))).Commit()
 		return err
 	})
 	if err == nil {
@@ -447,12 +491,12 @@ func (m *Member) verdict(ctx context.Context, rev, verdict, why string) error {
 		ops = append(ops, clientv3.OpPut(base+"/bad/"+m.host.Name, string(doc)), clientv3.OpDelete(base+"/good/"+m.host.Name))
 	}
 	m.mu.Lock()
-	holding, slot := m.holding, m.slot
+	holding, slot, created := m.holding, m.slot, m.slotRev
 	m.mu.Unlock()
 	if holding == rev {
 		ops = append(ops, clientv3.OpDelete(base+"/canary/"+m.host.Name))
 		if slot != "" {
-			ops = append(ops, clientv3.OpDelete(slot))
+			ops = append(ops, freeSlot(slot, created))
 		}
 	}
 	sops, s := m.statusOps(phase(rev, verdict))
@@ -473,9 +517,17 @@ func (m *Member) verdict(ctx context.Context, rev, verdict, why string) error {
 	return nil
 }
 
+// freeSlot deletes slot if it is still the one this host took (created
+// at created): a slot lost with the host's lease may be another host's
+// since, and a verdict that a slow etcd applied twice must not free the
+// slot a second host took in between.
+func freeSlot(slot string, created int64) clientv3.Op {
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(slot), "=", created)}, []clientv3.Op{clientv3.OpDelete(slot)}, nil)
+}
+
 // free forgets the slot held; m.mu is held.
 func (m *Member) free() {
-	m.holding, m.slot = "", ""
+	m.holding, m.slot, m.slotRev = "", "", 0
 	if m.stall != nil {
 		m.stall.Stop()
 		m.stall = nil
@@ -487,14 +539,14 @@ func (m *Member) free() {
 // superseded by a newer one it may not apply yet).
 func (m *Member) Release(ctx context.Context) error {
 	m.mu.Lock()
-	holding, slot, queued := m.holding, m.slot, m.queued
+	holding, slot, created, queued := m.holding, m.slot, m.slotRev, m.queued
 	m.mu.Unlock()
 	if holding == "" && queued == 0 {
 		return nil
 	}
 	var ops []clientv3.Op
 	if slot != "" {
-		ops = append(ops, clientv3.OpDelete(slot))
+		ops = append(ops, freeSlot(slot, created))
 	}
 	if holding != "" {
 		ops = append(ops, clientv3.OpDelete(m.key("rollout", revKey(holding), "canary", m.host.Name)))

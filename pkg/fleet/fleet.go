@@ -191,7 +191,9 @@ func (c *Client) call(ctx context.Context, fn func(ctx context.Context) error) e
 	for {
 		timeout := c.cfg.RequestTimeout << slow
 		t0 := time.Now()
-		cctx, cancel := context.WithTimeout(ctx, timeout)
+		// A member without a leader answers at once (ErrNoLeader) rather
+		// than hold the request: lost quorum is unreachable, not slow.
+		cctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), timeout)
 		err := fn(cctx)
 		cancel()
 		if ctx.Err() != nil {

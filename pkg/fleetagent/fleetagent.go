@@ -202,6 +202,8 @@ func (l *Link) Admit(ctx context.Context, rev string) error {
 	if !known || f.Rollout == nil || !f.Changes {
 		if slot != "" && slot != rev {
 			l.giveBack(slot) // a newer revision that needs none supersedes it
+		} else if m != nil {
+			l.unqueue(m) // nor does it wait for a slot any more
 		}
 		return nil
 	}
@@ -425,7 +427,25 @@ func (l *Link) Report(hs agent.HostState) {
 	l.mu.Unlock()
 	if m != nil {
 		m.SetStatus(statusOf(hs))
+		if !hs.WindowOpens.IsZero() {
+			// It waits for its deploy window, not for a slot: its place in
+			// the queue would hold up the hosts behind it.
+			l.unqueue(m)
+		}
 	}
+}
+
+// unqueue takes the host out of the rollout's queue, in the background
+// (the agent's loop never waits on etcd).
+func (l *Link) unqueue(m *fleet.Member) {
+	if !m.Queued() {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+		defer cancel()
+		m.Unqueue(ctx)
+	}()
 }
 
 func statusOf(hs agent.HostState) fleet.HostStatus {

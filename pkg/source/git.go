@@ -298,6 +298,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		return nil, err
 	}
 	store := &packStore{Storage: c.storage, dir: c.dir, packs: g.packs, failed: make(chan error, 1)}
+	defer store.close()
 	remote := git.NewRemote(store, &config.RemoteConfig{Name: "origin", URLs: []string{g.URL}})
 
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
@@ -349,12 +350,13 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 		}
 		g.packs.release()
 		g.packs = packs
+		store.adopt(packs)
 		if fresh {
 			recordSize(dir)
 		}
 		return nil
 	}
-	if !c.holds(want) {
+	if !g.holds(want) {
 		// Shallow only the first time: a depth-1 fetch into a shallow cache
 		// downloads the whole pack again, a depth-0 one only what is new.
 		// Ancestry mode walks back to the applied commit: the whole
@@ -370,7 +372,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 			return nil, err
 		}
 	}
-	commit, err := object.GetCommit(c.storage, want.commit)
+	commit, err := object.GetCommit(g.objects(), want.commit)
 	if err != nil {
 		if g.Commit != "" {
 			return nil, fmt.Errorf("commit %s is not on branch %s", g.Commit, g.Branch)
@@ -381,7 +383,7 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 	// A force-push is told from the tip the cache fetched: a pinned commit
 	// it held already fetched nothing, and the tip it does not have says
 	// nothing of the branch's history.
-	_, tipErr := object.GetCommit(c.storage, want.tip)
+	_, tipErr := object.GetCommit(g.objects(), want.tip)
 	if old != nil && old.Hash() != want.tip && tipErr == nil && !g.descends(c, want.tip, old.Hash()) {
 		notes = append(notes, fmt.Sprintf("%s was force-pushed: %s replaced %s, which is not in its history; following it", want.ref.Short(), want.tip, old.Hash()))
 		markRebuild(dir) // go-git never collects the orphaned objects
@@ -418,12 +420,12 @@ func (g *Git) fetch(ctx context.Context) (*Checkout, error) {
 // holds reports whether the cache has what want names: its commit, and an
 // annotated tag's own object (signed again on the same commit, a tag is a
 // new object the commit does not bring).
-func (c *gitCache) holds(want *wanted) bool {
-	if _, err := object.GetCommit(c.storage, want.commit); err != nil {
+func (g *Git) holds(want *wanted) bool {
+	if _, err := object.GetCommit(g.objects(), want.commit); err != nil {
 		return false
 	}
 	if want.tag && want.tip != want.commit {
-		if _, err := c.storage.EncodedObject(plumbing.TagObject, want.tip); err != nil {
+		if _, err := g.objects().EncodedObject(plumbing.TagObject, want.tip); err != nil {
 			return false
 		}
 	}
@@ -521,7 +523,7 @@ func (g *Git) descends(c *gitCache, commit, ancestor plumbing.Hash) bool {
 			continue
 		}
 		seen[h] = true
-		cm, err := object.GetCommit(c.storage, h)
+		cm, err := object.GetCommit(g.objects(), h)
 		if err != nil {
 			continue
 		}
@@ -579,6 +581,12 @@ func outgrown(dir state.Dir) bool {
 	}
 	initial, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 	return initial > 0 && dirSize(dir) > 4*initial+(16<<20)
+}
+
+// objects is the open cache's object store, read through its packs as
+// they are when an object is read.
+func (g *Git) objects() *packStorer {
+	return &packStorer{EncodedObjectStorer: g.cache.storage, current: func() *packSet { return g.packs }}
 }
 
 // closeCache forgets the open cache; trees still open keep the packs

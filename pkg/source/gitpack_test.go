@@ -143,7 +143,9 @@ func writePack(dir string, pack []byte, chunk int) error {
 		return err
 	}
 	defer packs.release()
-	w, err := (&packStore{Storage: s.storage, dir: state.At(dir), packs: packs}).PackfileWriter()
+	store := &packStore{Storage: s.storage, dir: state.At(dir), packs: packs}
+	defer store.close()
+	w, err := store.PackfileWriter()
 	if err != nil {
 		return err
 	}
@@ -197,5 +199,144 @@ func TestPackWriterRejectsDamage(t *testing.T) {
 				t.Fatalf("left behind: %v", left)
 			}
 		})
+	}
+}
+
+// TestPackIndexBounded indexes packs with every bound of the indexer
+// small: records sorted in runs of 7, a base cache of a few objects (bases
+// made again from the file), and a pack whose deltas name their bases by
+// ID (REF_DELTA, as a server without ofs-delta sends), made once the rest
+// is indexed. git checks the index, and every object reads back.
+func TestPackIndexBounded(t *testing.T) {
+	defer func(runs, cache int) { runRecords, indexBaseCache = runs, cache }(runRecords, indexBaseCache)
+	runRecords, indexBaseCache = 7, 16<<10
+	repo := gittest.NewRepo(t)
+	files := similarFiles(60, 4)
+	// Versions of a file, each one line changed from the one before: git
+	// chains them.
+	rng := rand.New(rand.NewPCG(5, 5))
+	lines := make([]string, 300)
+	for i := range lines {
+		lines[i] = fmt.Sprintf("line %d: %d\n", i, rng.Int())
+	}
+	for v := range 30 {
+		lines[rng.IntN(len(lines))] = fmt.Sprintf("changed in version %d\n", v)
+		files[fmt.Sprintf("versions/v%02d.txt", v)] = gittest.S(strings.Join(lines, ""))
+	}
+	head := repo.Commit("tree", files)
+	for name, pack := range map[string][]byte{
+		"ofs": packOf(t, repo, "HEAD"),
+		"ref": refPackOf(t, repo, "HEAD"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := writePack(dir, pack, 999); err != nil {
+				t.Fatal(err)
+			}
+			idx, _ := filepath.Glob(filepath.Join(dir, "objects", "pack", "pack-*.idx"))
+			v := gitOut(t, "verify-pack", "-v", idx[0])
+			if !strings.Contains(v, "chain length = 2") {
+				t.Fatalf("no delta chains, so this test tests nothing:\n%s", v)
+			}
+			gitOut(t, "--git-dir", dir, "fsck", "--full", "--strict", head)
+			checkPacks(t, dir)
+		})
+	}
+}
+
+// refPackOf packs like packOf, its deltas on bases named by ID.
+func refPackOf(t *testing.T, repo *gittest.Repo, revs ...string) []byte {
+	t.Helper()
+	cmd := exec.Command("git", "-C", repo.Dir, "pack-objects", "--stdout", "--revs")
+	cmd.Stdin = strings.NewReader(strings.Join(revs, "\n") + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestIndexWriteRead writes a pack index of records spread over runs,
+// with offsets past 2 GiB (the 64-bit table) and IDs that share their
+// first 8 bytes (a lookup's block spans samples), and finds each one
+// back, and none that is not there.
+func TestIndexWriteRead(t *testing.T) {
+	defer func(runs int) { runRecords = runs }(runRecords)
+	runRecords = 50
+	rng := rand.New(rand.NewPCG(3, 3))
+	dir := t.TempDir()
+	var r recordSorter
+	r.scratch = func() (*os.File, error) { return os.CreateTemp(dir, "run") }
+	defer r.close()
+	want := map[plumbing.Hash]int64{}
+	var twins plumbing.Hash
+	for i := range 1000 {
+		var id plumbing.Hash
+		for j := range id {
+			id[j] = byte(rng.IntN(256))
+		}
+		if i%100 < 70 && i >= 100 {
+			// 70 IDs in a row alike in their first 8 bytes: more than two
+			// samples' worth.
+			copy(id[:8], twins[:8])
+		}
+		if i == 99 {
+			twins = id
+		}
+		off := int64(12 + i*100)
+		if i%3 == 0 {
+			off = 3<<30 + int64(i) // past 2 GiB
+		}
+		if i%7 == 0 {
+			off = 5<<32 + int64(i)
+		}
+		want[id] = off
+		if err := r.add(id, off, uint32(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "pack.idx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := r.writeIndex(f, plumbing.Hash{1}); err != nil {
+		t.Fatal(err)
+	}
+	p := &packFile{name: "pack", idx: f, trailer: 1 << 40}
+	if err := p.readIndex(func(what string) error { return errors.New(what) }); err != nil {
+		t.Fatal(err)
+	}
+	if p.n != len(want) || len(r.runs) < 10 {
+		t.Fatalf("%d objects in %d runs, want %d in many", p.n, len(r.runs), len(want))
+	}
+	for id, off := range want {
+		got, ok, err := p.lookup(id)
+		if err != nil || !ok || got != off {
+			t.Fatalf("%s at %d, %v, %v; want %d", id, got, ok, err, off)
+		}
+		id[19]++
+		if _, ok, err := p.lookup(id); ok || err != nil {
+			t.Fatalf("%s, not written, found: %v", id, err)
+		}
+	}
+	// git reads the same offsets and CRCs.
+	cmd := exec.Command("git", "show-index")
+	cmd.Stdin, _ = os.Open(f.Name())
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	for _, l := range lines {
+		var off int64
+		var id string
+		var crc uint32
+		if _, err := fmt.Sscanf(l, "%d %s (%x)", &off, &id, &crc); err != nil || want[plumbing.NewHash(id)] != off {
+			t.Fatalf("git show-index: %q (%v), want offset %d", l, err, want[plumbing.NewHash(id)])
+		}
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("git show-index lists %d objects, want %d", len(lines), len(want))
 	}
 }

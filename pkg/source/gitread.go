@@ -10,7 +10,7 @@ import (
 	"io/fs"
 	"math/bits"
 	"os"
-	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,18 +38,31 @@ type packSet struct {
 	refs  atomic.Int32 // the Git that opened it and each open tree
 }
 
-// packFile is one pack and its index.
+// packFile is one pack and its index. The index is read in place, with
+// pread, as git reads it with mmap: the heap holds its fan-out table and
+// every sampleEvery-th object ID's first 8 bytes (256 KB at a million
+// objects), never the IDs or offsets of every object. A lookup is a
+// search of the sample, then one read of a block of IDs and one of the
+// offset. The pages read stay in the page cache, not in the process.
 type packFile struct {
 	name   string // pack-<sum>.pack
 	f      *os.File
+	idx    *os.File
 	info   hostfs.Stat // the pack as opened
 	fanout [256]uint32
-	ids    []byte  // sorted object IDs, 20 bytes each
-	offs   []int64 // each object's offset, in ID order
-	sorted []int64 // the offsets in order: an object ends where the next begins
+	n      int
+	nLarge int      // entries of the 64-bit offset table
+	sample []uint64 // the first 8 bytes of each sampleEvery-th ID
 	// trailer is where the last object ends: the pack's checksum.
 	trailer int64
 }
+
+// sampleEvery is how many IDs one sample stands for: one lookup reads a
+// block of that many IDs (640 bytes).
+const sampleEvery = 32
+
+// idxHead is the size of a version 2 index's header and fan-out table.
+const idxHead = 8 + 256*4
 
 // packDir is where a cache keeps its packs.
 const packDir = "objects/pack"
@@ -106,117 +119,190 @@ func (s *packSet) changed() bool {
 
 func (s *packSet) close() {
 	for _, p := range s.packs {
-		p.f.Close()
+		p.close()
 	}
 }
 
-// openPack reads the version 2 pack index name.idx in dir and opens its
-// pack.
+func (p *packFile) close() {
+	p.f.Close()
+	p.idx.Close()
+}
+
+// openPack opens the version 2 pack index name.idx in dir and its pack.
 func openPack(dir state.Dir, name string) (*packFile, error) {
 	idxPath := dir.File(name + ".idx")
-	b, err := dir.ReadFile(name + ".idx")
-	if err != nil {
-		return nil, err
-	}
-	p := &packFile{name: name + ".pack"}
 	bad := func(what string) error {
 		return fmt.Errorf("pack index %s: %s", idxPath, what)
 	}
-	const head = 8 + 256*4
-	if len(b) < head+2*20 || string(b[:4]) != "\xfftOc" || binary.BigEndian.Uint32(b[4:8]) != 2 {
-		return nil, bad("not a version 2 pack index")
+	p := &packFile{name: name + ".pack"}
+	var err error
+	if p.idx, err = dir.OpenFile(name+".idx", os.O_RDONLY, 0); err != nil {
+		return nil, err
 	}
-	for i := range p.fanout {
-		p.fanout[i] = binary.BigEndian.Uint32(b[8+4*i:])
-		if i > 0 && p.fanout[i] < p.fanout[i-1] {
-			return nil, bad("its fan-out table decreases")
-		}
-	}
-	n := int(p.fanout[255])
-	large := head + n*(20+4+4)
-	if n < 0 || large+2*20 > len(b) {
-		return nil, bad(fmt.Sprintf("%d objects do not fit in %d bytes", n, len(b)))
-	}
-	nLarge := (len(b) - large - 2*20) / 8
-	p.ids = b[head : head+n*20]
-	p.offs = make([]int64, n)
-	for i := range n {
-		o := int64(binary.BigEndian.Uint32(b[head+n*24+4*i:]))
-		if o&(1<<31) != 0 {
-			j := int(o &^ (1 << 31))
-			if j >= nLarge {
-				return nil, bad(fmt.Sprintf("object %d: no large offset %d", i, j))
-			}
-			o = int64(binary.BigEndian.Uint64(b[large+8*j:]))
-		}
-		p.offs[i] = o
+	if err := p.readIndex(bad); err != nil {
+		p.idx.Close()
+		return nil, err
 	}
 	if p.f, err = dir.OpenFile(p.name, os.O_RDONLY, 0); err != nil {
+		p.idx.Close()
 		return nil, err
 	}
 	fi, err := p.f.Stat()
 	if err != nil {
-		p.f.Close()
+		p.close()
 		return nil, err
 	}
 	p.info = hostfs.Stat{Size: fi.Size(), Mtime: fi.ModTime().UnixNano()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		p.info.Ino = uint64(st.Ino)
 	}
-	p.sorted = slices.Clone(p.offs)
-	slices.Sort(p.sorted)
 	p.trailer = fi.Size() - 20
-	if n > 0 && (p.sorted[0] < 12 || p.sorted[n-1] >= p.trailer) {
-		p.f.Close()
-		return nil, bad(fmt.Sprintf("object offsets %d to %d are outside the pack's %d bytes", p.sorted[0], p.sorted[n-1], fi.Size()))
+	if p.trailer < 12 {
+		p.close()
+		return nil, fmt.Errorf("pack %s: %d bytes, too short for a pack", dir.File(p.name), fi.Size())
 	}
 	return p, nil
 }
 
+// readIndex checks the index's header and sizes, and reads its fan-out
+// table and the sample of its IDs.
+func (p *packFile) readIndex(bad func(string) error) error {
+	fi, err := p.idx.Stat()
+	if err != nil {
+		return err
+	}
+	size := fi.Size()
+	var head [idxHead]byte
+	if size < idxHead+2*20 {
+		return bad("not a version 2 pack index")
+	}
+	if _, err := p.idx.ReadAt(head[:], 0); err != nil {
+		return bad(err.Error())
+	}
+	if string(head[:4]) != "\xfftOc" || binary.BigEndian.Uint32(head[4:8]) != 2 {
+		return bad("not a version 2 pack index")
+	}
+	for i := range p.fanout {
+		p.fanout[i] = binary.BigEndian.Uint32(head[8+4*i:])
+		if i > 0 && p.fanout[i] < p.fanout[i-1] {
+			return bad("its fan-out table decreases")
+		}
+	}
+	p.n = int(p.fanout[255])
+	large := idxHead + int64(p.n)*(20+4+4)
+	if large+2*20 > size {
+		return bad(fmt.Sprintf("%d objects do not fit in %d bytes", p.n, size))
+	}
+	p.nLarge = int((size - large - 2*20) / 8)
+	p.sample = make([]uint64, 0, (p.n+sampleEvery-1)/sampleEvery)
+	br := bufio.NewReaderSize(io.NewSectionReader(p.idx, idxHead, int64(p.n)*20), 64<<10)
+	var id [20]byte
+	for i := range p.n {
+		if _, err := io.ReadFull(br, id[:]); err != nil {
+			return bad(err.Error())
+		}
+		if i%sampleEvery == 0 {
+			p.sample = append(p.sample, binary.BigEndian.Uint64(id[:8]))
+		}
+	}
+	return nil
+}
+
 // find returns the position of h in the index.
-func (p *packFile) find(h plumbing.Hash) (int, bool) {
+func (p *packFile) find(h plumbing.Hash) (int, bool, error) {
 	lo, hi := 0, int(p.fanout[h[0]])
 	if h[0] > 0 {
 		lo = int(p.fanout[h[0]-1])
 	}
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		switch c := bytes.Compare(p.ids[m*20:m*20+20], h[:]); {
-		case c == 0:
-			return m, true
-		case c < 0:
-			lo = m + 1
-		default:
-			hi = m
-		}
+	if lo >= hi {
+		return 0, false, nil
 	}
-	return 0, false
+	// The block of IDs h may be in: from the last sample below h to the
+	// first above it.
+	key := binary.BigEndian.Uint64(h[:8])
+	klo, khi := lo/sampleEvery, (hi-1)/sampleEvery+1
+	first := klo + sort.Search(khi-klo, func(k int) bool { return p.sample[klo+k] >= key })
+	past := first + sort.Search(khi-first, func(k int) bool { return p.sample[first+k] > key })
+	from, to := lo, hi
+	if first > klo {
+		from = max(lo, (first-1)*sampleEvery)
+	}
+	to = min(hi, past*sampleEvery)
+	if from >= to {
+		return 0, false, nil
+	}
+	var small [sampleEvery * 2 * 20]byte
+	var ids []byte
+	if n := (to - from) * 20; n <= len(small) {
+		ids = small[:n]
+	} else {
+		ids = make([]byte, n)
+	}
+	if _, err := p.idx.ReadAt(ids, idxHead+int64(from)*20); err != nil {
+		return 0, false, err
+	}
+	i, ok := sort.Find(to-from, func(i int) int { return bytes.Compare(h[:], ids[i*20:i*20+20]) })
+	return from + i, ok, nil
 }
 
-// endOf is where the object at off ends, if an object starts there.
-func (p *packFile) endOf(off int64) (int64, bool) {
-	k, ok := slices.BinarySearch(p.sorted, off)
-	switch {
-	case !ok:
-		return 0, false
-	case k+1 < len(p.sorted):
-		return p.sorted[k+1], true
+// offset is where the object at position i of the index starts.
+func (p *packFile) offset(i int) (int64, error) {
+	var b [8]byte
+	if _, err := p.idx.ReadAt(b[:4], idxHead+int64(p.n)*24+int64(i)*4); err != nil {
+		return 0, err
 	}
-	return p.trailer, true
+	o := int64(binary.BigEndian.Uint32(b[:4]))
+	if o&(1<<31) != 0 {
+		j := int(o &^ (1 << 31))
+		if j >= p.nLarge {
+			return 0, fmt.Errorf("pack index of %s: object %d: no large offset %d", p.name, i, j)
+		}
+		if _, err := p.idx.ReadAt(b[:], idxHead+int64(p.n)*28+int64(j)*8); err != nil {
+			return 0, err
+		}
+		o = int64(binary.BigEndian.Uint64(b[:]))
+	}
+	if o < 12 || o >= p.trailer {
+		return 0, fmt.Errorf("pack index of %s: object %d at offset %d, outside the pack's %d bytes", p.name, i, o, p.trailer+20)
+	}
+	return o, nil
+}
+
+// lookup finds h in p: where it starts.
+func (p *packFile) lookup(h plumbing.Hash) (int64, bool, error) {
+	i, ok, err := p.find(h)
+	if err != nil || !ok {
+		return 0, false, err
+	}
+	off, err := p.offset(i)
+	return off, err == nil, err
+}
+
+// id is the ID at position i of the index.
+func (p *packFile) id(i int) (plumbing.Hash, error) {
+	var h plumbing.Hash
+	_, err := p.idx.ReadAt(h[:], idxHead+int64(i)*20)
+	return h, err
 }
 
 // errNotPacked is an object none of the packs holds.
 var errNotPacked = errors.New("not in a pack")
 
-// locate finds the object h: its pack, and where it starts and ends.
-func (s *packSet) locate(h plumbing.Hash) (*packFile, int64, int64, bool) {
+// locate finds the object h: its pack, and where it starts.
+// errNotPacked says no pack holds it; another error, that an index could
+// not be read.
+func (s *packSet) locate(h plumbing.Hash) (*packFile, int64, error) {
 	for _, p := range s.packs {
-		if i, ok := p.find(h); ok {
-			end, _ := p.endOf(p.offs[i])
-			return p, p.offs[i], end, true
+		off, ok, err := p.lookup(h)
+		if err != nil {
+			markRebuild(s.dir)
+			return nil, 0, fmt.Errorf("git cache %s: object %s: %w (the cache is fetched again next time)", s.dir, h, err)
+		}
+		if ok {
+			return p, off, nil
 		}
 	}
-	return nil, 0, 0, false
+	return nil, 0, errNotPacked
 }
 
 // damaged wraps an error reading the object h from p, and marks the cache
@@ -231,11 +317,11 @@ func (s *packSet) damaged(h plumbing.Hash, p *packFile, err error) error {
 // and delta-applied as it is read). An object that cannot be read marks
 // the cache to be fetched again.
 func (s *packSet) open(h plumbing.Hash) (plumbing.ObjectType, int64, io.ReadCloser, error) {
-	p, off, end, ok := s.locate(h)
-	if !ok {
-		return 0, 0, nil, errNotPacked
+	p, off, err := s.locate(h)
+	if err != nil {
+		return 0, 0, nil, err
 	}
-	typ, size, rc, err := s.openAt(p, off, end, 0)
+	typ, size, rc, err := s.openAt(p, off, 0)
 	if err != nil {
 		return 0, 0, nil, s.damaged(h, p, err)
 	}
@@ -282,15 +368,15 @@ func (s *packSet) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 // size is an object's size from its header, without inflating it: of a
 // delta, the few bytes of the delta that say what it makes.
 func (s *packSet) size(h plumbing.Hash) (int64, error) {
-	p, off, end, ok := s.locate(h)
-	if !ok {
-		return 0, errNotPacked
+	p, off, err := s.locate(h)
+	if err != nil {
+		return 0, err
 	}
-	hd, err := s.header(p, off, end)
+	hd, err := s.header(p, off)
 	if err != nil || !hd.typ.IsDelta() {
 		return hd.size, err
 	}
-	z, err := inflate(io.NewSectionReader(p.f, hd.data, end-hd.data), hd.size)
+	z, err := inflate(io.NewSectionReader(p.f, hd.data, p.trailer-hd.data), hd.size)
 	if err != nil {
 		return 0, err
 	}
@@ -304,15 +390,24 @@ type objHeader struct {
 	typ  plumbing.ObjectType
 	size int64 // inflated; of a delta, the delta's own
 	data int64 // where its zlib data starts
+	// end is where its zlib data ends at the latest: deflate's bound on
+	// size bytes, or the pack's end. The index does not say where each
+	// object ends, and nothing here needs to: inflating stops at the end
+	// of the zlib stream.
+	end int64
 	// Of a delta, where its base is.
-	basePack         *packFile
-	baseOff, baseEnd int64
+	basePack *packFile
+	baseOff  int64
 }
 
-// header reads the header of the object at [off, end) of p.
-func (s *packSet) header(p *packFile, off, end int64) (objHeader, error) {
+// deflated bounds the zlib stream of n bytes: zlib's own bound
+// (deflateBound: stored blocks) with room to spare for any encoder.
+func deflated(n int64) int64 { return n + n>>3 + 64 }
+
+// header reads the header of the object at off of p.
+func (s *packSet) header(p *packFile, off int64) (objHeader, error) {
 	var buf [64]byte
-	raw := buf[:min(int64(len(buf)), end-off)]
+	raw := buf[:min(int64(len(buf)), p.trailer-off)]
 	if _, err := p.f.ReadAt(raw, off); err != nil {
 		return objHeader{}, fmt.Errorf("read object at %d: %w", off, err)
 	}
@@ -329,8 +424,7 @@ func (s *packSet) header(p *packFile, off, end int64) (objHeader, error) {
 			return objHeader{}, err
 		}
 		h.baseOff = off - rel
-		var ok bool
-		if h.baseEnd, ok = p.endOf(h.baseOff); !ok || rel <= 0 {
+		if rel <= 0 || h.baseOff < 12 {
 			return objHeader{}, malformed("object at %d: no object at delta base offset %d", off, h.baseOff)
 		}
 	case plumbing.REFDeltaObject:
@@ -340,9 +434,12 @@ func (s *packSet) header(p *packFile, off, end int64) (objHeader, error) {
 		}
 		found := false
 		for _, q := range append([]*packFile{p}, s.packs...) {
-			if i, ok := q.find(ref); ok {
-				h.basePack, h.baseOff, found = q, q.offs[i], true
-				h.baseEnd, _ = q.endOf(h.baseOff)
+			baseOff, ok, err := q.lookup(ref)
+			if err != nil {
+				return objHeader{}, err
+			}
+			if ok {
+				h.basePack, h.baseOff, found = q, baseOff, true
 				break
 			}
 		}
@@ -356,44 +453,65 @@ func (s *packSet) header(p *packFile, off, end int64) (objHeader, error) {
 	h.data = off + int64(len(raw)-r.Len())
 	// Deflate expands at most about 1032 to 1: a larger size is damage, and
 	// must not be allocated.
-	if h.size > (end-h.data)*1032+64 {
-		return objHeader{}, malformed("object at %d: %d bytes inflated from %d", off, h.size, end-h.data)
+	if h.size > (p.trailer-h.data)*1032+64 {
+		return objHeader{}, malformed("object at %d: %d bytes inflated from at most %d", off, h.size, p.trailer-h.data)
 	}
+	h.end = min(p.trailer, h.data+deflated(h.size))
 	return h, nil
 }
 
-// inflateAt inflates the object's data whole, into a pooled buffer.
-func (s *packSet) inflateAt(p *packFile, h objHeader, end int64) ([]byte, error) {
-	raw := getBuf(int(end - h.data))
+// inflateAt inflates the object's data whole, into a pooled buffer: its
+// zlib stream read at once, as far as its bound (a stream longer than the
+// bound, from an odd encoder, is streamed to its end).
+func (s *packSet) inflateAt(p *packFile, h objHeader) ([]byte, error) {
+	raw := getBuf(int(h.end - h.data))
 	defer putBuf(raw)
 	if _, err := p.f.ReadAt(raw, h.data); err != nil {
 		return nil, fmt.Errorf("read object at %d: %w", h.data, err)
 	}
-	return inflateSized(bytes.NewReader(raw), h.size)
+	b, err := inflateSized(bytes.NewReader(raw), h.size)
+	if err == nil || h.end == p.trailer {
+		return b, err
+	}
+	z, err := inflate(io.NewSectionReader(p.f, h.data, p.trailer-h.data), h.size)
+	if err != nil {
+		return nil, err
+	}
+	defer z.Close()
+	out := getBuf(int(h.size))
+	if _, err := io.ReadFull(z, out); err != nil {
+		putBuf(out)
+		return nil, shortRead(err, h.size)
+	}
+	if err := atEOF(z); err != nil {
+		putBuf(out)
+		return nil, err
+	}
+	return out, nil
 }
 
 // openAt opens the object at [off, end) of p, resolving its delta chain:
 // in memory when it and what it needs are small, else as a stream.
-func (s *packSet) openAt(p *packFile, off, end int64, depth int) (plumbing.ObjectType, int64, io.ReadCloser, error) {
+func (s *packSet) openAt(p *packFile, off int64, depth int) (plumbing.ObjectType, int64, io.ReadCloser, error) {
 	if depth > maxDeltaDepth {
 		return 0, 0, nil, malformed("object at %d: a delta chain deeper than %d", off, maxDeltaDepth)
 	}
-	h, err := s.header(p, off, end)
+	h, err := s.header(p, off)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	if !h.typ.IsDelta() {
 		if h.size <= streamAbove {
-			data, err := s.inflateAt(p, h, end)
+			data, err := s.inflateAt(p, h)
 			if err != nil {
 				return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
 			}
 			return h.typ, h.size, newBlobReader(data), nil
 		}
-		z, err := inflate(io.NewSectionReader(p.f, h.data, end-h.data), h.size)
+		z, err := inflate(io.NewSectionReader(p.f, h.data, p.trailer-h.data), h.size)
 		return h.typ, h.size, z, err
 	}
-	btyp, base, err := s.base(h.basePack, h.baseOff, h.baseEnd, depth+1)
+	btyp, base, err := s.base(h.basePack, h.baseOff, depth+1)
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -401,14 +519,14 @@ func (s *packSet) openAt(p *packFile, off, end int64, depth int) (plumbing.Objec
 	closers := []io.Closer{base}
 	var inMem []byte
 	if h.size <= streamAbove {
-		if inMem, err = s.inflateAt(p, h, end); err != nil {
+		if inMem, err = s.inflateAt(p, h); err != nil {
 			base.Close()
 			return 0, 0, nil, fmt.Errorf("object at %d: %w", off, err)
 		}
 		d = bytes.NewReader(inMem)
 		closers = append(closers, bufCloser(inMem))
 	} else {
-		z, err := inflate(io.NewSectionReader(p.f, h.data, end-h.data), h.size)
+		z, err := inflate(io.NewSectionReader(p.f, h.data, p.trailer-h.data), h.size)
 		if err != nil {
 			base.Close()
 			return 0, 0, nil, err
@@ -448,12 +566,12 @@ func closeAll(cs []io.Closer) {
 // base returns a delta base's type and content: from the cache when it
 // is there, else made (in memory up to streamAbove, else in a scratch file
 // of the cache). The caller closes it.
-func (s *packSet) base(p *packFile, off, end int64, depth int) (plumbing.ObjectType, content, error) {
+func (s *packSet) base(p *packFile, off int64, depth int) (plumbing.ObjectType, content, error) {
 	k := baseKey{p, off}
 	if typ, b, ok := s.bases.get(k); ok {
 		return typ, newMem(b, true), nil
 	}
-	typ, size, rc, err := s.openAt(p, off, end, depth)
+	typ, size, rc, err := s.openAt(p, off, depth)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -138,12 +138,14 @@ func TestPackReaderCorruptPack(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.packs[0]
-	i, ok := p.find(blob)
-	if !ok {
-		t.Fatalf("%s is not in the pack", blob)
+	off, ok, err := p.lookup(blob)
+	if err != nil || !ok {
+		t.Fatalf("%s is not in the pack: %v", blob, err)
 	}
-	off := p.offs[i]
-	end, _ := p.endOf(off)
+	hd, err := s.header(p, off)
+	if err != nil {
+		t.Fatal(err)
+	}
 	s.release()
 
 	packPath := p.f.Name()
@@ -151,7 +153,7 @@ func TestPackReaderCorruptPack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pack[(off+end)/2] ^= 0x55
+	pack[hd.data+8] ^= 0x55
 	if err := os.WriteFile(packPath, pack, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -190,29 +192,43 @@ func TestPackReaderDeltaErrors(t *testing.T) {
 	}
 	defer s.release()
 	p := s.packs[0]
-	// Find a delta, then point its base offset past every object.
-	for i, off := range p.offs {
-		end, _ := p.endOf(off)
-		raw := make([]byte, end-off)
-		p.f.ReadAt(raw, off)
-		typ, _, err := readObjectHeader(bytes.NewReader(raw))
-		if err != nil || typ != plumbing.OFSDeltaObject {
+	// Find a delta.
+	found := false
+	for i := range p.n {
+		off, err := p.offset(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hd, err := s.header(p, off)
+		if err != nil || hd.typ != plumbing.OFSDeltaObject {
 			continue
 		}
-		_, _, _, err = s.openAt(p, off, end, maxDeltaDepth+1)
+		_, _, _, err = s.openAt(p, off, maxDeltaDepth+1)
 		if err == nil || !errors.Is(err, packfile.ErrMalformedPackFile) {
 			t.Fatalf("a chain past git's depth limit: %v", err)
 		}
-		sorted := p.sorted
-		p.sorted = []int64{off}
-		_, _, err = s.read(plumbing.NewHash(fmt.Sprintf("%x", p.ids[i*20:i*20+20])))
-		p.sorted = sorted
-		if err == nil || !strings.Contains(err.Error(), "no object at delta base offset") {
-			t.Fatalf("a delta without its base: %v", err)
-		}
-		return
+		found = true
+		break
 	}
-	t.Fatal("no OFS_DELTA in the pack")
+	if !found {
+		t.Fatal("no OFS_DELTA in the pack")
+	}
+	// A delta whose base offset points before the pack's first object.
+	f, err := os.Create(filepath.Join(t.TempDir(), "pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	b.WriteString("PACK\x00\x00\x00\x02\x00\x00\x00\x01")
+	writeObjectHeader(&b, plumbing.OFSDeltaObject, 3)
+	b.WriteByte(100) // 100 bytes back: before the pack's header ends
+	b.Write(make([]byte, 40))
+	f.Write(b.Bytes())
+	bad := &packFile{name: "pack", f: f, trailer: int64(b.Len()) - 20}
+	if _, _, _, err := s.openAt(bad, 12, 0); err == nil || !strings.Contains(err.Error(), "no object at delta base offset") {
+		t.Fatalf("a delta without its base: %v", err)
+	}
 }
 
 // TestOpenTreeOutlivesNewPacks keeps a tree open across a fetch that
@@ -359,13 +375,16 @@ func TestDamagedBlobIsRefetched(t *testing.T) {
 	co.Close()
 
 	p := g.packs.packs[0]
-	i, _ := p.find(blob)
-	end, _ := p.endOf(p.offs[i])
+	off, _, _ := p.lookup(blob)
+	hd, err := g.packs.header(p, off)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pack, err := os.ReadFile(p.f.Name())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pack[(p.offs[i]+end)/2] ^= 0x55
+	pack[hd.data+8] ^= 0x55
 	if err := os.WriteFile(p.f.Name(), pack, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -462,5 +481,67 @@ func TestTreeOutlivesRebuild(t *testing.T) {
 	}
 	if got := readFile(t, applied, "kb/d0/f0.md"); got != "rewritten\n" {
 		t.Fatalf("read by path: %q", got)
+	}
+}
+
+// TestGoGitNeverLoadsAnIndex fetches (a first, shallow fetch, then a thin
+// pack on top, then a pinned commit behind the shallow edge), reads the
+// trees and files, the changes between revisions and the history of a
+// path: go-git never opens a pack index, which it would load whole into
+// the heap (140 MB at a million objects).
+func TestGoGitNeverLoadsAnIndex(t *testing.T) {
+	repo := gittest.NewRepo(t)
+	first := repo.Commit("one", similarFiles(30, 7))
+	repo.Commit("two", map[string]*string{"d0/f0.txt": gittest.S("changed\n"), "new/file": gittest.S("new\n")})
+	before := goGitIndexReads.Load()
+	g := &Git{Branch: "main", Cache: state.At(t.TempDir()), Timeout: 20 * time.Second}
+	g.URL, _ = repo.Daemon(t)
+	one, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	repo.Commit("three", map[string]*string{"d0/f0.txt": gittest.S("changed again\n")})
+	two, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer two.Close()
+	n := 0
+	if err := two.Tree.Walk(".", func(e Entry) error {
+		if e.Open != nil {
+			rc, err := e.Open()
+			if err != nil {
+				return err
+			}
+			rc.Close()
+			n++
+		}
+		return nil
+	}); err != nil || n != 31 {
+		t.Fatalf("walked %d files: %v", n, err)
+	}
+	if got := readFile(t, two, "d0/f0.txt"); got != "changed again\n" {
+		t.Fatalf("d0/f0.txt reads %q", got)
+	}
+	if paths, ok, err := two.Tree.(Differ).Changes(one.Tree, ".", 10); err != nil || !ok || len(paths) != 1 {
+		t.Fatalf("changes %q %v %v", paths, ok, err)
+	}
+	h, err := OpenHistory(g.Cache, g.URL, two.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.LastChange("d0/f0.txt", 10); err != nil {
+		t.Fatal(err)
+	}
+	g.Commit = first // behind the shallow edge: the cache is deepened
+	old, err := g.Fetch(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if got := goGitIndexReads.Load() - before; got != 0 {
+		t.Fatalf("go-git opened a pack index %d times", got)
 	}
 }

@@ -147,9 +147,10 @@ func openFDs(t *testing.T) int {
 	}
 	n := 0
 	for _, fd := range fds {
-		// A Git keeps its cache's packs open for its life (it has no
-		// Close): those are not what is counted.
-		if l, _ := os.Readlink("/proc/self/fd/" + fd.Name()); !strings.HasSuffix(strings.TrimSuffix(l, " (deleted)"), ".pack") {
+		// A Git keeps its cache's packs and their indexes open for its
+		// life (it has no Close): those are not what is counted.
+		l, _ := os.Readlink("/proc/self/fd/" + fd.Name())
+		if l = strings.TrimSuffix(l, " (deleted)"); !strings.HasSuffix(l, ".pack") && !strings.HasSuffix(l, ".idx") {
 			n++
 		}
 	}

@@ -1,12 +1,14 @@
 package source
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +26,7 @@ import (
 type gitTree struct {
 	mu     sync.Mutex
 	s      storer.EncodedObjectStorer
-	root   *object.Tree
+	root   plumbing.Hash
 	packs  *packSet // nil: every object through s
 	closed sync.Once
 }
@@ -39,53 +41,105 @@ func newGitTree(s storer.EncodedObjectStorer, root plumbing.Hash, packs *packSet
 	if t.packs != nil {
 		t.s = &packStorer{EncodedObjectStorer: s, packs: t.packs}
 	}
-	tree, err := object.GetTree(t.s, root)
+	t.root = root
+	raw, err := t.readTree(root)
 	if err != nil {
 		t.Close()
 		return nil, err
 	}
-	t.root = tree
+	raw.release()
 	return t, nil
 }
 
-// packStorer serves the objects of its packs, and what they lack from
-// go-git's storage.
-type packStorer struct {
-	storer.EncodedObjectStorer
-	packs *packSet
+// rawTree is a tree object's content as stored: entries read in place,
+// nothing kept once released. A path lookup reads the trees on its way
+// and keeps none (go-git's Tree.FindEntry caches every subtree it passes
+// in the root, which grows to the whole repository in an agent).
+type rawTree struct {
+	b      []byte
+	pooled bool
 }
 
-func (s *packStorer) EncodedObject(typ plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
-	otyp, data, err := s.packs.read(h)
-	if errors.Is(err, errNotPacked) {
-		return s.EncodedObjectStorer.EncodedObject(typ, h)
+func (r rawTree) release() {
+	if r.pooled {
+		putBuf(r.b)
 	}
+}
+
+// readTree reads the tree object h.
+func (t *gitTree) readTree(h plumbing.Hash) (rawTree, error) {
+	if t.packs != nil {
+		typ, data, err := t.packs.read(h)
+		switch {
+		case err == nil && typ != plumbing.TreeObject:
+			putBuf(data)
+			return rawTree{}, fmt.Errorf("object %s: a %s, not a tree", h, typ)
+		case err == nil:
+			return rawTree{b: data, pooled: true}, nil
+		case !errors.Is(err, errNotPacked):
+			return rawTree{}, err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	obj, err := t.s.EncodedObject(plumbing.TreeObject, h)
 	if err != nil {
-		return nil, err
+		return rawTree{}, err
 	}
-	defer putBuf(data)
-	if typ != plumbing.AnyObject && otyp != typ {
-		return nil, plumbing.ErrObjectNotFound
+	r, err := obj.Reader()
+	if err != nil {
+		return rawTree{}, err
 	}
-	obj := &plumbing.MemoryObject{}
-	obj.SetType(otyp)
-	obj.Write(data)
-	return obj, nil
+	defer r.Close()
+	b, err := readAllSized(r, obj.Size())
+	return rawTree{b: b}, err
 }
 
-func (s *packStorer) HasEncodedObject(h plumbing.Hash) error {
-	if _, _, _, ok := s.packs.locate(h); ok {
-		return nil
+// next parses the entry at the start of b: its mode, name (a view of b)
+// and ID, and what follows it.
+func nextEntry(b []byte) (mode filemode.FileMode, name []byte, id plumbing.Hash, rest []byte, err error) {
+	sp := bytes.IndexByte(b, ' ')
+	nul := bytes.IndexByte(b, 0)
+	if sp <= 0 || nul < sp+2 || len(b) < nul+1+20 {
+		return 0, nil, id, nil, errors.New("a malformed tree entry")
 	}
-	return s.EncodedObjectStorer.HasEncodedObject(h)
+	for _, c := range b[:sp] {
+		if c < '0' || c > '7' {
+			return 0, nil, id, nil, fmt.Errorf("a tree entry of mode %q", b[:sp])
+		}
+		mode = mode<<3 | filemode.FileMode(c-'0')
+	}
+	copy(id[:], b[nul+1:nul+21])
+	return mode, b[sp+1 : nul], id, b[nul+21:], nil
 }
 
-func (s *packStorer) EncodedObjectSize(h plumbing.Hash) (int64, error) {
-	n, err := s.packs.size(h)
-	if errors.Is(err, errNotPacked) {
-		return s.EncodedObjectStorer.EncodedObjectSize(h)
+// entries lists a tree's entries.
+func (r rawTree) entries(h plumbing.Hash) ([]object.TreeEntry, error) {
+	var out []object.TreeEntry
+	for b := r.b; len(b) > 0; {
+		mode, name, id, rest, err := nextEntry(b)
+		if err != nil {
+			return nil, fmt.Errorf("tree %s: %w", h, err)
+		}
+		out = append(out, object.TreeEntry{Name: string(name), Mode: mode, Hash: id})
+		b = rest
 	}
-	return n, err
+	return out, nil
+}
+
+// find looks name up among a tree's entries.
+func (r rawTree) find(h plumbing.Hash, name string) (object.TreeEntry, bool, error) {
+	for b := r.b; len(b) > 0; {
+		mode, n, id, rest, err := nextEntry(b)
+		if err != nil {
+			return object.TreeEntry{}, false, fmt.Errorf("tree %s: %w", h, err)
+		}
+		if string(n) == name {
+			return object.TreeEntry{Name: name, Mode: mode, Hash: id}, true, nil
+		}
+		b = rest
+	}
+	return object.TreeEntry{}, false, nil
 }
 
 // openBlob streams a blob by ID, and says its size: from the packs, a
@@ -155,37 +209,55 @@ func gitMode(m filemode.FileMode) fs.FileMode {
 	return fs.ModeIrregular // submodules
 }
 
-// entry finds name in the tree; "." is the root.
+// entry finds name in the tree; "." is the root. It reads the trees on
+// the path, one at a time.
 func (t *gitTree) entry(op, name string) (*object.TreeEntry, error) {
 	if !validPath(name) {
 		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrInvalid}
 	}
+	e := object.TreeEntry{Name: ".", Mode: filemode.Dir, Hash: t.root}
 	if name == "." {
-		return &object.TreeEntry{Name: ".", Mode: filemode.Dir, Hash: t.root.Hash}, nil
+		return &e, nil
 	}
-	e, err := t.root.FindEntry(name)
-	if err != nil {
-		return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	for rest := name; rest != ""; {
+		part, after, _ := strings.Cut(rest, "/")
+		if e.Mode != filemode.Dir {
+			return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		raw, err := t.readTree(e.Hash)
+		if err != nil {
+			return nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		next, ok, err := raw.find(e.Hash, part)
+		raw.release()
+		if err != nil {
+			return nil, &fs.PathError{Op: op, Path: name, Err: err}
+		}
+		if !ok {
+			return nil, &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+		}
+		e, rest = next, after
 	}
-	return e, nil
+	return &e, nil
 }
 
 func (t *gitTree) Open(name string) (fs.File, error) {
-	t.mu.Lock()
 	e, err := t.entry("open", name)
-	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	switch e.Mode {
 	case filemode.Dir:
-		t.mu.Lock()
-		tree, err := object.GetTree(t.s, e.Hash)
-		t.mu.Unlock()
+		raw, err := t.readTree(e.Hash)
+		var entries []object.TreeEntry
+		if err == nil {
+			entries, err = raw.entries(e.Hash)
+			raw.release()
+		}
 		if err != nil {
 			return nil, &fs.PathError{Op: "open", Path: name, Err: err}
 		}
-		return &gitDir{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}, entries: tree.Entries}, nil
+		return &gitDir{info: gitInfo{name: path.Base(name), mode: gitMode(e.Mode)}, entries: entries}, nil
 	case filemode.Symlink, filemode.Submodule:
 		// Symlinks are not followed inside a Git tree: a manifest source must
 		// be a plain file (mirrors copy symlinks as symlinks).
@@ -229,9 +301,7 @@ func (t *gitTree) blob(h plumbing.Hash) ([]byte, error) {
 
 // Lstat describes name without following a symlink (fs.ReadLinkFS).
 func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
-	t.mu.Lock()
 	e, err := t.entry("lstat", name)
-	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -248,9 +318,7 @@ func (t *gitTree) Lstat(name string) (fs.FileInfo, error) {
 
 // ReadLink returns a symlink's target (fs.ReadLinkFS).
 func (t *gitTree) ReadLink(name string) (string, error) {
-	t.mu.Lock()
 	e, err := t.entry("readlink", name)
-	t.mu.Unlock()
 	if err != nil {
 		return "", err
 	}
@@ -261,8 +329,6 @@ func (t *gitTree) ReadLink(name string) (string, error) {
 }
 
 func (t *gitTree) ContentID(name string) (string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	e, err := t.entry("stat", name)
 	if err != nil {
 		return "", err
@@ -271,39 +337,45 @@ func (t *gitTree) ContentID(name string) (string, error) {
 }
 
 func (t *gitTree) Walk(dir string, fn func(Entry) error) error {
-	t.mu.Lock()
 	e, err := t.entry("walk", dir)
-	var tree *object.Tree
-	if err == nil {
-		tree, err = object.GetTree(t.s, e.Hash)
-	}
-	t.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return t.walk(tree, "", fn)
+	return t.walk(e.Hash, "", fn)
 }
 
-func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) error {
-	for _, e := range tree.Entries {
-		p := e.Name
-		if rel != "" {
-			p = rel + "/" + e.Name
+// walk streams the tree h, depth first: what it holds at any time is the
+// trees on the path to the entry it is at.
+func (t *gitTree) walk(h plumbing.Hash, rel string, fn func(Entry) error) error {
+	raw, err := t.readTree(h)
+	if err != nil {
+		return err
+	}
+	defer raw.release()
+	for b := raw.b; len(b) > 0; {
+		m, name, id, rest, err := nextEntry(b)
+		if err != nil {
+			return fmt.Errorf("tree %s: %w", h, err)
 		}
-		mode := gitMode(e.Mode)
+		b = rest
+		p := string(name)
+		if rel != "" {
+			p = rel + "/" + p
+		}
+		mode := gitMode(m)
 		if mode == fs.ModeIrregular {
 			continue // a submodule: nothing to mirror
 		}
-		id, h := "git:"+e.Hash.String(), e.Hash
-		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return id, nil }}
+		cid := "git:" + id.String()
+		entry := Entry{Path: p, Mode: mode, ContentID: func() (string, error) { return cid, nil }}
 		if mode.IsRegular() {
 			entry.Open = func() (io.ReadCloser, error) {
-				rc, _, err := t.openBlob(h)
+				rc, _, err := t.openBlob(id)
 				return rc, err
 			}
 		}
-		if e.Mode == filemode.Symlink {
-			target, err := t.link(e.Hash)
+		if m == filemode.Symlink {
+			target, err := t.link(id)
 			if err != nil {
 				return err
 			}
@@ -312,14 +384,8 @@ func (t *gitTree) walk(tree *object.Tree, rel string, fn func(Entry) error) erro
 		if err := fn(entry); err != nil {
 			return err
 		}
-		if e.Mode == filemode.Dir {
-			t.mu.Lock()
-			sub, err := object.GetTree(t.s, e.Hash)
-			t.mu.Unlock()
-			if err != nil {
-				return err
-			}
-			if err := t.walk(sub, p, fn); err != nil {
+		if m == filemode.Dir {
+			if err := t.walk(id, p, fn); err != nil {
 				return err
 			}
 		}
@@ -456,9 +522,7 @@ func (t *gitTree) Changes(old Tree, dir string, limit int) (paths []string, ok b
 
 // subtree is the tree at dir ("." the root).
 func (t *gitTree) subtree(dir string) (*object.Tree, error) {
-	t.mu.Lock()
 	e, err := t.entry("walk", dir)
-	t.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
@@ -470,7 +534,14 @@ func (t *gitTree) subtree(dir string) (*object.Tree, error) {
 
 // tree reads the tree object h.
 func (t *gitTree) tree(h plumbing.Hash) (*object.Tree, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return object.GetTree(t.s, h)
+	raw, err := t.readTree(h)
+	if err != nil {
+		return nil, err
+	}
+	defer raw.release()
+	entries, err := raw.entries(h)
+	if err != nil {
+		return nil, err
+	}
+	return &object.Tree{Hash: h, Entries: entries}, nil
 }

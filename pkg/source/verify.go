@@ -141,7 +141,7 @@ func (g *Git) verify(c *gitCache, commit *object.Commit, w *wanted, deepen func(
 		if w.tip == w.commit {
 			return fail(&UntrustedError{Object: "tag " + w.name, Signer: "unsigned", Why: "a lightweight tag cannot carry a signature; use an annotated, signed tag"})
 		}
-		tag, err := object.GetTag(c.storage, w.tip)
+		tag, err := object.GetTag(g.objects(), w.tip)
 		if err != nil {
 			return &corruptCacheError{fmt.Errorf("tag %s (%s): %w", w.name, w.tip, err)}
 		}
@@ -199,13 +199,13 @@ func (g *Git) verifyAncestry(c *gitCache, tip *object.Commit, base plumbing.Hash
 		if len(cur.ParentHashes) == 0 {
 			return gone("is not a first-parent ancestor of the tip")
 		}
-		parent, err := object.GetCommit(c.storage, cur.ParentHashes[0])
+		parent, err := object.GetCommit(g.objects(), cur.ParentHashes[0])
 		if err != nil && !deepened && isShallow(c) {
 			deepened = true
 			if err := deepen(); err != nil {
 				return &UntrustedError{Object: "commit " + cur.Hash.String(), Why: fmt.Sprintf("cannot fetch its parents to check them: %v", err)}
 			}
-			parent, err = object.GetCommit(c.storage, cur.ParentHashes[0])
+			parent, err = object.GetCommit(g.objects(), cur.ParentHashes[0])
 		}
 		if err != nil {
 			return gone(fmt.Sprintf("cannot be reached: commit %s, the parent of %s, is not in the cache (%v)", cur.ParentHashes[0], cur.Hash, err))
