@@ -141,6 +141,11 @@ func gitBench(bin, work string, ds dataSet, runs int, t *table) (m *mirror, err 
 	}
 	// Issue 35's targets; issue 10's wall time.
 	t.row("first fetch (vs clone --depth 1 -n)", p, target{wall: 1.3, cpu: 1.0, rssMB: 64})
+	if fetchOnly {
+		os.RemoveAll(clone)
+		os.RemoveAll(state)
+		return nil, nil
+	}
 	// Clone and copy: the shell does both, so one process tree is timed.
 	cloneRsync := fmt.Sprintf("git clone -q --depth 1 %s %s && rsync -a --exclude .git %s/kb/ %s/", url, clone, clone, dst)
 	peer := job{fresh(root, clone, dst), "sh", []string{"-c", cloneRsync}, ""}

@@ -51,6 +51,8 @@ var (
 	lean    bool // the peers' own full copies of a large tree left out
 	dirRows bool // whether to measure the --dir source's rows
 
+	fetchOnly bool // the Git rows stop after the first fetch
+
 	genFiles int    // -files: the size of the generated tree
 	dataDir  string // -data: where the generated data set is
 	genSeed  uint64 // -seed
@@ -70,6 +72,7 @@ func main() {
 	agentOnly := flag.Bool("agent-only", false, "measure only the agent's rows")
 	flag.IntVar(&events, "events", 30, "events a row of the agent's; medians and percentiles are reported")
 	flag.BoolVar(&dirRows, "dir", true, "measure the rows of the --dir source (the initial sync, diff, --verify)")
+	flag.BoolVar(&fetchOnly, "fetch-only", false, "of the Git rows, measure only the first fetch")
 	flag.BoolVar(&lean, "lean", false, "for a large tree: leave out the peers' work that needs a checkout of their own (git clone + rsync copies), and the new-commit row")
 	flag.IntVar(&genFiles, "files", 0, "generate a tree of this many files and a Git repository of it, instead of copying -tree")
 	flag.StringVar(&dataDir, "data", "", "the generated data set to use, made there first unless it holds one (READY); read only")
