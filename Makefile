@@ -7,7 +7,7 @@ DEMO        := /tmp/cortex-sync-demo
 # (The pid-1 script also uses unshare, from util-linux, and skips without it.)
 TEST_TOOLS  := sh:dash stat:coreutils touch:coreutils find:findutils git:git python3:python3
 
-.PHONY: sops-fixtures all build test race check-tools lint bench demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo fleetsim
+.PHONY: sops-fixtures all build test race check-tools lint bench bench-data demo clean test-crash test-faults fuzz etcd fleet-etcd fleet-etcd-stop fleet-demo fleetsim
 
 all: lint test
 
@@ -89,8 +89,16 @@ lint:
 # core busy with a spinning process, BENCH=-agent-only for the agent's rows
 # alone. About 10 minutes on the 2-core build machine; 35 with -scale 4.
 BENCH ?=
+# BENCH="-files 1000000 -data DIR -runs 1": a generated tree of a million
+# files and a Git repository of it, made in DIR once and used again.
 bench: build
 	$(GO) run ./bench -bin $(BIN) $(BENCH)
+
+# Only the data set: make bench-data BENCH_FILES=1000000 BENCH_DATA=DIR.
+BENCH_FILES ?= 1000000
+BENCH_DATA  ?= /var/tmp/cortex-sync-bench-$(BENCH_FILES)
+bench-data:
+	$(GO) run ./bench -gen-only -files $(BENCH_FILES) -data $(BENCH_DATA)
 
 # Sync the bundled example into a sandbox root, then show status.
 demo: build

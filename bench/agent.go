@@ -38,13 +38,17 @@ import (
 // row measures one push, not a burst.
 const webhookGap = 1100 * time.Millisecond
 
+// steadyWait is how long after its last event the agent's resident set is
+// read as its steady one.
+const steadyWait = 5 * time.Second
+
 // agentRig is an agent on a mirror of a tree, and its peer: a clone of
 // the same repository and a copy of its tree.
 type agentRig struct {
-	repo       string // the repository git daemon serves; the tree in kb/
-	target     string // the file edited and committed, relative to the repository
-	root       string // the agent's --root: the mirror is root/srv/kb
-	clone, dst string // the peer's clone and its copy of kb/
+	repo       *bareRepo // the repository git daemon serves; the tree in kb/
+	target     string    // the file edited and committed, relative to the repository
+	root       string    // the agent's --root: the mirror is root/srv/kb
+	clone, dst string    // the peer's clone and its copy of kb/
 	files      int
 	addr       string // the agent's --listen
 	secret     []byte
@@ -52,12 +56,15 @@ type agentRig struct {
 	exited     chan struct{}
 	logPath    string
 	ready      time.Duration // from start to /readyz 200
+	readyRSS   int64         // KiB, resident once ready and quiet
+	peer       bool          // the peer is measured too
 	lastHook   time.Time
 }
 
 // agentRows measures the agent on a mirror of the first 1,000 files of the
-// tree and on the whole tree (all -scale copies of it).
-func agentRows(bin, tree, work string, events int, t *table) error {
+// tree and on the whole tree (all -scale copies of it, or the generated
+// data set).
+func agentRows(bin string, ds dataSet, work string, events int, m *mirror, t *table) error {
 	dir := filepath.Join(work, "agent")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -80,11 +87,15 @@ func agentRows(bin, tree, work string, events int, t *table) error {
 	fmt.Printf("%-46s %29s  %29s %6s %19s %6s %8s %11s\n",
 		"", "median      p95      p99", "median      p95      p99", "ratio", "peer    agent", "ratio", "RSS", "before→after")
 	sizes := []int{1000, 0}
-	if n := countFiles(tree) * max(scale, 1); n <= 1000 {
+	if ds.files <= 1000 {
 		sizes = []int{0}
 	}
 	for i, n := range sizes {
-		r, err := newAgentRig(bin, tree, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo", n)
+		var on *mirror
+		if n == 0 {
+			on = m
+		}
+		r, err := newAgentRig(bin, ds, filepath.Join(dir, strconv.Itoa(i)), base+"/"+strconv.Itoa(i)+"/repo.git", n, on)
 		if err != nil {
 			return err
 		}
@@ -97,53 +108,72 @@ func agentRows(bin, tree, work string, events int, t *table) error {
 		if err != nil {
 			return err
 		}
+		// A large tree's copies go as soon as they are done with.
+		for _, d := range []string{r.root, r.clone, r.dst} {
+			os.RemoveAll(d)
+		}
 	}
 	return nil
 }
 
-// newAgentRig fills dir with a repository of n files of tree (0: the whole
-// tree, -scale times), starts an agent on it and waits until it is ready,
-// and makes the peer's clone and copy.
-func newAgentRig(bin, tree, dir, url string, n int) (*agentRig, error) {
+// newAgentRig serves in dir a repository of the first n files of the data
+// set (0: all of it), starts an agent on it and waits until it is ready,
+// and makes the peer's clone and copy. On a mirror (m, -lean), the agent
+// follows m's repository from m's root and state dir, converged already.
+func newAgentRig(bin string, ds dataSet, dir, url string, n int, m *mirror) (*agentRig, error) {
+	state := filepath.Join(dir, "state")
 	r := &agentRig{
-		repo:    filepath.Join(dir, "repo"),
 		root:    filepath.Join(dir, "root"),
 		clone:   filepath.Join(dir, "clone"),
 		dst:     filepath.Join(dir, "dst"),
 		logPath: filepath.Join(dir, "agent.log"),
 		secret:  []byte("bench-webhook-secret"),
 	}
-	kb := filepath.Join(r.repo, "kb")
-	if err := os.MkdirAll(r.repo, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	var err error
 	if n == 0 {
-		err = copyTree(tree, kb, scale)
+		r.files = ds.files
+		if m != nil {
+			r.repo, url, r.root, state = m.repo, m.url, m.root, m.state
+		} else if r.repo, err = servedRepo(ds, dir, "repo"); err != nil {
+			return nil, err
+		}
+		if r.target, err = middleFile(ds.kb); err != nil {
+			return nil, err
+		}
 	} else {
-		err = copyFiles(tree, kb, n)
+		checkout := filepath.Join(dir, "checkout")
+		kb := filepath.Join(checkout, "kb")
+		if err := copyFiles(ds.kb, kb, n); err != nil {
+			return nil, err
+		}
+		if err := writeManifests(checkout); err != nil {
+			return nil, err
+		}
+		files := regularFiles(kb)
+		if len(files) == 0 {
+			return nil, fmt.Errorf("no file in %s", kb)
+		}
+		r.files = len(files)
+		// A file in the middle of the tree, not the first one walked.
+		r.target, _ = filepath.Rel(kb, files[len(files)/2])
+		if r.repo, err = newBareFromCheckout(checkout, filepath.Join(dir, "repo.git")); err != nil {
+			return nil, err
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	if err := writeManifests(r.repo); err != nil {
-		return nil, err
-	}
-	files := regularFiles(kb)
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no file in %s", kb)
-	}
-	r.files = len(files)
-	// A file in the middle of the tree, not the first one walked.
-	r.target, _ = filepath.Rel(r.repo, files[len(files)/2])
-	if err := commitAll(r.repo); err != nil {
-		return nil, err
-	}
-	if err := git("clone", "-q", url, r.clone); err != nil {
-		return nil, err
-	}
-	if out, err := exec.Command("rsync", "-a", "--exclude", ".git", r.clone+"/kb/", r.dst+"/").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("rsync: %v: %s", err, out)
+	r.target = filepath.Join("kb", r.target)
+	// -lean: no peer on the whole tree, which would need a checkout and a
+	// copy of its own.
+	r.peer = !lean || n > 0
+	if r.peer {
+		if err := git("clone", "-q", url, r.clone); err != nil {
+			return nil, err
+		}
+		if out, err := exec.Command("rsync", "-a", "--exclude", ".git", r.clone+"/kb/", r.dst+"/").CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("rsync: %v: %s", err, out)
+		}
 	}
 	if err := os.MkdirAll(r.root, 0o755); err != nil {
 		return nil, err
@@ -169,8 +199,8 @@ func newAgentRig(bin, tree, dir, url string, n int) (*agentRig, error) {
 	// design, and not what a row measures, which heals one resource again
 	// and again.
 	r.cmd = exec.Command(bin, "run", "--repo", url, "--branch", "main",
-		"--root", r.root, "--state-dir", filepath.Join(dir, "state"), "--listen", r.addr,
-		"--webhook-secret-file", secret, "--interval", "1h", "--drift-interval", "1h",
+		"--root", r.root, "--state-dir", state, "--listen", r.addr,
+		"--webhook-secret-file", secret, "--interval", "1h", "--drift-interval", "1h", "--fetch-timeout", fetchTimeout,
 		"--fight-threshold", "1000000")
 	r.cmd.Stdout, r.cmd.Stderr = logf, logf
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -200,6 +230,7 @@ func newAgentRig(bin, tree, dir, url string, n int) (*agentRig, error) {
 		r.stop()
 		return nil, err
 	}
+	r.readyRSS = r.status("VmRSS")
 	return r, nil
 }
 
@@ -286,7 +317,7 @@ func (r *agentRig) event(act func() error, want []byte) (sample, error) {
 // rows measures a hand edit healed and a webhook applied.
 func (r *agentRig) rows(events int, targets bool, t *table) error {
 	size := commas(r.files) + " files"
-	want, err := os.ReadFile(filepath.Join(r.repo, r.target))
+	want, err := r.repo.read(r.target)
 	if err != nil {
 		return err
 	}
@@ -296,7 +327,12 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	rsync := []string{"-a", "--exclude", ".git", r.clone + "/kb/", r.dst + "/"}
 	peerFile := filepath.Join(r.dst, strings.TrimPrefix(r.target, "kb/"))
 	p, err := alternate(events, 1, nil,
-		func(i int) (sample, error) { return peerJob(job{edit(peerFile, i), "rsync", rsync}, peerFile, want) },
+		func(i int) (sample, error) {
+			if !r.peer {
+				return sample{}, nil
+			}
+			return peerJob(job{edit(peerFile, i), "rsync", rsync, ""}, peerFile, want)
+		},
 		func(i int) (sample, error) { return r.event(edit(filepath.Join(r.root, "srv", r.target), i), want) })
 	if err != nil {
 		return err
@@ -311,14 +347,16 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	// peer pulls and copies.
 	commit := func(i int) error {
 		want = fmt.Appendf(want, "\n// change %d\n", i)
-		if err := os.WriteFile(filepath.Join(r.repo, r.target), want, 0o644); err != nil {
-			return err
-		}
-		return git("-C", r.repo, "commit", "-q", "-am", fmt.Sprintf("change %d", i))
+		return r.repo.commit(r.target, want)
 	}
 	pullRsync := fmt.Sprintf("git -C %s pull -q --ff-only && rsync -a --exclude .git %s/kb/ %s/", r.clone, r.clone, r.dst)
 	if p, err = alternate(events, 1, commit,
-		func(int) (sample, error) { return peerJob(job{nil, "sh", []string{"-c", pullRsync}}, peerFile, want) },
+		func(int) (sample, error) {
+			if !r.peer {
+				return sample{}, nil
+			}
+			return peerJob(job{nil, "sh", []string{"-c", pullRsync}, ""}, peerFile, want)
+		},
 		func(int) (sample, error) {
 			// Pacing, off the clock: one push, not a burst.
 			time.Sleep(time.Until(r.lastHook.Add(webhookGap)))
@@ -332,6 +370,20 @@ func (r *agentRig) rows(events int, targets bool, t *table) error {
 	}
 	agentRow("webhook, "+size+" (vs git pull + rsync -a)", p, want2, r.rss(), t)
 	fmt.Printf("%-46s the agent ready %s after its start; the file: %s\n", "", ms(r.ready), r.target)
+	// Steady: what stays resident once the events are over and the Go
+	// runtime has had time to hand back what it freed (its scavenger).
+	time.Sleep(steadyWait)
+	steady := r.status("VmRSS")
+	verdict := ""
+	if targets || r.files >= 10000 {
+		// Issue 35's target for an agent following a repository.
+		verdict = "RSS≤64 MB ok"
+		if float64(steady)/1024 > 64 {
+			verdict, t.ok = "RSS≤64 MB OVER", false
+		}
+	}
+	fmt.Printf("%-46s resident: %.1f MB once ready, %.1f MB steady (%s after the last event), %.1f MB at most  %s\n", "",
+		float64(r.readyRSS)/1024, float64(steady)/1024, steadyWait, float64(r.rss())/1024, verdict)
 	return nil
 }
 
@@ -362,10 +414,14 @@ func (r *agentRig) webhook() error {
 }
 
 // rss is the agent's peak resident set so far, in KiB.
-func (r *agentRig) rss() int64 {
+func (r *agentRig) rss() int64 { return r.status("VmHWM") }
+
+// status is a field of the agent's /proc/PID/status in kB: VmHWM, its
+// peak resident set, or VmRSS, what is resident now.
+func (r *agentRig) status(field string) int64 {
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", r.cmd.Process.Pid))
 	for l := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
 			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 			return n
 		}
@@ -393,7 +449,7 @@ func agentRow(name string, p *pairs, want target, rss int64, t *table) {
 	for i := range p.base {
 		b, o := p.base[i], p.ours[i]
 		bw, ow = append(bw, b.wall), append(ow, o.wall)
-		wr = append(wr, float64(o.wall)/float64(b.wall))
+		wr = append(wr, float64(o.wall)/float64(max(b.wall, 1)))
 		bc, oc = bc+b.cpu, oc+o.cpu
 	}
 	n := time.Duration(len(p.base))
@@ -412,8 +468,14 @@ func agentRow(name string, p *pairs, want target, rss int64, t *table) {
 	if want.p99 > 0 {
 		check("p99≤"+lat(want.p99), percentile(ow, 99) > want.p99)
 	}
-	if want.wall > 0 {
+	if want.wall > 0 && bc > 0 {
 		check(fmt.Sprintf("wall≤%g×", want.wall), wallRatio > want.wall)
+	}
+	if bc == 0 { // no peer (-lean)
+		fmt.Printf("%-46s %9s %9s %9s  %9s %9s %9s %6s %9s %9s %6s %5.1f MB %5.1f→%-5.1f  %s\n", name,
+			"—", "—", "—", lat(percentile(ow, 50)), lat(percentile(ow, 95)), lat(percentile(ow, 99)),
+			"—", "—", lat(oc/n), "—", float64(rss)/1024, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		return
 	}
 	fmt.Printf("%-46s %9s %9s %9s  %9s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f→%-5.1f  %s\n", name,
 		lat(percentile(bw, 50)), lat(percentile(bw, 95)), lat(percentile(bw, 99)),
@@ -504,8 +566,11 @@ func runTime(pid int) time.Duration {
 // order, into kb with their paths and modes.
 func copyFiles(tree, kb string, n int) error {
 	return filepath.WalkDir(tree, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || n == 0 {
+		if err != nil {
 			return err
+		}
+		if n == 0 {
+			return fs.SkipAll
 		}
 		if !d.Type().IsRegular() {
 			return nil

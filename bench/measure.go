@@ -4,8 +4,10 @@ package main
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,9 @@ import (
 type sample struct {
 	wall, cpu time.Duration
 	maxRSS    int64 // KiB
+	// Of a job with a watch: the most the state dir and its intent logs
+	// held at any sample during the run, in bytes.
+	peakState, peakIntent int64
 }
 
 // job is a command to time and what to do before each run of it.
@@ -26,6 +31,7 @@ type job struct {
 	setup func() error
 	name  string
 	args  []string
+	watch string // a state dir whose size to sample during the run, or ""
 }
 
 // pairs is a comparison: a run of the baseline and a run of ours, in
@@ -39,6 +45,7 @@ type pairs struct {
 // other, the first of each pair alternating too, so that slow drifts of
 // the machine (disk writeback, another process's burst, caches warmed by
 // the one before) fall on both sides alike. Ratios are taken pair by pair.
+// A job with no name is no peer: its samples are zero.
 func pair(runs int, a, b job) (*pairs, error) {
 	return alternate(runs, 0, nil,
 		func(int) (sample, error) { return measure(a) },
@@ -80,6 +87,9 @@ func alternate(n, warmup int, setup func(int) error, base, ours func(int) (sampl
 }
 
 func measure(j job) (sample, error) {
+	if j.name == "" {
+		return sample{}, nil
+	}
 	if j.setup != nil {
 		if err := j.setup(); err != nil {
 			return sample{}, err
@@ -92,7 +102,25 @@ func measure(j job) (sample, error) {
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	start := time.Now()
-	err := cmd.Run()
+	var peakState, peakIntent int64
+	var err error
+	if j.watch == "" {
+		err = cmd.Run()
+	} else if err = cmd.Start(); err == nil {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		tick := time.NewTicker(20 * time.Millisecond)
+		for waiting := true; waiting; {
+			select {
+			case err = <-done:
+				waiting = false
+			case <-tick.C:
+			}
+			st, in := dirBytes(j.watch)
+			peakState, peakIntent = max(peakState, st), max(peakIntent, in)
+		}
+		tick.Stop()
+	}
 	wall := time.Since(start)
 	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 1 && slices.Contains(j.args, "--exit-code") {
 		err = nil // diff --exit-code reports changes with 1
@@ -102,7 +130,28 @@ func measure(j job) (sample, error) {
 	}
 	ru := cmd.ProcessState.SysUsage().(*syscall.Rusage)
 	cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	return sample{wall: wall, cpu: cpu, maxRSS: ru.Maxrss}, nil
+	return sample{wall: wall, cpu: cpu, maxRSS: ru.Maxrss, peakState: peakState, peakIntent: peakIntent}, nil
+}
+
+// dirBytes is the bytes of the files under dir, and of those among them
+// that are intent logs (*.intent). A file that goes while it is walked is
+// skipped.
+func dirBytes(dir string) (all, intent int64) {
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		all += fi.Size()
+		if strings.HasSuffix(p, ".intent") {
+			intent += fi.Size()
+		}
+		return nil
+	})
+	return all, intent
 }
 
 // loadAvg is the one-minute load average; 0 where it cannot be read.
@@ -126,7 +175,7 @@ func medianOf[T int64 | float64 | time.Duration](v []T) T {
 type summary struct {
 	baseWall, oursWall, baseCPU, oursCPU time.Duration
 	wallRatio, cpuRatio                  float64
-	rss                                  int64 // KiB, ours, the most of the runs
+	rss, baseRSS                         int64 // KiB, the most of the runs
 }
 
 func summarize(p *pairs) summary {
@@ -136,9 +185,9 @@ func summarize(p *pairs) summary {
 	for i := range p.base {
 		b, o := p.base[i], p.ours[i]
 		bw, ow, bc, oc = append(bw, b.wall), append(ow, o.wall), append(bc, b.cpu), append(oc, o.cpu)
-		wr = append(wr, float64(o.wall)/float64(b.wall))
+		wr = append(wr, float64(o.wall)/float64(max(b.wall, 1)))
 		cr = append(cr, float64(o.cpu)/float64(max(b.cpu, time.Millisecond)))
-		s.rss = max(s.rss, o.maxRSS)
+		s.rss, s.baseRSS = max(s.rss, o.maxRSS), max(s.baseRSS, b.maxRSS)
 	}
 	s.baseWall, s.oursWall, s.baseCPU, s.oursCPU = medianOf(bw), medianOf(ow), medianOf(bc), medianOf(oc)
 	s.wallRatio, s.cpuRatio = medianOf(wr), medianOf(cr)
@@ -163,15 +212,18 @@ func (t *table) header() {
 		return
 	}
 	t.headed = true
-	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s  %s\n",
-		"measurement", "base", "cortex", "wall", "base", "cortex", "CPU", "peak", "load", "targets")
-	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %11s\n",
-		"(medians; ratios: median of the pairs')", "wall", "wall", "ratio", "CPU", "CPU", "ratio", "RSS", "before→after")
+	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %8s %11s  %s\n",
+		"measurement", "base", "cortex", "wall", "base", "cortex", "CPU", "base", "cortex", "load", "targets")
+	fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %8s %11s\n",
+		"(medians; ratios: median of the pairs')", "wall", "wall", "ratio", "CPU", "CPU", "ratio", "peak RSS", "peak RSS", "before→after")
 }
 
 func (t *table) row(name string, p *pairs, want target) {
 	t.header()
 	s := summarize(p)
+	if s.baseWall == 0 { // no peer: ours alone
+		want.wall, want.cpu = 0, 0
+	}
 	var verdicts []string
 	check := func(what string, got, limit float64, unit string) {
 		if limit <= 0 {
@@ -188,9 +240,15 @@ func (t *table) row(name string, p *pairs, want target) {
 	check("wall", s.wallRatio, want.wall, "×")
 	check("CPU", s.cpuRatio, want.cpu, "×")
 	check("RSS", rssMB, want.rssMB, " MB")
-	fmt.Printf("%-44s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f→%-5.1f  %s\n", name,
+	if s.baseWall == 0 {
+		fmt.Printf("%-44s %9s %9s %6s %9s %9s %6s %8s %5.1f MB %5.1f→%-5.1f  %s\n", name,
+			"—", ms(s.oursWall), "—", "—", ms(s.oursCPU), "—", "—",
+			rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		return
+	}
+	fmt.Printf("%-44s %9s %9s %5.2f× %9s %9s %5.2f× %5.1f MB %5.1f MB %5.1f→%-5.1f  %s\n", name,
 		ms(s.baseWall), ms(s.oursWall), s.wallRatio, ms(s.baseCPU), ms(s.oursCPU), s.cpuRatio,
-		rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
+		float64(s.baseRSS)/1024, rssMB, p.loadBefore, p.loadAfter, strings.Join(verdicts, ", "))
 }
 
 func ms(d time.Duration) string {

@@ -37,14 +37,18 @@ func copyTree(tree, kb string, scale int) error {
 // host file (--verify) against rsync -a -c -n, which hashes both sides, and
 // what a one-file change costs in the state dir. It runs after the diff rows,
 // with both destinations converged.
-func treeRows(bin, kb, dst, state string, runs int, cs func(...string) []string, t *table) error {
+func treeRows(bin, kb, dst, state string, runs int, mutable bool, cs func(...string) []string, t *table) error {
 	p, err := pair(runs,
-		job{nil, "rsync", []string{"-a", "-c", "--dry-run", kb + "/", dst + "/"}},
-		job{nil, bin, cs("diff", "--exit-code", "--verify")})
+		job{nil, "rsync", []string{"-a", "-c", "--dry-run", kb + "/", dst + "/"}, ""},
+		job{nil, bin, cs("diff", "--exit-code", "--verify"), ""})
 	if err != nil {
 		return err
 	}
 	t.row("diff --verify (vs rsync -a -c -n)", p, target{cpu: 1.0, rssMB: 30})
+	if !mutable {
+		fmt.Printf("%-44s not measured: the tree is a shared data set (-data), never written to\n", "one-file sync, bytes written")
+		return nil
+	}
 
 	// One file of the source changes, then a sync: what the state dir gained
 	// is counted from its files, a file with a new inode whole, one that
@@ -52,10 +56,11 @@ func treeRows(bin, kb, dst, state string, runs int, cs func(...string) []string,
 	// and rename always show as new inodes, so nothing written is missed.
 	var written, wchar []int64
 	var files []int64
-	file := firstFile(kb)
-	if file == "" {
-		return fmt.Errorf("no file in %s", kb)
+	file, err := middleFile(kb)
+	if err != nil {
+		return err
 	}
+	file = filepath.Join(kb, file)
 	for n := range runs {
 		f, err := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
 		if err != nil {
@@ -127,15 +132,35 @@ func grew(before, after map[string]fileID) (int64, int) {
 	return n, k
 }
 
-func firstFile(dir string) string {
-	var found string
-	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && found == "" && fi.Mode().IsRegular() && strings.HasSuffix(p, ".go") {
-			found = p
+func kB(n int64) string { return fmt.Sprintf("%.1f kB", float64(n)/1000) }
+
+// stateRow prints what the state dir holds after the last run of ours in
+// p, a sync of files entries: its bytes, per entry, by top-level entry
+// (the Git cache apart), and the most it and its intent logs held during
+// a run.
+func stateRow(name, state string, files int, p *pairs) {
+	var peakState, peakIntent int64
+	for _, s := range p.ours {
+		peakState, peakIntent = max(peakState, s.peakState), max(peakIntent, s.peakIntent)
+	}
+	total, _ := dirBytes(state)
+	var parts []string
+	entries, _ := os.ReadDir(state)
+	for _, e := range entries {
+		n, _ := dirBytes(filepath.Join(state, e.Name()))
+		name := e.Name() + "/"
+		if !e.IsDir() {
+			name = e.Name()
+			if fi, err := e.Info(); err == nil {
+				n = fi.Size()
+			}
 		}
-		return nil
-	})
-	return found
+		if n >= 1000 {
+			parts = append(parts, fmt.Sprintf("%s %s (%.0f B/entry)", name, mB(n), float64(n)/float64(max(files, 1))))
+		}
+	}
+	fmt.Printf("%-44s %s, %.0f bytes an entry: %s (the rest under 1 kB)\n", name, mB(total), float64(total)/float64(max(files, 1)), strings.Join(parts, ", "))
+	fmt.Printf("%-44s state dir at most %s during a run; intent logs at most %s (sampled every 20 ms)\n", "", mB(peakState), mB(peakIntent))
 }
 
-func kB(n int64) string { return fmt.Sprintf("%.1f kB", float64(n)/1000) }
+func mB(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
