@@ -278,13 +278,6 @@ func (p *packFile) lookup(h plumbing.Hash) (int64, bool, error) {
 	return off, err == nil, err
 }
 
-// id is the ID at position i of the index.
-func (p *packFile) id(i int) (plumbing.Hash, error) {
-	var h plumbing.Hash
-	_, err := p.idx.ReadAt(h[:], idxHead+int64(i)*20)
-	return h, err
-}
-
 // errNotPacked is an object none of the packs holds.
 var errNotPacked = errors.New("not in a pack")
 
