@@ -326,31 +326,42 @@ func (c *Client) scanPrefix(ctx context.Context, at int64, prefix string, keysOn
 func (c *Client) scan(ctx context.Context, at int64, from, end string, keysOnly bool) ([]*kvPair, int64, error) {
 	var out []*kvPair
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(readPage)}
-		if at > 0 {
-			opts = append(opts, clientv3.WithRev(at))
-		}
-		if keysOnly {
-			opts = append(opts, clientv3.WithKeysOnly())
-		}
-		var resp *clientv3.GetResponse
-		err := c.call(ctx, func(ctx context.Context) error {
-			var err error
-			resp, err = c.cli.Get(ctx, from, opts...)
-			return err
-		})
+		resp, rev, err := c.page(ctx, at, from, end, readPage, keysOnly)
 		if err != nil {
 			return nil, 0, err
 		}
-		if at == 0 {
-			at = resp.Header.Revision
-		}
+		at = rev
 		out = append(out, pairs(resp)...)
 		if !resp.More || len(resp.Kvs) == 0 {
 			return out, at, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
+}
+
+// page reads up to limit keys of [from, end) at revision at (0: the
+// newest, which it returns); keysOnly leaves the values out.
+func (c *Client) page(ctx context.Context, at int64, from, end string, limit int64, keysOnly bool) (*clientv3.GetResponse, int64, error) {
+	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+	if at > 0 {
+		opts = append(opts, clientv3.WithRev(at))
+	}
+	if keysOnly {
+		opts = append(opts, clientv3.WithKeysOnly())
+	}
+	var resp *clientv3.GetResponse
+	err := c.call(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = c.cli.Get(ctx, from, opts...)
+		return err
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	if at == 0 {
+		at = resp.Header.Revision
+	}
+	return resp, at, nil
 }
 
 // listRollouts lists the revisions that have records below rollout/ at
@@ -363,22 +374,11 @@ func (c *Client) listRollouts(ctx context.Context, at int64) ([]string, int64, e
 	from := base
 	var revs []string
 	for len(revs) < maxRollouts {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(32), clientv3.WithKeysOnly()}
-		if at > 0 {
-			opts = append(opts, clientv3.WithRev(at))
-		}
-		var resp *clientv3.GetResponse
-		err := c.call(ctx, func(ctx context.Context) error {
-			var err error
-			resp, err = c.cli.Get(ctx, from, opts...)
-			return err
-		})
+		resp, rev, err := c.page(ctx, at, from, end, 32, true)
 		if err != nil {
 			return nil, 0, err
 		}
-		if at == 0 {
-			at = resp.Header.Revision
-		}
+		at = rev
 		var last string
 		for _, kv := range resp.Kvs {
 			rk, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), base), "/")

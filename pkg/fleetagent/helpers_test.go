@@ -122,7 +122,8 @@ type host struct {
 	root, state string
 	log         *syncbuf.Buffer
 	gate        *countingGate
-	events      *recorder // what its agent told, across restarts
+	events      *recorder        // what its agent told, across restarts
+	clock       func() time.Time // the deploy windows' clock; nil: the time
 	a           *agent.Agent
 	link        *Link
 	cancel      context.CancelFunc
@@ -160,7 +161,7 @@ func (f *fixture) start(name string) *host {
 		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
 		Revisions:     reconcile.RevisionPolicy{MinReady: 30 * time.Second, ProgressDeadline: time.Hour},
 		RevisionGates: []reconcile.RevisionGate{h.gate},
-		Fleet:         link, Log: logger, Events: h.events,
+		Fleet:         link, Log: logger, Events: h.events, WindowClock: h.clock,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan error, 1)

@@ -2,8 +2,6 @@ package fleetagent
 
 import (
 	"context"
-	"log/slog"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,45 +10,19 @@ import (
 
 	"github.com/cortex-sync/cortex-sync/internal/etcdtest"
 	"github.com/cortex-sync/cortex-sync/internal/syncbuf"
-	"github.com/cortex-sync/cortex-sync/pkg/agent"
 	"github.com/cortex-sync/cortex-sync/pkg/events"
-	"github.com/cortex-sync/cortex-sync/pkg/fleet"
-	"github.com/cortex-sync/cortex-sync/pkg/reconcile"
-	"github.com/cortex-sync/cortex-sync/pkg/resource"
-	"github.com/cortex-sync/cortex-sync/pkg/source"
-	"github.com/cortex-sync/cortex-sync/pkg/state"
 	"github.com/cortex-sync/cortex-sync/pkg/supervise"
 )
 
 // startClocked is fixture.start with the deploy windows read on clock.
 func (f *fixture) startClocked(name string, clock func() time.Time) *host {
 	f.t.Helper()
-	h := &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncbuf.Buffer{}, events: &recorder{}}
+	h := &host{f: f, name: name, root: f.t.TempDir(), state: f.t.TempDir(), log: &syncbuf.Buffer{}, events: &recorder{}, clock: clock}
 	f.mu.Lock()
 	f.hosts[name] = h
 	f.mu.Unlock()
 	f.t.Cleanup(func() { h.stop(); supervise.StopAll(h.state) })
-	logger := slog.New(slog.NewTextHandler(h.log, &slog.HandlerOptions{Level: slog.LevelInfo})).With("host", name)
-	link, err := New(Options{Config: fleet.Config{Endpoints: f.endpoints, Fleet: f.fleet, RequestTimeout: 2 * time.Second},
-		Host: resource.Host{Name: name}, StateDir: h.state, PresenceTTL: 2 * time.Second, Debounce: 100 * time.Millisecond,
-		SingletonTTL: 2 * time.Second, Log: logger})
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	h.gate = &countingGate{}
-	h.link = link
-	h.a = agent.New(agent.Options{
-		Engine:   reconcile.Config{Root: h.root, StateDir: h.state, Concurrency: 2, LockTimeout: 10 * time.Second, Host: resource.Host{Name: name}},
-		Source:   &source.Git{URL: f.url, Branch: "main", Cache: state.At(filepath.Join(h.state, "cache")), Timeout: 20 * time.Second},
-		Interval: time.Hour, DriftInterval: time.Hour, SelfHeal: true, Prune: true,
-		Revisions:     reconcile.RevisionPolicy{MinReady: 30 * time.Second, ProgressDeadline: time.Hour},
-		RevisionGates: []reconcile.RevisionGate{h.gate},
-		Fleet:         link, Log: logger, Events: h.events, WindowClock: clock,
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	h.cancel, h.done = cancel, make(chan error, 1)
-	go func() { h.done <- h.a.Run(ctx) }()
-	return h
+	return f.start(name)
 }
 
 // A host queued for a slot inside its deploy window, whose window then
