@@ -45,7 +45,9 @@ func TestProxyDelay(t *testing.T) {
 	p := NewProxy(t, c.Members[0].ClientURL)
 	cli := client(t, p.URL)
 	timed(t, cli, "warm") // connected
-	const d = 200 * time.Millisecond
+	// A delay long enough that "less than it, once off" holds on a
+	// machine with both cores busy.
+	const d = time.Second
 	p.SetDelay(d)
 	if took := timed(t, cli, "slow"); took < 4*d { // a put and a get, each both ways
 		t.Errorf("a put and a get through a %s delay took %s, want at least %s", d, took, 4*d)
