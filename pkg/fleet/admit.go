@@ -353,7 +353,7 @@ func (m *Member) take(ctx context.Context, v *rolloutView, r Revision, slot stri
 		clientv3.OpPut(slot, string(doc), clientv3.WithLease(lease)),
 		clientv3.OpDelete(m.key("queue", m.host.Name)),
 	}
-	if v.goodN < r.Rollout.Canary {
+	if v.goods() < r.Rollout.Canary {
 		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(base+"/canary/"), "<", after).WithPrefix())
 		ops = append(ops, clientv3.OpPut(base+"/canary/"+m.host.Name, "", clientv3.WithLease(lease)))
 	}

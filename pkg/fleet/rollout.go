@@ -128,7 +128,7 @@ type rolloutView struct {
 	control    *controlDoc
 	controlRev int64                 // mod revision of the control key: earlier failures are forgiven by a resume
 	good       map[string]verdictDoc // the good hosts, when read (fleet status); admission reads goodN
-	goodN      int                   // how many hosts are good on it
+	goodN      int                   // how many hosts are good on it, when counted (admission)
 	bad        map[string]verdictDoc
 	badRev     map[string]int64
 	transit    map[string]slotDoc // slots by holder, when read with values (fleet status)
@@ -189,7 +189,6 @@ func (c *Client) parseRollout(v *rolloutView, rev string, kvs []*kvPair) {
 			}
 			if kind == "good" {
 				v.good[host] = d
-				v.goodN = len(v.good)
 			} else {
 				v.bad[host], v.badRev[host] = d, kv.createRev
 			}
@@ -316,15 +315,15 @@ func (v *rolloutView) state(ro resource.Rollout) (string, string) {
 		return StatePaused, fmt.Sprintf("paused by %s at %s%s; cortex-sync fleet rollout resume goes on", orSomeone(c.By), c.At.Format(time.RFC3339), because(c.Why))
 	}
 	failed := v.failures()
-	if v.goodN < ro.Canary && len(failed) > 0 {
+	if v.goods() < ro.Canary && len(failed) > 0 {
 		return StatePaused, fmt.Sprintf("paused: canary %s bad; fix and commit a new revision, or cortex-sync fleet rollout resume", v.failedText(failed))
 	}
 	if len(failed) >= ro.FailureThreshold {
 		return StatePaused, fmt.Sprintf("paused: %d bad hosts reached the failure threshold (%d): %s; fix and commit a new revision, or cortex-sync fleet rollout resume",
 			len(failed), ro.FailureThreshold, v.failedText(failed))
 	}
-	if v.goodN < ro.Canary {
-		return StateCanary, fmt.Sprintf("canary: %d of %d canary hosts good", v.goodN, ro.Canary)
+	if v.goods() < ro.Canary {
+		return StateCanary, fmt.Sprintf("canary: %d of %d canary hosts good", v.goods(), ro.Canary)
 	}
 	return StateProgressing, ""
 }
@@ -372,7 +371,7 @@ func (v *rolloutView) decide(me string, r Revision) Decision {
 		return no(WaitStopped, "rollout of %s %s", r.ID, why)
 	}
 	failed := slices.DeleteFunc(v.failures(), func(h string) bool { return h == me })
-	if v.goodN < ro.Canary {
+	if v.goods() < ro.Canary {
 		var canary []string // hosts applying r as a canary
 		for h := range v.canary {
 			if h != me {
@@ -380,7 +379,7 @@ func (v *rolloutView) decide(me string, r Revision) Decision {
 			}
 		}
 		slices.Sort(canary)
-		if len(canary)+v.goodN+len(failed) >= ro.Canary {
+		if len(canary)+v.goods()+len(failed) >= ro.Canary {
 			return no(WaitCanary, "waiting for the canary hosts (%s) to be good", strings.Join(canary, ", "))
 		}
 	}
@@ -389,6 +388,9 @@ func (v *rolloutView) decide(me string, r Revision) Decision {
 	}
 	return Decision{Go: true}
 }
+
+// goods is how many hosts are good on the rollout: counted, or listed.
+func (v *rolloutView) goods() int { return max(v.goodN, len(v.good)) }
 
 func (v *rolloutView) slotKey(i int) string { return v.slotBase + strconv.Itoa(i) }
 
