@@ -67,6 +67,7 @@ func (m *Member) Admit(ctx context.Context, r Revision) (Decision, error) {
 	// carries it (in the slot's transaction), or the host waits.
 	m.mu.Lock()
 	m.waiting = m.holding != r.ID
+	m.askedAt = time.Now()
 	m.mu.Unlock()
 	for try := 0; ; try++ {
 		d, won, err := m.admitOnce(ctx, r)
@@ -302,6 +303,26 @@ func (m *Member) place(ctx context.Context, q int64, limit int) (int, string, bo
 		pred = string(kvs[0].Key[len(prefix):])
 	}
 	return pos, pred, true, nil
+}
+
+// queueIdle is how long a queued host may go without asking before it
+// leaves the queue: a waiter asks again at least every watchedRetry, so
+// one that stopped asking no longer waits (its deploy window closed, it
+// was suspended or its revision superseded), and its place would hold
+// up every host behind it.
+const queueIdle = 45 * time.Second
+
+// idle takes the host out of the queue once it stopped asking.
+func (m *Member) idle(ctx context.Context) {
+	defer m.wg.Done()
+	for sleep(ctx, queueIdle/6) {
+		m.mu.Lock()
+		stale := m.queued != 0 && time.Since(m.askedAt) > queueIdle
+		m.mu.Unlock()
+		if stale {
+			m.dequeue(ctx)
+		}
+	}
 }
 
 // dequeue takes the host out of the queue: it no longer waits for a slot

@@ -107,6 +107,7 @@ type Member struct {
 	holding    string           // the revision whose slot this host holds
 	slot       string           // the key of that slot
 	queued     int64            // the create revision of this host's queue key; 0 when not queued
+	askedAt    time.Time        // when the host last asked for a slot
 	stall      *time.Timer      // frees the slot when its holder is past its deadline
 	target     watchTarget      // what a waiting host watches
 	retarget   chan struct{}    // target changed
@@ -140,9 +141,10 @@ func Join(c *Client, cfg MemberConfig) (*Member, error) {
 		cancel: cancel, poke: make(chan struct{}, 1), changed: make(chan struct{}), retarget: make(chan struct{}, 1), fold: make(chan struct{}, 1),
 		want: HostStatus{Host: cfg.Host.Name, Labels: maps.Clone(cfg.Host.Labels)},
 	}
-	m.wg.Add(5)
+	m.wg.Add(6)
 	go m.presence(ctx)
 	go m.slots(ctx)
+	go m.idle(ctx)
 	go m.writer(ctx)
 	go m.watch(ctx)
 	go m.folder(ctx)
